@@ -1,0 +1,35 @@
+"""The one error type refseg raises for bad input, and the checks that raise it."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class InputError(ValueError):
+    """Bad input: the message names the argument or file and the problem, on one line."""
+
+
+def as_float_image(array, name: str, *, min_size: int = 1) -> np.ndarray:
+    """A finite 2-D float64 C-contiguous copy-or-view of ``array``; InputError otherwise."""
+    a = np.asarray(array)
+    if a.ndim != 2:
+        raise InputError(f"{name}: expected a 2-D array (rows, cols), got shape {a.shape}")
+    if a.dtype.kind not in "biuf":
+        raise InputError(f"{name}: expected a real numeric array, got dtype {a.dtype}")
+    if min(a.shape) < min_size:
+        raise InputError(f"{name}: image is {a.shape[0]}x{a.shape[1]} pixels; "
+                         f"at least {min_size}x{min_size} is needed")
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    if not np.isfinite(a).all():
+        raise InputError(f"{name}: contains NaN or infinite values")
+    return a
+
+
+def check_threshold(value, name: str) -> float:
+    """A finite, non-negative float threshold; InputError otherwise."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected a number, got {value!r}") from None
+    if not np.isfinite(v) or v < 0:
+        raise InputError(f"{name}: expected a finite number >= 0, got {v}")
+    return v
