@@ -255,3 +255,37 @@ def histogram(const double[:, ::1] values, double low, double high, long[::1] co
                 if k >= nbins:
                     k = nbins - 1
                 counts[k] += 1
+
+
+def edge_statistics(const unsigned char[:, :, ::1] edges, double[:, ::1] mean_image,
+                    double[::1] sums, double[::1] squared_deviations):
+    """For binary maps (value != 0 is 1) of shape (4, rows, cols): the mean image
+    ((e0 + e1) + e2 + e3) / 4, each map's sum, and each map's sum of (e_k - mean)^2.
+    Every term is a multiple of 1/16, so the sums are exact whatever their order."""
+    cdef Py_ssize_t rows = edges.shape[1], cols = edges.shape[2], r, c, k
+    cdef double e0, e1, e2, e3, m
+    cdef double[:, ::1] partial = np.zeros((rows, 8))
+    with nogil:
+        for r in prange(rows, schedule="static"):
+            for c in range(cols):
+                e0 = 1.0 if edges[0, r, c] != 0 else 0.0
+                e1 = 1.0 if edges[1, r, c] != 0 else 0.0
+                e2 = 1.0 if edges[2, r, c] != 0 else 0.0
+                e3 = 1.0 if edges[3, r, c] != 0 else 0.0
+                m = (((e0 + e1) + e2) + e3) / 4.0
+                mean_image[r, c] = m
+                partial[r, 0] += e0
+                partial[r, 1] += e1
+                partial[r, 2] += e2
+                partial[r, 3] += e3
+                partial[r, 4] += (e0 - m) * (e0 - m)
+                partial[r, 5] += (e1 - m) * (e1 - m)
+                partial[r, 6] += (e2 - m) * (e2 - m)
+                partial[r, 7] += (e3 - m) * (e3 - m)
+        for k in range(4):
+            sums[k] = 0.0
+            squared_deviations[k] = 0.0
+        for r in range(rows):
+            for k in range(4):
+                sums[k] += partial[r, k]
+                squared_deviations[k] += partial[r, 4 + k]

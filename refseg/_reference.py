@@ -109,3 +109,11 @@ def histogram(values, low, high, counts):
     nbins = counts.shape[0]
     index = ((np.asarray(values) - low) * (nbins / (high - low))).astype(np.intp)
     counts[...] = np.bincount(np.minimum(index, nbins - 1).ravel(), minlength=nbins)
+
+
+def edge_statistics(edges, mean_image, sums, squared_deviations):
+    e = (np.asarray(edges) != 0).astype(np.float64)
+    m = (((e[0] + e[1]) + e[2]) + e[3]) / 4.0
+    mean_image[...] = m
+    sums[...] = e.sum(axis=(1, 2))
+    squared_deviations[...] = ((e - m) ** 2).sum(axis=(1, 2))

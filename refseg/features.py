@@ -132,21 +132,23 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
     gray = preprocess.to_gray(rgb, backend=backend)
     blurred = preprocess.gaussian_blur(gray, sigma, backend=backend)
 
+    # blurred is validated float64 from here on: the private paths skip re-validation
     gx, gy, magnitude = ops._gradient(blurred, ops.SOBEL_X, ops.SOBEL_Y, backend)
+    _, _, prewitt_magnitude = ops._gradient(blurred, ops.PREWITT_X, ops.PREWITT_Y, backend)
     results = {
         "canny": ops._canny_from_gradient(gx, gy, magnitude, low, high, backend),
         "sobel": ops._threshold_magnitude("sobel", magnitude, sobel_threshold, backend),
-        "prewitt": ops.prewitt(blurred, prewitt_threshold, backend=backend),
-        "log": ops.laplacian_of_gaussian(blurred, log_threshold, backend=backend),
+        "prewitt": ops._threshold_magnitude("prewitt", prewitt_magnitude, prewitt_threshold,
+                                            backend),
+        "log": ops._log(blurred, log_threshold, backend),
     }
     edges = {k: results[k].edges for k in OPERATORS}
 
-    mean_img = weighting.mean_image(edges)
-    std = weighting.standard_deviations(edges, mean_img)
-    mean = weighting.pixel_means(edges)
+    stack = weighting.binary_stack(edges)
+    mean_img, std, mean = weighting._binary_statistics(stack, backend)
     cv = weighting.coefficients_of_variation(std, mean)
     weights = weighting.operator_weights(cv)
-    final = weighting.final_weight(edges, weights, backend=backend)
+    final = weighting._vote(stack, weights, backend)
 
     params = {
         "sigma": float(sigma),
@@ -176,5 +178,5 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
         thresholds={k: results[k].thresholds for k in OPERATORS},
         mean_image=mean_img, std=std, mean=mean, cv=cv,
         intermediate_cv=weighting.intermediate_cv(cv), weights=weights,
-        final_weight=final, feature_map=weighting.decide(final), params=params,
+        final_weight=final, feature_map=weighting._decide(final), params=params,
     )

@@ -70,11 +70,15 @@ class EdgeResult:
     automatic: bool = True
 
 
-def _gradient(blurred, kx, ky, backend):
-    g = as_float_image(blurred, "blurred", min_size=MIN_SIZE)
+def _gradient(g, kx, ky, backend):
+    """gx, gy, magnitude of a validated float64 image (the kernel trusts its inputs)."""
     gx, gy, magnitude = np.empty_like(g), np.empty_like(g), np.empty_like(g)
     kernels(backend).gradient3x3(g, kx, ky, gx, gy, magnitude)
     return gx, gy, magnitude
+
+
+def _blurred(blurred):
+    return as_float_image(blurred, "blurred", min_size=MIN_SIZE)
 
 
 @implements("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt",
@@ -111,10 +115,14 @@ def otsu_threshold(values, *, bins: int = OTSU_BINS, backend: str = "cython") ->
     v = as_float_image(values, "values")
     if int(bins) < 2:
         raise InputError(f"bins: expected an integer >= 2, got {bins!r}")
+    return _otsu(v, int(bins), backend)
+
+
+def _otsu(v, bins, backend):
     low, high = float(v.min()), float(v.max())
     if low == high:
         return low
-    counts = np.empty(int(bins), dtype=np.int_)
+    counts = np.empty(bins, dtype=np.int_)
     kernels(backend).histogram(v, low, high, counts)
     centres = low + (np.arange(counts.size) + 0.5) * ((high - low) / counts.size)
     mass = counts * centres
@@ -126,13 +134,13 @@ def otsu_threshold(values, *, bins: int = OTSU_BINS, backend: str = "cython") ->
 
 
 def _binary_gradient(name, blurred, kx, ky, threshold, backend):
-    _, _, magnitude = _gradient(blurred, kx, ky, backend)
+    _, _, magnitude = _gradient(_blurred(blurred), kx, ky, backend)
     return _threshold_magnitude(name, magnitude, threshold, backend)
 
 
 def _threshold_magnitude(name, magnitude, threshold, backend):
     automatic = threshold is None
-    t = (otsu_threshold(magnitude, backend=backend) if automatic
+    t = (_otsu(magnitude, OTSU_BINS, backend) if automatic
          else check_threshold(threshold, f"{name}_threshold"))
     edges = np.empty(magnitude.shape, dtype=np.uint8)
     kernels(backend).threshold_above(magnitude, t, edges)
@@ -229,12 +237,15 @@ def laplacian_of_gaussian(blurred, threshold: float | None = None, *,
     ----------
     [0082]-[0083], [0212]; spec ``R-log``, ``R-binary``.
     """
-    g = as_float_image(blurred, "blurred", min_size=MIN_SIZE)
+    return _log(_blurred(blurred), threshold, backend)
+
+
+def _log(g, threshold, backend):
     k = kernels(backend)
     response = np.empty_like(g)
     k.correlate3x3(g, LAPLACE_4, response)
     automatic = threshold is None
-    t = (LOG_JUMP_RATIO * otsu_threshold(np.abs(response), backend=backend) if automatic
+    t = (LOG_JUMP_RATIO * _otsu(np.abs(response), OTSU_BINS, backend) if automatic
          else check_threshold(threshold, "log_threshold"))
     edges = np.empty(g.shape, dtype=np.uint8)
     k.zero_crossings(response, t, edges)
@@ -261,14 +272,18 @@ def canny_thresholds(magnitude, *, backend: str = "cython") -> tuple[float, floa
     non-maximum suppression, and a chain is kept when it reaches twice that threshold
     (Canny 1986 recommends a 2:1 to 3:1 high:low ratio). Spec ``R-binary``.
     """
-    low = otsu_threshold(magnitude, backend=backend)
+    return _canny_thresholds(as_float_image(magnitude, "magnitude"), backend)
+
+
+def _canny_thresholds(magnitude, backend):
+    low = _otsu(magnitude, OTSU_BINS, backend)
     return low, CANNY_HIGH_RATIO * low
 
 
 def _canny_from_gradient(gx, gy, magnitude, low, high, backend) -> EdgeResult:
     automatic = low is None and high is None
     if automatic:
-        low, high = canny_thresholds(magnitude, backend=backend)
+        low, high = _canny_thresholds(magnitude, backend)
     elif low is None or high is None:
         raise InputError("canny thresholds: give both low and high, or neither")
     else:
@@ -318,5 +333,5 @@ def canny(blurred, low: float | None = None, high: float | None = None, *,
     ----------
     [0082]-[0083], [0212]-[0214]; spec ``R-canny``, ``R-binary``.
     """
-    gx, gy, magnitude = _gradient(blurred, SOBEL_X, SOBEL_Y, backend)
+    gx, gy, magnitude = _gradient(_blurred(blurred), SOBEL_X, SOBEL_Y, backend)
     return _canny_from_gradient(gx, gy, magnitude, low, high, backend)

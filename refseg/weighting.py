@@ -220,12 +220,35 @@ def final_weight(edges: Mapping, weights: Mapping, *, backend: str = "cython") -
     [0104]-[0115]; spec ``R-final``.
     """
     m = _maps(edges)
-    w = _per_operator(weights, "weights")
-    stacked = np.ascontiguousarray(np.stack([m[k] > 0 for k in OPERATORS]), dtype=np.uint8)
-    out = np.empty(stacked.shape[1:], dtype=np.float64)
-    kernels(backend).weighted_vote(stacked, np.array([w[k] for k in OPERATORS]), VOTE_OFFSET,
-                                   out)
+    return _vote(binary_stack(m), _per_operator(weights, "weights"), backend)
+
+
+@implements("claim1.step2.final_weight", "claim1.step2.mean_image")
+def binary_stack(edges: Mapping) -> np.ndarray:
+    """The four maps as one uint8 array of shape (4, M, N), 1 where a map is > 0, in
+    :data:`OPERATORS` order (the layout the compiled kernels take)."""
+    return np.ascontiguousarray(np.stack([np.asarray(edges[k]) > 0 for k in OPERATORS]),
+                                dtype=np.uint8)
+
+
+def _vote(stack, weights, backend):
+    out = np.empty(stack.shape[1:], dtype=np.float64)
+    kernels(backend).weighted_vote(stack, np.array([weights[k] for k in OPERATORS]),
+                                   VOTE_OFFSET, out)
     return out
+
+
+def _binary_statistics(stack, backend):
+    """Mean image, std and pixel mean of binary maps in one pass; equal to
+    :func:`mean_image`, :func:`standard_deviations` and :func:`pixel_means` (exact
+    arithmetic for 0/1 maps; ``tests/test_weighting.py`` holds them equal)."""
+    mean_img = np.empty(stack.shape[1:], dtype=np.float64)
+    sums, squared = np.empty(4), np.empty(4)
+    kernels(backend).edge_statistics(stack, mean_img, sums, squared)
+    n = mean_img.size
+    std = {k: float(np.sqrt(squared[i] / (n - STD_DDOF))) for i, k in enumerate(OPERATORS)}
+    mean = {k: float(sums[i] / n) for i, k in enumerate(OPERATORS)}
+    return mean_img, std, mean
 
 
 @implements("claim1.step2.decision", "claim1.step2.traverse")
@@ -246,5 +269,8 @@ def decide(final) -> np.ndarray:
     ----------
     [0116]-[0119].
     """
-    f = as_float_image(final, "final")
-    return (f >= 0.0).astype(np.uint8)
+    return _decide(as_float_image(final, "final"))
+
+
+def _decide(final):
+    return (final >= 0.0).astype(np.uint8)
