@@ -13,7 +13,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
-SPEC_FILES = ("registry.toml", "traceability.md", "readings.md", "errata.md", "claims.md")
+SPEC_FILES = ("registry.toml", "traceability.md", "readings.md", "errata.md")
 
 
 class BuildPyWithSpec(build_py):

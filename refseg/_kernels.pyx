@@ -30,13 +30,13 @@ cdef inline Py_ssize_t _reflect101(Py_ssize_t i, Py_ssize_t n) noexcept nogil:
 
 
 def rgb_to_gray(const unsigned char[:, :, ::1] rgb, double wr, double wg, double wb,
-                double[:, ::1] out):
-    """out[r, c] = (wr * R + wg * G) + wb * B, in float64, no rounding."""
+                double scale, double[:, ::1] out):
+    """out[r, c] = ((wr * R + wg * G) + wb * B) / scale, in float64."""
     cdef Py_ssize_t rows = rgb.shape[0], cols = rgb.shape[1], r, c
     with nogil:
         for r in prange(rows, schedule="static"):
             for c in range(cols):
-                out[r, c] = (wr * rgb[r, c, 0] + wg * rgb[r, c, 1]) + wb * rgb[r, c, 2]
+                out[r, c] = ((wr * rgb[r, c, 0] + wg * rgb[r, c, 1]) + wb * rgb[r, c, 2]) / scale
 
 
 cdef inline double _correlate_at(const double[:, ::1] src, const double[:, ::1] k,
@@ -241,19 +241,25 @@ def weighted_vote(const unsigned char[:, :, ::1] edges, const double[::1] weight
 
 
 def histogram(const double[:, ::1] values, double low, double high, long[::1] counts):
-    """counts[k] = number of values with min(int((v - low) * (nbins / (high - low))), nbins - 1)
-    == k; requires high > low and every value in [low, high]."""
+    """counts[k] = number of values whose bin x = (v - low) * (nbins / (high - low)) truncates
+    to k, with x clamped to [0, nbins - 1] (and a NaN x, from 0 * inf when high - low is
+    subnormal, put in bin 0) so that no value can index outside counts."""
     cdef Py_ssize_t rows = values.shape[0], cols = values.shape[1], r, c, k
     cdef Py_ssize_t nbins = counts.shape[0]
     cdef double scale = nbins / (high - low)
+    cdef double x
     with nogil:
         for k in range(nbins):
             counts[k] = 0
         for r in range(rows):
             for c in range(cols):
-                k = <Py_ssize_t> ((values[r, c] - low) * scale)
-                if k >= nbins:
+                x = (values[r, c] - low) * scale
+                if not (x >= 0.0):
+                    k = 0
+                elif x >= nbins - 1:
                     k = nbins - 1
+                else:
+                    k = <Py_ssize_t> x
                 counts[k] += 1
 
 

@@ -25,9 +25,9 @@ def _windows(src):
     return {(i, j): padded[i:i + rows, j:j + cols] for i in range(3) for j in range(3)}
 
 
-def rgb_to_gray(rgb, wr, wg, wb, out):
+def rgb_to_gray(rgb, wr, wg, wb, scale, out):
     rgb = rgb.astype(np.float64)
-    out[...] = (wr * rgb[..., 0] + wg * rgb[..., 1]) + wb * rgb[..., 2]
+    out[...] = ((wr * rgb[..., 0] + wg * rgb[..., 1]) + wb * rgb[..., 2]) / scale
 
 
 def correlate3x3(src, kernel, out):
@@ -107,8 +107,10 @@ def weighted_vote(edges, weights, offset, final_weight):
 
 def histogram(values, low, high, counts):
     nbins = counts.shape[0]
-    index = ((np.asarray(values) - low) * (nbins / (high - low))).astype(np.intp)
-    counts[...] = np.bincount(np.minimum(index, nbins - 1).ravel(), minlength=nbins)
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = (np.asarray(values) - low) * (nbins / (high - low))
+        x = np.where(x >= 0, np.minimum(x, nbins - 1), 0.0)  # NaN (0 * inf) goes to bin 0
+    counts[...] = np.bincount(x.astype(np.intp).ravel(), minlength=nbins)
 
 
 def edge_statistics(edges, mean_image, sums, squared_deviations):

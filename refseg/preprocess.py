@@ -13,8 +13,12 @@ from refseg.backend import kernels
 from refseg.errors import InputError, as_float_image
 from refseg.trace import implements
 
-#: Weighted-average grayscale weights for (R, G, B): ITU-R BT.601 luma ([0079], [0206]).
-GRAY_WEIGHTS = (0.299, 0.587, 0.114)
+#: Weighted-average grayscale weights for (R, G, B) in thousandths: ITU-R BT.601 luma
+#: 0.299, 0.587, 0.114 ([0079], [0206]). Gray = (299 R + 587 G + 114 B) / 1000: for uint8 input
+#: the sum is an exact integer and the one division is correctly rounded (R-gray).
+GRAY_WEIGHTS_PER_MILLE = (299.0, 587.0, 114.0)
+GRAY_SCALE = 1000.0
+GRAY_WEIGHTS = tuple(w / GRAY_SCALE for w in GRAY_WEIGHTS_PER_MILLE)
 #: Side of the Gaussian template ([0081], [0209]: "3*3").
 GAUSSIAN_SIZE = 3
 #: Default standard deviation: OpenCV's rule for a 3x3 kernel, 0.3*((3-1)/2 - 1) + 0.8 (R-gauss).
@@ -41,12 +45,14 @@ def to_gray(image, *, backend: str = "cython") -> np.ndarray:
     Returns
     -------
     gray : ndarray of shape (M, N), float64
-        ``(0.299 R + 0.587 G) + 0.114 B`` per pixel, not rounded.
+        ``((299 R + 587 G) + 114 B) / 1000`` per pixel, not rounded to an integer.
 
     Notes
     -----
-    1. Each pixel's three channel values are multiplied by :data:`GRAY_WEIGHTS` and summed,
-       top to bottom, left to right ([0079], [0205]).
+    1. Each pixel's three channel values are multiplied by the weights 0.299, 0.587, 0.114
+       and summed, top to bottom, left to right ([0079], [0205]); computed as an integer sum
+       over 1000 so that uint8 results are exact to the last bit and a gray image (R = G = B)
+       is returned unchanged.
     2. No rounding: Pillow's ``convert("L")`` and OpenCV's ``cvtColor`` round to uint8 with
        fixed-point weights, so they differ from this by at most 0.5 + 0.013 (spec ``R-gray``).
 
@@ -63,14 +69,15 @@ def to_gray(image, *, backend: str = "cython") -> np.ndarray:
         raise InputError(f"image: image is {a.shape[0]}x{a.shape[1]} pixels")
     out = np.empty(a.shape[:2], dtype=np.float64)
     if a.dtype == np.uint8:
-        kernels(backend).rgb_to_gray(np.ascontiguousarray(a), *GRAY_WEIGHTS, out)
+        kernels(backend).rgb_to_gray(np.ascontiguousarray(a), *GRAY_WEIGHTS_PER_MILLE, GRAY_SCALE,
+                                     out)
         return out
     if a.dtype.kind not in "biuf":
         raise InputError(f"image: expected a numeric array, got dtype {a.dtype}")
     rgb = a.astype(np.float64)
     if not np.isfinite(rgb).all():
         raise InputError("image: contains NaN or infinite values")
-    kernels("numpy").rgb_to_gray(rgb, *GRAY_WEIGHTS, out)
+    kernels("numpy").rgb_to_gray(rgb, *GRAY_WEIGHTS_PER_MILLE, GRAY_SCALE, out)
     return out
 
 

@@ -1,0 +1,186 @@
+"""Reading input images (claim 1 step 1, the acquisition module of claim 5) and writing outputs.
+
+Reading validates everything and raises :class:`~refseg.errors.InputError` with one line naming
+the file and the problem. Writing is atomic: a file is written under a temporary name in its
+folder and renamed into place, so a crash never leaves a half-written file under a final name.
+Spec reading ``R-input``.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageFile, UnidentifiedImageError
+
+from refseg.errors import InputError
+from refseg.preprocess import MIN_SIZE
+from refseg.trace import implements
+
+#: Divisor taking 16-bit gray (0-65535) to the 0-255 scale: 65535 / 255 (R-input).
+SIXTEEN_BIT_DIVISOR = 257.0
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_ALPHA_MODES = {"RGBA": "RGB", "LA": "L", "PA": "RGB", "RGBa": "RGB", "La": "L"}
+_SIXTEEN_BIT_MODES = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """An input image as refseg uses it.
+
+    Attributes
+    ----------
+    pixels : ndarray
+        (M, N, 3) uint8 RGB, (M, N) uint8 gray, or (M, N) float64 gray on the 0-255 scale
+        (16-bit sources).
+    path : str
+    mode : str
+        Pillow's mode of the file ("RGB", "P", "I;16", ...).
+    bit_depth : int
+        Bits per channel in the file (16 for 16-bit PNG/TIFF, else 8 or 1).
+    notes : tuple of str
+        What was done to the file's pixels (alpha dropped, palette expanded, 16-bit scaled...).
+    """
+
+    pixels: np.ndarray
+    path: str
+    mode: str
+    bit_depth: int
+    notes: tuple = ()
+
+    def info(self) -> dict:
+        """JSON-ready description for reports."""
+        rows, cols = self.pixels.shape[:2]
+        return {"path": self.path, "mode": self.mode, "bit_depth": self.bit_depth,
+                "rows": rows, "cols": cols, "notes": list(self.notes)}
+
+
+def _png_bit_depth(head: bytes) -> int | None:
+    if head.startswith(_PNG_SIGNATURE) and len(head) >= 26 and head[12:16] == b"IHDR":
+        return head[24]
+    return None
+
+
+@implements("claim1.step1.acquire", "claim5.acquisition_module")
+def read_image(path) -> LoadedImage:
+    """Read an image file for claim-1 feature extraction.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    LoadedImage
+
+    Raises
+    ------
+    InputError
+        Missing file, a folder, not an image, truncated or corrupt data, a floating-point
+        image, 32-bit values outside 0-65535, or fewer than 3x3 pixels; the message names the
+        file.
+
+    Notes
+    -----
+    1. Decode fully with Pillow (truncated files fail here, not later).
+    2. Drop alpha; expand palettes; convert other colour modes to RGB; bilevel to 0/255.
+    3. 16-bit gray is divided by 257 to the 0-255 scale (float64, not rounded).
+
+    References
+    ----------
+    [0073]-[0074], [0201]-[0202], [0266]-[0267]; spec ``R-input``.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a folder, not an image file")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    if not data:
+        raise InputError(f"{p}: empty file (0 bytes)")
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            image = im.copy()
+    except UnidentifiedImageError:
+        raise InputError(f"{p}: not an image file Pillow can read") from None
+    except Image.DecompressionBombError as exc:
+        raise InputError(f"{p}: refused as a decompression bomb ({exc})") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise InputError(f"{p}: truncated or corrupt image data ({exc})") from None
+    cols, rows = image.size
+    if rows < MIN_SIZE or cols < MIN_SIZE:
+        raise InputError(f"{p}: image is {cols}x{rows} pixels (width x height); "
+                         f"claim-1 operators need at least {MIN_SIZE}x{MIN_SIZE}")
+    return _to_pixels(image, str(p), _png_bit_depth(data[:32]))
+
+
+def _to_pixels(image: Image.Image, path: str, png_depth: int | None) -> LoadedImage:
+    mode, notes = image.mode, []
+    if mode in _SIXTEEN_BIT_MODES:
+        values = np.asarray(image, dtype=np.float64)
+        if values.min() < 0 or values.max() > 65535:
+            raise InputError(f"{path}: {mode} image with values outside 0-65535 "
+                             f"({values.min():g}..{values.max():g})")
+        notes.append(f"16-bit gray divided by {SIXTEEN_BIT_DIVISOR:g} to the 0-255 scale")
+        return LoadedImage(values / SIXTEEN_BIT_DIVISOR, path, mode, 16, tuple(notes))
+    if mode == "F":
+        raise InputError(f"{path}: floating-point image (mode F): its value scale is unknown")
+    if mode == "P":
+        image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+        notes.append("palette expanded to RGB")
+    if image.mode in _ALPHA_MODES:
+        image = image.convert(_ALPHA_MODES[image.mode])
+        notes.append("alpha channel ignored")
+    if image.mode == "1":
+        image = image.convert("L")
+        notes.append("bilevel read as 0/255")
+    if image.mode not in ("RGB", "L"):
+        notes.append(f"{image.mode} converted to RGB by Pillow")
+        image = image.convert("RGB")
+    depth = 8 if mode != "1" else 1
+    if png_depth == 16:
+        depth = 16
+        notes.append("16-bit colour PNG reduced to 8 bits by Pillow (high byte)")
+    return LoadedImage(np.asarray(image, dtype=np.uint8).copy(), path, mode, depth, tuple(notes))
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Call ``write(file_object)`` on a temporary file beside ``path``, then rename it."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@implements("claim5.feature_module")
+def write_png(path, array) -> None:
+    """Write a uint8 (M, N) or (M, N, 3) array as PNG, atomically."""
+    image = Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8))
+    _atomic_write(Path(path), lambda f: image.save(f, format="PNG"))
+
+
+@implements("claim5.feature_module")
+def write_npz(path, **arrays) -> None:
+    """Write arrays to an uncompressed .npz, atomically (no pickled objects)."""
+    _atomic_write(Path(path), lambda f: np.savez(f, **arrays))
+
+
+@implements("claim5.feature_module")
+def write_json(path, data) -> None:
+    """Write JSON (sorted keys, indented), atomically."""
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    _atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
