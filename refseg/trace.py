@@ -77,7 +77,7 @@ def spec_dir() -> Path:
 
 
 def _reading_ids(readings_text: str) -> set[str]:
-    """IDs of the readings in readings.md: headings of the form ``## R-name: title``."""
+    """IDs of the readings in readings.md: headings of the form ``## R-<name>: <title>``."""
     ids = set()
     for line in readings_text.splitlines():
         if line.startswith("## R-"):

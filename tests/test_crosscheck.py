@@ -29,8 +29,8 @@ RGB_IMAGES = RGB_PHOTOS + ("weld",)
 IMAGES = RGB_PHOTOS + GRAY_PHOTOS + ("weld",)
 
 REFLECT_101 = 4  # cv2.BORDER_REFLECT_101 (refseg's border rule, spec R-border)
-#: Unit roundoff of float64: every float tolerance below is a multiple of it.
-U = np.finfo(np.float64).eps / 2
+# In the derivations below, U = 2^-53 ~ 1.11e-16 is the unit roundoff of float64: one rounding
+# changes a value v by at most U |v|.
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,6 +85,36 @@ def zero_crossings(v, t):
     return out
 
 
+def zero_crossing_ambiguity(v, t, value_tol, jump_tol):
+    """Pixels whose zero-crossing decision could change if every value moved by <= value_tol
+    and the threshold by <= jump_tol - 2 value_tol.
+
+    A decision is made on pairs: 4-neighbours (p, q), which mark p when v_p < 0 < v_q and the
+    jump v_q - v_p exceeds t, and opposite neighbours (a, b) of a centre c, which mark c when
+    v_c == 0, the signs of a and b differ and |v_a - v_b| > t. A pair with a jump below
+    t - jump_tol never fires in either implementation; one within jump_tol of t may go either
+    way; one above t - jump_tol may go either way if a sign it depends on (v_p, v_q, or v_a, v_b,
+    v_c) is within value_tol of 0. Those pixels are returned.
+    """
+    out = np.zeros(v.shape, dtype=bool)
+    near_zero = np.abs(v) <= value_tol
+    whole = slice(None)
+    for head, tail, mid in ((slice(None, -1), slice(1, None), None),
+                            (slice(None, -2), slice(2, None), slice(1, -1))):
+        for axis in (0, 1):
+            a = (head, whole) if axis == 0 else (whole, head)
+            b = (tail, whole) if axis == 0 else (whole, tail)
+            jump = np.abs(v[a] - v[b])
+            signs_unsure = near_zero[a] | near_zero[b]
+            if mid is not None:
+                c = (mid, whole) if axis == 0 else (whole, mid)
+                signs_unsure |= near_zero[c]
+            unsure = (np.abs(jump - t) <= jump_tol) | ((jump > t - jump_tol) & signs_unsure)
+            for marked in ((a, b) if mid is None else (c,)):
+                out[marked] |= unsure
+    return out
+
+
 def assert_maps_equal_away_from_threshold(name, values, threshold, band, ours, theirs):
     """Binary maps ``values > threshold`` from two implementations must agree at every pixel
     whose value is farther than ``band`` from the threshold; return the count inside the band."""
@@ -132,7 +162,7 @@ def test_gray_matches_pillow_and_opencv(load, name):
         assert np.array_equal(values, fixed), f"{anchor} no longer uses the weights {numerators}"
         delta = _fixed_point_delta(anchor)  # pillow 0.00286, opencv 0.00859
         # |g - anchor| <= |g - f| + |f - floor(f + 0.5)| <= delta + 0.5. (refseg's own float64
-        # rounding, <= 3 ulp of 255 ~ 1e-13, is far inside the slack of this triangle bound.)
+        # rounding, a few ulp of 255 at most, ~1e-13, is far inside the slack of this bound.)
         diff = np.abs(gray - values)
         assert diff.max() <= 0.5 + delta, (anchor, diff.max())
         # floor(g + 0.5) != floor(f + 0.5) needs a half-integer between g and f, so every
@@ -142,7 +172,7 @@ def test_gray_matches_pillow_and_opencv(load, name):
         assert (distance_to_half[mismatch] <= delta + 1e-9).all(), anchor
         # If fractional parts were uniform, the mismatch rate would be at most 2 * delta (the
         # width of the bands around half-integers): pillow >= 99.43 %, opencv >= 98.28 % equal.
-        # Measured: pillow >= 99.915 %, opencv >= 99.913 % on these images.
+        # Measured: pillow >= 99.881 %, opencv >= 99.948 % on these images.
         equal = 1.0 - mismatch.mean()
         assert equal >= 1.0 - 2.0 * delta, (anchor, equal)
         print(f"crosscheck gray {name} vs {anchor}: max |diff| {diff.max():.4f} "
@@ -165,6 +195,15 @@ def test_gray_photos_take_the_identity_gray_path(load, name):
 # 2. Gaussian template and filter
 # --------------------------------------------------------------------------------------------
 
+#: Each blurred value is sum_ij k_ij g_ij with k_ij > 0, sum k_ij = 1 and g in [0, 255]. A 9-term
+#: float64 sum of products errs by <= (8 + 1) U * sum|terms| <= 9 U * 255 per implementation
+#: (OpenCV's separable 3 + 3 passes: <= (2 + 1) U twice, no worse); the two kernels' entries
+#: differ by <= 10 U relative (see the kernel test), adding <= 10 U * sum k_ij * 255. Total
+#: (9 + 9 + 10) U * 255 = 7.9e-13 <= 1e-12. Measured: <= 1.14e-13 vs OpenCV, exactly 0 vs SciPy
+#: (which adds the same products in the same order as refseg).
+BLUR_TOLERANCE = 1e-12
+
+
 @pytest.mark.claim("claim1.step2.gauss")
 @pytest.mark.parametrize("sigma", [0.5, 0.8, 1.0, 2.0])
 def test_gaussian_kernel_matches_opencv(load, sigma):
@@ -173,23 +212,13 @@ def test_gaussian_kernel_matches_opencv(load, sigma):
     expected = one_d @ one_d.T
     ours = preprocess.gaussian_kernel(sigma)
     # Entries lie in (0, 1). Each side applies about 5 roundings of relative size <= U (exp,
-    # product, division, sum, normalisation) to each entry: |diff| <= 2 * 5 * U ~ 1.1e-15; the
-    # bound 1e-15 is that, rounded. Measured: <= 5.6e-17 (a quarter of an ulp of 1).
+    # product, division, sum, normalisation) to each entry, so they differ by <= 10 U relative,
+    # <= 10 U = 1.1e-15 absolute; 1e-15 is that, rounded. Measured: <= 5.6e-17.
     assert np.abs(ours - expected).max() <= 1e-15
     # The blur with that sigma, on the weld image; tolerance derived in the next test.
     gray = preprocess.to_gray(load("weld"))
     blurred = cv2.GaussianBlur(gray, (3, 3), sigmaX=sigma, sigmaY=sigma, borderType=REFLECT_101)
     assert np.abs(preprocess.gaussian_blur(gray, sigma) - blurred).max() <= BLUR_TOLERANCE
-
-
-#: Each blurred value is a convex combination of 9 values in [0, 255]. A 9-term float64 sum has
-#: error <= 8 U * sum|terms| and the 9 products <= U each, so <= 9 U * 255 per implementation
-#: (OpenCV's separable 3 + 3 passes is no worse); the two kernels differ by <= 1e-15 per entry,
-#: i.e. <= 9e-15 * 255 more. Together 2 * 9 * U * 255 + 9e-15 * 255 ~ 2.8e-12... but the
-#: 9e-15 * 255 term assumes the bound above, while measured kernels differ by <= 0.25 ulp, and the
-#: rounding terms are ~5.1e-13: 1e-12 covers them with a factor of 2. Measured: <= 1.14e-13 vs
-#: OpenCV, exactly 0 vs SciPy (same summation order).
-BLUR_TOLERANCE = 1e-12
 
 
 @pytest.mark.claim("claim1.step2.gauss")
@@ -236,7 +265,8 @@ def test_sobel_prewitt_match_opencv_and_scipy(load, name):
     px = cv2.filter2D(blurred, cv2.CV_64F, ops.PREWITT_X, borderType=REFLECT_101)
     py = cv2.filter2D(blurred, cv2.CV_64F, ops.PREWITT_Y, borderType=REFLECT_101)
     # SciPy: the derivative runs along `axis`; axis=1 is x (columns), axis=0 is y (rows).
-    sx, sy = ndimage.sobel(blurred, axis=1, mode="mirror"), ndimage.sobel(blurred, axis=0, mode="mirror")
+    sx, sy = (ndimage.sobel(blurred, axis=1, mode="mirror"),
+              ndimage.sobel(blurred, axis=0, mode="mirror"))
     qx, qy = (ndimage.prewitt(blurred, axis=1, mode="mirror"),
               ndimage.prewitt(blurred, axis=0, mode="mirror"))
     anchors = {
@@ -269,25 +299,17 @@ def test_log_matches_opencv_and_scipy(load, name):
     by_scipy = ndimage.laplace(blurred, mode="mirror")
     d_cv, d_sp = np.abs(log.response - by_opencv).max(), np.abs(log.response - by_scipy).max()
     assert d_cv <= RESPONSE_TOLERANCE and d_sp <= RESPONSE_TOLERANCE, (d_cv, d_sp)
-    # Zero crossings of the OpenCV response with refseg's threshold, by the independent rule.
-    # A crossing's decision depends on signs (flip only if |value| <= tolerance) and on a jump vs
-    # the threshold (flip only if |jump - t| <= 2 * tolerance): outside those pixels the maps
-    # must agree. Measured: identical maps on every image.
+    # Zero crossings of the OpenCV response with refseg's threshold, by the independent rule;
+    # the maps may differ only where a sign or a jump-vs-threshold decision is within the
+    # response tolerance. Measured: identical maps on every image (no ambiguous pixel at all).
     t = log.thresholds["slope"]
-    theirs = zero_crossings(by_opencv, t)
-    differ = (log.edges > 0) != theirs
-    near_zero = np.abs(log.response) <= RESPONSE_TOLERANCE
-    padded = np.pad(log.response, 1, mode="edge")
-    near_jump = np.zeros_like(near_zero)
-    for dr, dc in ((0, 1), (0, -1), (1, 0), (-1, 0), (0, 2), (0, -2), (2, 0), (-2, 0)):
-        rows, cols = log.response.shape
-        other = np.pad(log.response, 2, mode="edge")[2 + dr:2 + dr + rows, 2 + dc:2 + dc + cols]
-        near_jump |= np.abs(np.abs(other - log.response) - t) <= 2 * RESPONSE_TOLERANCE
-    del padded
-    assert not (differ & ~near_zero & ~near_jump).any(), int(differ.sum())
+    differ = (log.edges > 0) != zero_crossings(by_opencv, t)
+    ambiguous = zero_crossing_ambiguity(log.response, t, RESPONSE_TOLERANCE, 2 * RESPONSE_TOLERANCE)
+    assert not (differ & ~ambiguous).any(), int(differ.sum())
     zeros = int(((log.response == 0) & (log.edges > 0)).sum())
     print(f"crosscheck log {name}: max |diff| opencv {d_cv:.3g}, scipy {d_sp:.3g}; zero-crossing "
-          f"map differs on {int(differ.sum())} px; edges at exact zeros {zeros}")
+          f"map differs on {int(differ.sum())} px ({int(ambiguous.sum())} ambiguous); "
+          f"edges at exact zeros {zeros}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,9 +323,9 @@ def test_otsu_matches_skimage(load):
     # skimage bins with np.histogram (a value on a bin edge may be moved to the neighbouring bin
     # by its edge correction) and takes bin centres as (e_k + e_k+1) / 2 instead of refseg's
     # min + (k + 0.5) * width: the two may pick a neighbouring bin (difference <= 1 bin width)
-    # or the same bin with a centre 1 ulp apart. Measured: the same bin in all 24 cases,
-    # bit-equal in 17, 1 ulp apart in 7.
-    cases, exact, same_bin = 0, 0, 0
+    # or the same bin with centres an ulp or so apart. Measured: the same bin in all 24 cases,
+    # bit-equal in 15, at most 1 ulp apart in the others.
+    cases, exact, same_bin, ulps = 0, 0, 0, 0.0
     for name in IMAGES:
         blurred = blurred_of(load(name))
         for kind, values in (("sobel", ops.sobel(blurred).response),
@@ -315,7 +337,9 @@ def test_otsu_matches_skimage(load):
             cases += 1
             exact += ours == theirs
             same_bin += abs(ours - theirs) < width / 2
-    print(f"crosscheck otsu: {cases} cases, same bin {same_bin}, bit-equal {exact}")
+            ulps = max(ulps, abs(ours - theirs) / np.spacing(ours))
+    print(f"crosscheck otsu: {cases} cases, same bin {same_bin}, bit-equal {exact}, "
+          f"max |diff| {ulps:g} ulp")
     assert same_bin == cases  # measured; a bin move would need a value exactly on a bin edge
 
 
@@ -361,10 +385,10 @@ def test_canny_matches_opencv(load, name):
     dx, dy = _opencv_gradients(cv2, integer)
     automatic = ops.canny(integer)
     # Same gradients on both sides: refseg's magnitude is exactly hypot of OpenCV's int16 ones.
-    assert np.array_equal(automatic.response, np.sqrt(dx.astype(np.int64) ** 2 + dy.astype(np.int64) ** 2))
+    m2 = dx.astype(np.int64) ** 2 + dy.astype(np.int64) ** 2
+    assert np.array_equal(automatic.response, np.sqrt(m2))
     pairs = {"automatic": (automatic.thresholds["low"], automatic.thresholds["high"]),
              "fixed": CANNY_FIXED_PAIR}
-    m2 = dx.astype(np.int64) ** 2 + dy.astype(np.int64) ** 2
     for label, (low, high) in pairs.items():
         ours = automatic.edges if label == "automatic" else ops.canny(integer, low, high).edges
         theirs = cv2.Canny(dx, dy, low, high, L2gradient=True) > 0
@@ -391,9 +415,9 @@ def test_canny_sectors_agree_for_8bit_gradients():
     ref_vertical = ~ref_horizontal & (ay > ops.TAN_67_5 * ax)
     assert np.array_equal(ocv_horizontal, ref_horizontal)
     assert np.array_equal(ocv_vertical, ref_vertical)
-    # ... and the difference is real beyond that range: (gx, gy) = (1393, 577) is diagonal for
-    # refseg, horizontal for OpenCV; (1393, 3363) is diagonal for refseg, vertical for OpenCV... no:
-    # 3363 / 1393 lies in (tan 67.5, OpenCV's 67.5 bound], so OpenCV calls it diagonal.
+    # ... while the difference is real beyond that range: (|gx|, |gy|) = (1393, 577) is diagonal
+    # for refseg and horizontal for OpenCV; (1393, 3363) is vertical for refseg and diagonal for
+    # OpenCV (the smallest |gx| for which either happens; found by enumeration up to 32767).
     assert 577 >= ops.TAN_22_5 * 1393 and (577 << 15) < 1393 * tg22
     assert 3363 > ops.TAN_67_5 * 1393 and not (3363 << 15) > 1393 * (tg22 + (1 << 16))
 
@@ -570,6 +594,10 @@ def test_extract_matches_independent_pipeline(load, name):
     img = load(name)
     ours = features.extract(img)
     theirs = independent_pipeline(img, cv2, filters)
+    # The map comparisons below assume the responses agree as in tests 3-4 (the gray images
+    # differ by ~1e-13: NumPy's 0.299 R + ... against refseg's own rounding).
+    for k in ("sobel", "prewitt", "log"):
+        assert np.abs(ours.responses[k] - theirs["responses"][k]).max() <= RESPONSE_TOLERANCE, k
 
     differing_per_map, any_differs, scores = [], np.zeros(img.shape[:2], dtype=bool), {}
     for k in ops.OPERATORS:
@@ -583,10 +611,13 @@ def test_extract_matches_independent_pipeline(load, name):
         band = RESPONSE_TOLERANCE + abs(ours.thresholds[k]["magnitude"] - theirs["thresholds"][k])
         assert_maps_equal_away_from_threshold(k, ours.responses[k], ours.thresholds[k]["magnitude"],
                                               band, ours.edges[k], theirs["maps"][k])
-    # LoG: test 4 shows the zero-crossing maps agree for equal thresholds; here the thresholds
-    # are two Otsu computations (equal in all measured cases). Measured: 0 differing pixels.
-    assert differing_per_map[ops.OPERATORS.index("log")] == 0 or (
-        ours.thresholds["log"]["slope"] != theirs["thresholds"]["log"])
+    # LoG: responses agree to <= RESPONSE_TOLERANCE and the thresholds are 2 * Otsu on both sides,
+    # so the maps agree except at pixels ambiguous for those tolerances (helper above).
+    t_ours, t_theirs = ours.thresholds["log"]["slope"], theirs["thresholds"]["log"]
+    differ = (ours.edges["log"] > 0) != theirs["maps"]["log"]
+    ambiguous = zero_crossing_ambiguity(ours.responses["log"], t_ours, RESPONSE_TOLERANCE,
+                                        2 * RESPONSE_TOLERANCE + abs(t_ours - t_theirs))
+    assert not (differ & ~ambiguous).any()
     assert scores["canny"] >= PIPELINE_CANNY_F1_FLOOR, scores
 
     # Weights: within the bound implied by the differing pixels (derivation in weight_tolerance).
@@ -596,8 +627,8 @@ def test_extract_matches_independent_pipeline(load, name):
 
     # Feature map: F = (sum of the weights of the operators with an edge) - 1/2. Where no map
     # differs, F moves by at most sum |dw| (+ rounding), so the decision can only differ at a
-    # pixel where some map differs or where |F| is within that of 0. Measured: no such pixel;
-    # every feature-map difference lies on a differing Canny pixel.
+    # pixel where some map differs or where |F| is within that of 0. Measured: no |F| that
+    # small; every feature-map difference lies on a differing Canny pixel.
     near_zero = np.abs(ours.final_weight) <= weight_diff.sum() + 1e-12
     feature_differs = (ours.feature_map > 0) != theirs["feature_map"]
     assert not (feature_differs & ~any_differs & ~near_zero).any()
@@ -607,4 +638,6 @@ def test_extract_matches_independent_pipeline(load, name):
           + f"; differing map px {differing_per_map}; max |dw| {weight_diff.max():.3g} "
           f"(bound {tolerance.max():.3g}); feature map F1 {score:.5f}, "
           f"differing px {int(feature_differs.sum())}")
-    assert score >= 1.0 - int(any_differs.sum() + near_zero.sum()) / max(1, ours.feature_map.sum())
+    # Measured feature-map F1: 1.0 on 5 images, chelsea 0.99953, camera 0.99993, coins 0.99991,
+    # weld 0.99938 (<= 8 differing pixels). Same reasoning and margin as the Canny floor.
+    assert score >= PIPELINE_CANNY_F1_FLOOR, (name, score)

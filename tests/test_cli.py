@@ -1,0 +1,109 @@
+"""The command line: outputs of `refseg edges`, bad input, `demo`, `trace`, `explain`."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from refseg import features
+from refseg.cli import main
+from refseg.operators import OPERATORS
+from refseg.synthetic import weld_image
+
+NPZ_KEYS = {"gray", "blurred", "canny", "sobel", "prewitt", "log", "mean_image", "final_weight",
+            "feature_map", "weights", "cv"}
+
+
+@pytest.fixture
+def weld_png(tmp_path):
+    path = tmp_path / "weld.png"
+    Image.fromarray(weld_image(3).rgb).save(path)
+    return path
+
+
+@pytest.mark.claim("claim5.feature_module", "claim1.step2.extract")
+def test_edges_writes_every_output(tmp_path, weld_png, capsys):
+    out = tmp_path / "out"
+    assert main(["edges", str(weld_png), "--out", str(out)]) == 0
+    folder = out / "weld"
+    names = {p.name for p in folder.iterdir()}
+    assert names == {"canny.png", "sobel.png", "prewitt.png", "log.png", "mean_image.png",
+                     "feature_map.png", "panel.png", "features.npz", "report.json"}
+    expected = features.extract(weld_image(3).rgb)
+    with np.load(folder / "features.npz", allow_pickle=False) as npz:
+        assert NPZ_KEYS <= set(npz.files)
+        assert np.array_equal(npz["feature_map"], expected.feature_map)
+        assert np.array_equal(npz["weights"], expected.vector("weights"))
+        for k in OPERATORS:
+            assert np.array_equal(npz[k], expected.edges[k])
+    assert np.array_equal(np.asarray(Image.open(folder / "feature_map.png")),
+                          expected.feature_map * 255)
+    report = json.loads((folder / "report.json").read_text())
+    assert report["weights"] == expected.weights and report["claims"]["cv"] == "claim1.step2.cv"
+    assert report["params"]["sigma"] == 0.8 and report["source"]["rows"] == 156
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "refseg", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+@pytest.mark.claim("claim5.feature_module", "claim5.acquisition_module")
+@pytest.mark.parametrize("bad", ["missing.png", "notes.txt", "truncated.png", "tiny.png"])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, weld_png, bad):
+    path = tmp_path / bad
+    if bad == "notes.txt":
+        path.write_text("hello")
+    elif bad == "truncated.png":
+        path.write_bytes(weld_png.read_bytes()[:500])
+    elif bad == "tiny.png":
+        Image.fromarray(np.zeros((1, 1, 3), np.uint8)).save(path)
+    out = tmp_path / "out"
+    result = run_cli("edges", str(weld_png), str(path), "--out", str(out))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("refseg: error: ") and str(path) in lines[0]
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
+@pytest.mark.claim("claim5.feature_module")
+def test_colliding_names_are_refused(tmp_path, weld_png):
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "weld.png").write_bytes(weld_png.read_bytes())
+    result = run_cli("edges", str(weld_png), str(other / "weld.png"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 2 and "same name stem" in result.stderr
+
+
+@pytest.mark.claim("claim5.feature_module")
+def test_a_failure_while_writing_leaves_no_output(tmp_path, weld_png, monkeypatch):
+    from refseg import report
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(report, "write_npz", fail)
+    out = tmp_path / "out"
+    assert main(["edges", str(weld_png), "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+@pytest.mark.claim("claim1.step1.acquire", "claim5.feature_module")
+def test_demo_writes_a_report(tmp_path):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--count", "2"]) == 0
+    index = (out / "index.md").read_text()
+    assert "weld_0000" in index and "weld_0001" in index
+    assert (out / "weld_0001" / "panel.png").is_file() and (out / "weld_0000" / "label.png").is_file()
+
+
+@pytest.mark.claim("claim1.step2.cv")
+def test_trace_and_explain(capsys):
+    assert main(["trace"]) == 0
+    assert "claim1.step2.cv" in capsys.readouterr().out
+    assert main(["explain", "claim1.step2.cv"]) == 0
+    text = capsys.readouterr().out
+    assert "R-cv" in text and "refseg.weighting.coefficients_of_variation" in text
+    assert main(["explain", "claim9.nothing"]) == 2
