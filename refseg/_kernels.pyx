@@ -11,11 +11,22 @@ build uses ``-ffp-contract=off`` so that they match the twins bit for bit.
 Border rule everywhere: reflect-101 (``dcb|abcd|cba``; OpenCV ``BORDER_REFLECT_101``,
 NumPy ``np.pad(mode="reflect")``, SciPy ``mode="mirror"``). See spec ``R-border``.
 """
+cimport openmp
 from cython.parallel cimport prange
 from libc.math cimport sqrt
 from libc.stdlib cimport malloc, free
 
 import numpy as np
+
+
+# Images with fewer pixels run on one thread: below this, starting and joining threads costs
+# more than it saves, and on a loaded machine a parallel loop waits for descheduled threads.
+cdef Py_ssize_t _PARALLEL_MIN_PIXELS = 262144
+PARALLEL_MIN_PIXELS = _PARALLEL_MIN_PIXELS
+
+
+cdef inline int _threads(Py_ssize_t pixels) noexcept nogil:
+    return openmp.omp_get_max_threads() if pixels >= _PARALLEL_MIN_PIXELS else 1
 
 
 cdef inline Py_ssize_t _reflect101(Py_ssize_t i, Py_ssize_t n) noexcept nogil:
@@ -34,64 +45,89 @@ def rgb_to_gray(const unsigned char[:, :, ::1] rgb, double wr, double wg, double
     """out[r, c] = ((wr * R + wg * G) + wb * B) / scale, in float64."""
     cdef Py_ssize_t rows = rgb.shape[0], cols = rgb.shape[1], r, c
     with nogil:
-        for r in prange(rows, schedule="static"):
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 out[r, c] = ((wr * rgb[r, c, 0] + wg * rgb[r, c, 1]) + wb * rgb[r, c, 2]) / scale
 
 
-cdef inline double _correlate_at(const double[:, ::1] src, const double[:, ::1] k,
-                                  Py_ssize_t rm, Py_ssize_t r0, Py_ssize_t rp,
-                                  Py_ssize_t cm, Py_ssize_t c0, Py_ssize_t cp) noexcept nogil:
-    """One 3x3 correlation sum, terms added row-major (the twin adds them in the same order)."""
+cdef inline double _sum9(const double *a, const double *b, const double *d,
+                         Py_ssize_t cm, Py_ssize_t c0, Py_ssize_t cp,
+                         double k0, double k1, double k2, double k3, double k4, double k5,
+                         double k6, double k7, double k8) noexcept nogil:
+    """One 3x3 correlation sum over rows a (above), b (centre), d (below) and columns
+    cm, c0, cp, terms added row-major from 0.0 (the twin adds them in the same order)."""
     cdef double acc = 0.0
-    acc = acc + k[0, 0] * src[rm, cm]
-    acc = acc + k[0, 1] * src[rm, c0]
-    acc = acc + k[0, 2] * src[rm, cp]
-    acc = acc + k[1, 0] * src[r0, cm]
-    acc = acc + k[1, 1] * src[r0, c0]
-    acc = acc + k[1, 2] * src[r0, cp]
-    acc = acc + k[2, 0] * src[rp, cm]
-    acc = acc + k[2, 1] * src[rp, c0]
-    acc = acc + k[2, 2] * src[rp, cp]
+    acc = acc + k0 * a[cm]
+    acc = acc + k1 * a[c0]
+    acc = acc + k2 * a[cp]
+    acc = acc + k3 * b[cm]
+    acc = acc + k4 * b[c0]
+    acc = acc + k5 * b[cp]
+    acc = acc + k6 * d[cm]
+    acc = acc + k7 * d[c0]
+    acc = acc + k8 * d[cp]
     return acc
+
+
+cdef inline void _correlate_row(const double *a, const double *b, const double *d,
+                                Py_ssize_t cols, const double *k, double *out) noexcept nogil:
+    # coefficients in locals: no aliasing with out, so the interior loop can be vectorised
+    cdef double k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4]
+    cdef double k5 = k[5], k6 = k[6], k7 = k[7], k8 = k[8]
+    cdef Py_ssize_t c
+    out[0] = _sum9(a, b, d, _reflect101(-1, cols), 0, _reflect101(1, cols),
+                   k0, k1, k2, k3, k4, k5, k6, k7, k8)
+    for c in range(1, cols - 1):  # interior: no reflection
+        out[c] = _sum9(a, b, d, c - 1, c, c + 1, k0, k1, k2, k3, k4, k5, k6, k7, k8)
+    if cols > 1:
+        out[cols - 1] = _sum9(a, b, d, cols - 2, cols - 1, _reflect101(cols, cols),
+                              k0, k1, k2, k3, k4, k5, k6, k7, k8)
 
 
 def correlate3x3(const double[:, ::1] src, const double[:, ::1] kernel, double[:, ::1] out):
     """3x3 correlation with reflect-101 border."""
-    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c, rm, rp
+    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r
+    cdef double k[9]
+    cdef int i
+    for i in range(9):
+        k[i] = kernel[i // 3, i % 3]
     with nogil:
-        for r in prange(rows, schedule="static"):
-            rm = _reflect101(r - 1, rows)
-            rp = _reflect101(r + 1, rows)
-            for c in range(cols):
-                out[r, c] = _correlate_at(src, kernel, rm, r, rp, _reflect101(c - 1, cols), c,
-                                          _reflect101(c + 1, cols))
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
+                           &src[_reflect101(r + 1, rows), 0], cols, k, &out[r, 0])
 
 
 def gradient3x3(const double[:, ::1] src, const double[:, ::1] kx, const double[:, ::1] ky,
                 double[:, ::1] gx, double[:, ::1] gy, double[:, ::1] magnitude):
     """gx, gy: 3x3 correlations (reflect-101); magnitude = sqrt(gx*gx + gy*gy)."""
-    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c, rm, rp, cm, cp
-    cdef double ax, ay
+    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c
+    cdef double wx[9]
+    cdef double wy[9]
+    cdef int i
+    cdef double *px
+    cdef double *py
+    cdef double *pm
+    for i in range(9):
+        wx[i] = kx[i // 3, i % 3]
+        wy[i] = ky[i // 3, i % 3]
     with nogil:
-        for r in prange(rows, schedule="static"):
-            rm = _reflect101(r - 1, rows)
-            rp = _reflect101(r + 1, rows)
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
+                           &src[_reflect101(r + 1, rows), 0], cols, wx, &gx[r, 0])
+            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
+                           &src[_reflect101(r + 1, rows), 0], cols, wy, &gy[r, 0])
+            px = &gx[r, 0]
+            py = &gy[r, 0]
+            pm = &magnitude[r, 0]
             for c in range(cols):
-                cm = _reflect101(c - 1, cols)
-                cp = _reflect101(c + 1, cols)
-                ax = _correlate_at(src, kx, rm, r, rp, cm, c, cp)
-                ay = _correlate_at(src, ky, rm, r, rp, cm, c, cp)
-                gx[r, c] = ax
-                gy[r, c] = ay
-                magnitude[r, c] = sqrt(ax * ax + ay * ay)
+                pm[c] = sqrt(px[c] * px[c] + py[c] * py[c])
 
 
 def threshold_above(const double[:, ::1] src, double threshold, unsigned char[:, ::1] out):
     """out = 1 where src > threshold, else 0."""
     cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c
     with nogil:
-        for r in prange(rows, schedule="static"):
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 out[r, c] = 1 if src[r, c] > threshold else 0
 
@@ -116,7 +152,7 @@ def non_maximum_suppression(const double[:, ::1] gx, const double[:, ::1] gy,
     cdef double m, ax, ay, a, b
     cdef unsigned char keep
     with nogil:
-        for r in prange(rows, schedule="static"):
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 m = magnitude[r, c]
                 out[r, c] = 0
@@ -196,7 +232,7 @@ def zero_crossings(const double[:, ::1] response, double threshold, unsigned cha
     cdef double v, a, b
     cdef unsigned char hit
     with nogil:
-        for r in prange(rows, schedule="static"):
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 v = response[r, c]
                 hit = 0
@@ -232,7 +268,7 @@ def weighted_vote(const unsigned char[:, :, ::1] edges, const double[::1] weight
     cdef Py_ssize_t rows = edges.shape[1], cols = edges.shape[2], r, c, k
     cdef double f
     with nogil:
-        for r in prange(rows, schedule="static"):
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 f = 0.0
                 for k in range(4):
@@ -272,7 +308,7 @@ def edge_statistics(const unsigned char[:, :, ::1] edges, double[:, ::1] mean_im
     cdef double e0, e1, e2, e3, m
     cdef double[:, ::1] partial = np.zeros((rows, 8))
     with nogil:
-        for r in prange(rows, schedule="static"):
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 e0 = 1.0 if edges[0, r, c] != 0 else 0.0
                 e1 = 1.0 if edges[1, r, c] != 0 else 0.0

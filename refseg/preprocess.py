@@ -54,7 +54,8 @@ def to_gray(image, *, backend: str = "cython") -> np.ndarray:
        over 1000 so that uint8 results are exact to the last bit and a gray image (R = G = B)
        is returned unchanged.
     2. No rounding: Pillow's ``convert("L")`` and OpenCV's ``cvtColor`` round to uint8 with
-       fixed-point weights, so they differ from this by at most 0.5 + 0.013 (spec ``R-gray``).
+       fixed-point weights, so they differ from this by at most 0.503 (Pillow) and 0.509
+       (OpenCV 5) (spec ``R-gray``).
 
     References
     ----------
