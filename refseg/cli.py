@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from refseg.errors import InputError
+from refseg.imageio import default_mode
 from refseg.trace import implements
 
 EXIT_BAD_INPUT = 2
@@ -62,7 +63,7 @@ class _Staging:
 
     def folder(self, name: str) -> Path:
         path = self.root / name
-        path.mkdir()
+        path.mkdir(mode=default_mode(folder=True))
         return path
 
     def publish(self) -> None:

@@ -153,6 +153,15 @@ def _to_pixels(image: Image.Image, path: str, png_depth: int | None) -> LoadedIm
     return LoadedImage(np.asarray(image, dtype=np.uint8).copy(), path, mode, depth, tuple(notes))
 
 
+@implements("claim5.feature_module")
+def default_mode(folder: bool = False) -> int:
+    """Permissions an ordinary new file (folder) gets under the current umask; temporary
+    files start private (0600/0700) and are given these before they are renamed into place."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if folder else 0o666) & ~umask
+
+
 def _atomic_write(path: Path, write) -> None:
     """Call ``write(file_object)`` on a temporary file beside ``path``, then rename it."""
     path = Path(path)
@@ -160,6 +169,7 @@ def _atomic_write(path: Path, write) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        os.chmod(tmp, default_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

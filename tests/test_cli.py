@@ -44,6 +44,9 @@ def test_edges_writes_every_output(tmp_path, weld_png, capsys):
     assert report["weights"] == expected.weights and report["claims"]["cv"] == "claim1.step2.cv"
     assert report["params"]["sigma"] == 0.8 and report["source"]["rows"] == 156
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    from refseg.imageio import default_mode  # readable like any new file, not 0600 temporaries
+    assert (folder / "panel.png").stat().st_mode & 0o777 == default_mode()
+    assert folder.stat().st_mode & 0o777 == default_mode(folder=True)
 
 
 def run_cli(*args, cwd=None):
