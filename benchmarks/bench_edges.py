@@ -235,6 +235,27 @@ def run_refseg(rgb: np.ndarray, lap=_no_lap) -> Result:
         final_weight=r.final_weight, feature_map=r.feature_map > 0)
 
 
+def _thresholds_and_gradient_edges(sobel, prewitt, log, lap):
+    """The anchors' shared middle: Otsu thresholds (skimage on float data, as neither library's
+    own Otsu takes floats) and the Sobel/Prewitt maps."""
+    t = {"sobel": otsu(sobel), "prewitt": otsu(prewitt), "log": LOG_JUMP_RATIO * otsu(np.abs(log))}
+    t["canny_low"] = t["sobel"]
+    lap("otsu")
+    edges = {"sobel": sobel > t["sobel"], "prewitt": prewitt > t["prewitt"]}
+    lap("threshold")
+    return t, edges
+
+
+def _finish(gray, blurred, sobel, prewitt, log, t, edges, lap) -> "Result":
+    """The anchors' shared end: zero crossings and the vote, in NumPy."""
+    edges["log"] = zero_crossings(log, t["log"])
+    lap("zero crossings")
+    weights, final, feature_map = vote(edges)
+    lap("vote")
+    return Result(gray, blurred, {"canny": sobel, "sobel": sobel, "prewitt": prewitt, "log": log},
+                  t, edges, weights, final, feature_map)
+
+
 def run_opencv(rgb: np.ndarray, lap=_no_lap) -> Result:
     # cvtColor rejects float64 and rounds uint8 output; cv2.transform with a 1x3 matrix is the
     # same weighted sum in float64 (on the float64 copy of the image).
@@ -249,11 +270,7 @@ def run_opencv(rgb: np.ndarray, lap=_no_lap) -> Result:
                             cv2.filter2D(blurred, cv2.CV_64F, PREWITT_Y, borderType=BORDER))
     log = cv2.Laplacian(blurred, cv2.CV_64F, ksize=1, borderType=BORDER)  # 4-neighbour kernel
     lap("filters")
-    t = {"sobel": otsu(sobel), "prewitt": otsu(prewitt), "log": LOG_JUMP_RATIO * otsu(np.abs(log))}
-    t["canny_low"] = t["sobel"]
-    lap("otsu")
-    edges = {"sobel": sobel > t["sobel"], "prewitt": prewitt > t["prewitt"]}
-    lap("threshold")
+    t, edges = _thresholds_and_gradient_edges(sobel, prewitt, log, lap)
     low, high = t["canny_low"], CANNY_HIGH_RATIO * t["canny_low"]
     # cv2.Canny takes int16 gradients only: the same Sobel, scaled by s and rounded to int16
     # by OpenCV itself (equal to np.rint(gx * s), in one pass instead of three).
@@ -262,12 +279,7 @@ def run_opencv(rgb: np.ndarray, lap=_no_lap) -> Result:
     dy = cv2.Sobel(blurred, cv2.CV_16S, 0, 1, ksize=3, scale=s, borderType=BORDER)
     edges["canny"] = cv2.Canny(dx, dy, low * s, high * s, L2gradient=True) > 0
     lap("canny")
-    edges["log"] = zero_crossings(log, t["log"])
-    lap("zero crossings")
-    weights, final, feature_map = vote(edges)
-    lap("vote")
-    return Result(gray, blurred, {"canny": sobel, "sobel": sobel, "prewitt": prewitt, "log": log},
-                  t, edges, weights, final, feature_map)
+    return _finish(gray, blurred, sobel, prewitt, log, t, edges, lap)
 
 
 def run_skimage(rgb: np.ndarray, lap=_no_lap) -> Result:
@@ -286,11 +298,7 @@ def run_skimage(rgb: np.ndarray, lap=_no_lap) -> Result:
     # skimage.filters.laplace has no border-mode argument (it uses "reflect"): SciPy's has.
     log = ndimage.laplace(blurred, mode="mirror")
     lap("filters")
-    t = {"sobel": otsu(sobel), "prewitt": otsu(prewitt), "log": LOG_JUMP_RATIO * otsu(np.abs(log))}
-    t["canny_low"] = t["sobel"]
-    lap("otsu")
-    edges = {"sobel": sobel > t["sobel"], "prewitt": prewitt > t["prewitt"]}
-    lap("threshold")
+    t, edges = _thresholds_and_gradient_edges(sobel, prewitt, log, lap)
     # sigma=0: the image is already blurred (SciPy skips a zero-sigma axis); a float image has
     # dtype max 1, so the thresholds are used as given; mode="mirror" (not the default
     # "constant") also spares canny its border-bleed normalisation pass.
@@ -298,12 +306,7 @@ def run_skimage(rgb: np.ndarray, lap=_no_lap) -> Result:
                                            high_threshold=CANNY_HIGH_RATIO * t["canny_low"],
                                            mode="mirror")
     lap("canny")
-    edges["log"] = zero_crossings(log, t["log"])
-    lap("zero crossings")
-    weights, final, feature_map = vote(edges)
-    lap("vote")
-    return Result(gray, blurred, {"canny": sobel, "sobel": sobel, "prewitt": prewitt, "log": log},
-                  t, edges, weights, final, feature_map)
+    return _finish(gray, blurred, sobel, prewitt, log, t, edges, lap)
 
 
 PIPELINES = {"refseg": run_refseg, "opencv": run_opencv, "skimage": run_skimage}
@@ -313,7 +316,7 @@ LABELS = {"refseg": "refseg", "opencv": "OpenCV", "skimage": "scikit-image"}
 
 # --- images --------------------------------------------------------------------------------
 
-def test_images() -> dict:
+def benchmark_images() -> dict:
     """The benchmark images, RGB uint8, C-contiguous, keyed by a printable name."""
     astronaut = skimage.data.astronaut()  # 512x512x3: tile to cover 1080x1920, then crop
     tiled = np.tile(astronaut, (3, 4, 1))[:1080, :1920]
@@ -479,7 +482,7 @@ def header(args) -> str:
 
 def main(args) -> None:
     cv2.setNumThreads(args.threads)
-    images = {n: np.ascontiguousarray(a, dtype=np.uint8) for n, a in test_images().items()}
+    images = {n: np.ascontiguousarray(a, dtype=np.uint8) for n, a in benchmark_images().items()}
     info = header(args)
     print(f"# refseg claim-1 edge features vs OpenCV and scikit-image\n\n{info}\n")
     if args.check:

@@ -5,6 +5,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from refseg import features
@@ -110,3 +112,29 @@ def test_trace_and_explain(capsys):
     text = capsys.readouterr().out
     assert "R-cv" in text and "refseg.weighting.coefficients_of_variation" in text
     assert main(["explain", "claim9.nothing"]) == 2
+
+
+@pytest.mark.claim("claim5.feature_module")
+def test_rerun_replaces_previous_outputs(tmp_path, weld_png):
+    out = tmp_path / "out"
+    assert main(["edges", str(weld_png), "--out", str(out)]) == 0
+    (out / "weld" / "stale.txt").write_text("from an older run")
+    assert main(["edges", str(weld_png), "--out", str(out), "--sigma", "1.0"]) == 0
+    assert not (out / "weld" / "stale.txt").exists()
+    assert json.loads((out / "weld" / "report.json").read_text())["params"]["sigma"] == 1.0
+    assert sorted(p.name for p in out.iterdir()) == ["weld"]
+
+
+@pytest.mark.claim("claim5.feature_module")
+@settings(max_examples=15)
+@given(rows=st.integers(3, 60), cols=st.integers(3, 900), gray=st.booleans())
+def test_panel_shape_depends_only_on_the_input_shape(rows, cols, gray):
+    """The panel is 2 x 3 tiles whose width is the input width clamped to 360-720 pixels."""
+    from refseg.report import PANEL_TILE_WIDTH, panel
+
+    rng = np.random.default_rng(rows * 1000 + cols)
+    img = rng.integers(0, 256, (rows, cols) if gray else (rows, cols, 3), dtype=np.uint8)
+    figure = panel(img, features.extract(img))
+    width = min(max(cols, PANEL_TILE_WIDTH[0]), PANEL_TILE_WIDTH[1])
+    assert figure.dtype == np.uint8 and figure.shape[2] == 3
+    assert figure.shape[1] == 3 * width + 4 * 6

@@ -124,3 +124,31 @@ def test_writes_are_atomic_and_leave_no_temporary_files(tmp_path):
         _atomic_write(tmp_path / "b.bin", explode)
     assert not (tmp_path / "b.bin").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "a.npz", "a.png"]
+
+
+@given(rgb=st.integers(3, 40).flatmap(lambda r: st.integers(3, 40).map(lambda c: (r, c)))
+       .flatmap(lambda shape: st.just(np.random.default_rng(shape[0] * 41 + shape[1])
+                                      .integers(0, 256, (*shape, 3), dtype=np.uint8))))
+def test_png_round_trip_is_exact(tmp_path_factory, rgb):
+    """write_png then read_image returns the same pixels, for any size >= 3x3."""
+    path = tmp_path_factory.mktemp("rt") / "x.png"
+    write_png(path, rgb)
+    loaded = read_image(path)
+    assert np.array_equal(loaded.pixels, rgb) and loaded.info()["rows"] == rgb.shape[0]
+
+
+def test_zero_size_png_is_refused(tmp_path):
+    """A PNG whose header says 0 x 0 pixels (Pillow cannot write one; built by hand)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + \
+            struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 0, 0, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    path = tmp_path / "zero.png"
+    path.write_bytes(png)
+    with pytest.raises(InputError) as info:
+        read_image(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
