@@ -331,3 +331,248 @@ def edge_statistics(const unsigned char[:, :, ::1] edges, double[:, ::1] mean_im
             for k in range(4):
                 sums[k] += partial[r, k]
                 squared_deviations[k] += partial[r, 4 + k]
+
+
+# ------------------------------------------------------------------------------------------
+# Autograd kernels (NHWC). Geometry: output pixel (i, j) of a window op reads input rows
+# i * stride - pad_top + a, a = 0..kh-1 (columns likewise); reads outside the input are zero.
+
+ctypedef fused real:
+    float
+    double
+
+
+def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
+           Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t ho, Py_ssize_t wo,
+           real[:, ::1] cols):
+    """cols[(n*ho + i)*wo + j, (a*kw + b)*C + c] = x[n, i*sh - pt + a, j*sw - pl + b, c] (0 outside)."""
+    cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], w = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t row, n, i, j, a, b, c, y, xx, base
+    with nogil:
+        for row in prange(n_img * ho, schedule="static", num_threads=_threads(n_img * ho * wo * kh * kw * ch // 8)):
+            n = row // ho
+            i = row - n * ho
+            for j in range(wo):
+                for a in range(kh):
+                    y = i * sh - pt + a
+                    for b in range(kw):
+                        xx = j * sw - pl + b
+                        base = (a * kw + b) * ch
+                        if y < 0 or y >= h or xx < 0 or xx >= w:
+                            for c in range(ch):
+                                cols[row * wo + j, base + c] = 0
+                        else:
+                            for c in range(ch):
+                                cols[row * wo + j, base + c] = x[n, y, xx, c]
+
+
+def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+           Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t ho, Py_ssize_t wo, real[:, :, :, ::1] out):
+    """The adjoint of im2col: out[n, y, x, c] = sum over (a, b) (row-major) of the cols entries
+    that im2col copied from (y, x). Written as a gather, so rows run in parallel race-free."""
+    cdef Py_ssize_t n_img = out.shape[0], h = out.shape[1], w = out.shape[2], ch = out.shape[3]
+    cdef Py_ssize_t row, n, y, xx, a, b, c, ti, tj, i, j, src, col
+    with nogil:
+        for row in prange(n_img * h, schedule="static", num_threads=_threads(n_img * h * w * kh * kw * ch // 8)):
+            n = row // h
+            y = row - n * h
+            for xx in range(w):
+                for c in range(ch):
+                    out[n, y, xx, c] = 0
+                for a in range(kh):
+                    ti = y + pt - a
+                    if ti < 0 or ti % sh != 0:
+                        continue
+                    i = ti // sh
+                    if i >= ho:
+                        continue
+                    for b in range(kw):
+                        tj = xx + pl - b
+                        if tj < 0 or tj % sw != 0:
+                            continue
+                        j = tj // sw
+                        if j >= wo:
+                            continue
+                        src = (n * ho + i) * wo + j
+                        col = (a * kw + b) * ch
+                        for c in range(ch):
+                            out[n, y, xx, c] = out[n, y, xx, c] + cols[src, col + c]
+
+
+def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,
+                      Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl,
+                      real[:, :, :, ::1] out):
+    """out[n, i, j, c] = sum over (a, b) row-major of x[n, i*sh-pt+a, j*sw-pl+b, c] * w[a*kw+b, c]."""
+    cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
+    with nogil:
+        for row in prange(n_img * ho, schedule="static", num_threads=_threads(n_img * ho * wo * ch)):
+            n = row // ho
+            i = row - n * ho
+            for j in range(wo):
+                for c in range(ch):
+                    out[n, i, j, c] = 0
+                for a in range(kh):
+                    y = i * sh - pt + a
+                    if y < 0 or y >= h:
+                        continue
+                    for b in range(kw):
+                        xx = j * sw - pl + b
+                        if xx < 0 or xx >= wd:
+                            continue
+                        for c in range(ch):
+                            out[n, i, j, c] = out[n, i, j, c] + x[n, y, xx, c] * w[a * kw + b, c]
+
+
+def depthwise_backward_input(const real[:, :, :, ::1] g, const real[:, ::1] w, Py_ssize_t kh,
+                             Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt,
+                             Py_ssize_t pl, real[:, :, :, ::1] dx):
+    """dx[n, y, x, c] = sum over (a, b) row-major of g[n, i, j, c] * w[a*kw+b, c] where
+    y = i*sh - pt + a and x = j*sw - pl + b (a gather: rows run in parallel race-free)."""
+    cdef Py_ssize_t n_img = dx.shape[0], h = dx.shape[1], wd = dx.shape[2], ch = dx.shape[3]
+    cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], row, n, y, xx, a, b, c, ti, tj, i, j
+    with nogil:
+        for row in prange(n_img * h, schedule="static", num_threads=_threads(n_img * h * wd * ch)):
+            n = row // h
+            y = row - n * h
+            for xx in range(wd):
+                for c in range(ch):
+                    dx[n, y, xx, c] = 0
+                for a in range(kh):
+                    ti = y + pt - a
+                    if ti < 0 or ti % sh != 0 or ti // sh >= ho:
+                        continue
+                    i = ti // sh
+                    for b in range(kw):
+                        tj = xx + pl - b
+                        if tj < 0 or tj % sw != 0 or tj // sw >= wo:
+                            continue
+                        j = tj // sw
+                        for c in range(ch):
+                            dx[n, y, xx, c] = dx[n, y, xx, c] + g[n, i, j, c] * w[a * kw + b, c]
+
+
+def depthwise_backward_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g,
+                              Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
+                              Py_ssize_t pt, Py_ssize_t pl, double[:, ::1] dw):
+    """dw[a*kw+b, c] = sum over n, i, j of x[n, i*sh-pt+a, j*sw-pl+b, c] * g[n, i, j, c],
+    accumulated in float64 (a reduction: the twin sums in another order, see its docstring)."""
+    cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], tap, n, i, j, a, b, c, y, xx
+    with nogil:
+        for tap in prange(kh * kw, schedule="static", num_threads=_threads(n_img * ho * wo * ch)):
+            a = tap // kw
+            b = tap - a * kw
+            for c in range(ch):
+                dw[tap, c] = 0
+            for n in range(n_img):
+                for i in range(ho):
+                    y = i * sh - pt + a
+                    if y < 0 or y >= h:
+                        continue
+                    for j in range(wo):
+                        xx = j * sw - pl + b
+                        if xx < 0 or xx >= wd:
+                            continue
+                        for c in range(ch):
+                            dw[tap, c] += <double> x[n, y, xx, c] * <double> g[n, i, j, c]
+
+
+def max_pool_forward(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
+                     Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, real[:, :, :, ::1] out,
+                     long[:, :, :, ::1] argmax):
+    """Window maximum over positions inside the input (the first maximum in row-major window
+    order wins a tie); argmax holds its flat index into x."""
+    cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
+    cdef real v
+    with nogil:
+        for row in prange(n_img * ho, schedule="static", num_threads=_threads(n_img * ho * wo * ch)):
+            n = row // ho
+            i = row - n * ho
+            for j in range(wo):
+                for c in range(ch):
+                    argmax[n, i, j, c] = -1
+                for a in range(kh):
+                    y = i * sh - pt + a
+                    if y < 0 or y >= h:
+                        continue
+                    for b in range(kw):
+                        xx = j * sw - pl + b
+                        if xx < 0 or xx >= wd:
+                            continue
+                        for c in range(ch):
+                            v = x[n, y, xx, c]
+                            if argmax[n, i, j, c] < 0 or v > out[n, i, j, c]:
+                                out[n, i, j, c] = v
+                                argmax[n, i, j, c] = ((n * h + y) * wd + xx) * ch + c
+                for c in range(ch):
+                    if argmax[n, i, j, c] < 0:  # a window entirely in the padding
+                        out[n, i, j, c] = 0
+
+
+def max_pool_backward(const real[:, :, :, ::1] g, const long[:, :, :, ::1] argmax,
+                      real[::1] dx_flat):
+    """dx_flat[argmax] += g, serially (windows may overlap)."""
+    cdef Py_ssize_t n_img = g.shape[0], ho = g.shape[1], wo = g.shape[2], ch = g.shape[3]
+    cdef Py_ssize_t n, i, j, c, k
+    with nogil:
+        for k in range(dx_flat.shape[0]):
+            dx_flat[k] = 0
+        for n in range(n_img):
+            for i in range(ho):
+                for j in range(wo):
+                    for c in range(ch):
+                        if argmax[n, i, j, c] >= 0:
+                            dx_flat[argmax[n, i, j, c]] += g[n, i, j, c]
+
+
+def channel_moments(const real[:, ::1] x, double[::1] mean, double[::1] variance):
+    """Per-column mean and (biased) variance of x (rows = N*H*W pixels), two passes in float64."""
+    cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
+    cdef double d
+    with nogil:
+        for c in range(ch):
+            mean[c] = 0
+            variance[c] = 0
+        for r in range(rows):
+            for c in range(ch):
+                mean[c] += x[r, c]
+        for c in range(ch):
+            mean[c] = mean[c] / rows
+        for r in range(rows):
+            for c in range(ch):
+                d = x[r, c] - mean[c]
+                variance[c] += d * d
+        for c in range(ch):
+            variance[c] = variance[c] / rows
+
+
+def channel_sums(const real[:, ::1] g, const real[:, ::1] xhat, double[::1] sum_g,
+                 double[::1] sum_g_xhat):
+    """Per-column sums of g and of g * xhat, in float64 (batch-norm backward)."""
+    cdef Py_ssize_t rows = g.shape[0], ch = g.shape[1], r, c
+    with nogil:
+        for c in range(ch):
+            sum_g[c] = 0
+            sum_g_xhat[c] = 0
+        for r in range(rows):
+            for c in range(ch):
+                sum_g[c] += g[r, c]
+                sum_g_xhat[c] += <double> g[r, c] * <double> xhat[r, c]
+
+
+def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v, double lr,
+                double beta1, double beta2, double eps, double bias1, double bias2):
+    """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr * (m / bias1) / (sqrt(v / bias2) + eps),
+    with bias_k = 1 - beta_k^t; elementwise, in the parameter's precision."""
+    cdef Py_ssize_t n = param.shape[0], k
+    cdef real g, mk, vk
+    with nogil:
+        for k in prange(n, schedule="static", num_threads=_threads(n // 4)):
+            g = grad[k]
+            mk = <real> (beta1 * m[k] + (1.0 - beta1) * g)
+            vk = <real> (beta2 * v[k] + (1.0 - beta2) * g * g)
+            m[k] = mk
+            v[k] = vk
+            param[k] = <real> (param[k] - lr * (mk / bias1) / (sqrt(vk / bias2) + eps))

@@ -119,3 +119,127 @@ def edge_statistics(edges, mean_image, sums, squared_deviations):
     mean_image[...] = m
     sums[...] = e.sum(axis=(1, 2))
     squared_deviations[...] = ((e - m) ** 2).sum(axis=(1, 2))
+
+
+# ------------------------------------------------------------------------------------------
+# Autograd twins (NHWC). The window geometry is that of _kernels.pyx.
+
+def _window_view(x, kh, kw, sh, sw, pt, pl, ho, wo):
+    """Zero-padded x and, for each tap (a, b), the (N, ho, wo, C) slice it reads."""
+    n, h, w, c = x.shape
+    bottom = max(0, (ho - 1) * sh - pt + kh - h)
+    right = max(0, (wo - 1) * sw - pl + kw - w)
+    top, left = max(pt, 0), max(pl, 0)
+    padded = np.zeros((n, h + top + bottom, w + left + right, c), dtype=x.dtype)
+    padded[:, top:top + h, left:left + w] = x
+    oy, ox = top - pt, left - pl  # where tap (0, 0) of output (0, 0) reads
+    taps = {}
+    for a in range(kh):
+        for b in range(kw):
+            ys, xs = oy + a, ox + b
+            taps[a, b] = padded[:, ys:ys + (ho - 1) * sh + 1:sh, xs:xs + (wo - 1) * sw + 1:sw]
+    return taps
+
+
+def im2col(x, kh, kw, sh, sw, pt, pl, ho, wo, cols):
+    x = np.asarray(x)
+    taps = _window_view(x, kh, kw, sh, sw, pt, pl, ho, wo)
+    stacked = np.stack([taps[a, b] for a in range(kh) for b in range(kw)], axis=3)
+    cols[...] = stacked.reshape(x.shape[0] * ho * wo, -1)
+
+
+def col2im(cols, kh, kw, sh, sw, pt, pl, ho, wo, out):
+    out = np.asarray(out)
+    n, h, w, c = out.shape
+    pieces = np.asarray(cols).reshape(n, ho, wo, kh, kw, c)
+    acc = np.zeros(out.shape, dtype=out.dtype)
+    for a in range(kh):
+        for b in range(kw):
+            # the output pixels that tap (a, b) of each window lands on, clipped to the image
+            ys = np.arange(ho) * sh - pt + a
+            xs = np.arange(wo) * sw - pl + b
+            iy, ix = (ys >= 0) & (ys < h), (xs >= 0) & (xs < w)
+            block = np.zeros(out.shape, dtype=out.dtype)
+            block[:, ys[iy][:, None], xs[ix][None, :]] = pieces[:, iy][:, :, ix][:, :, :, a, b]
+            acc = acc + block
+    out[...] = acc
+
+
+def depthwise_forward(x, w, kh, kw, sh, sw, pt, pl, out):
+    x, w, out = np.asarray(x), np.asarray(w), np.asarray(out)
+    taps = _window_view(x, kh, kw, sh, sw, pt, pl, out.shape[1], out.shape[2])
+    acc = np.zeros(out.shape, dtype=out.dtype)
+    for a in range(kh):
+        for b in range(kw):
+            acc = acc + taps[a, b] * w[a * kw + b]
+    out[...] = acc
+
+
+def depthwise_backward_input(g, w, kh, kw, sh, sw, pt, pl, dx):
+    g, w = np.asarray(g), np.asarray(w)
+    n, ho, wo, c = g.shape
+    pieces = np.zeros((n, ho, wo, kh, kw, c), dtype=g.dtype)
+    for a in range(kh):
+        for b in range(kw):
+            pieces[:, :, :, a, b] = g * w[a * kw + b]
+    col2im(pieces.reshape(n * ho * wo, -1), kh, kw, sh, sw, pt, pl, ho, wo, dx)
+
+
+def depthwise_backward_weight(x, g, kh, kw, sh, sw, pt, pl, dw):
+    """Summed in float64 by NumPy (pairwise), not in the kernel's sequential order: equal to
+    the kernel to float64 rounding, not bit for bit."""
+    x, g = np.asarray(x, dtype=np.float64), np.asarray(g, dtype=np.float64)
+    taps = _window_view(x, kh, kw, sh, sw, pt, pl, g.shape[1], g.shape[2])
+    for a in range(kh):
+        for b in range(kw):
+            dw[a * kw + b] = (taps[a, b] * g).sum(axis=(0, 1, 2))
+
+
+def max_pool_forward(x, kh, kw, sh, sw, pt, pl, out, argmax):
+    x = np.asarray(x)
+    n, h, w, c = x.shape
+    ho, wo = out.shape[1], out.shape[2]
+    index = np.arange(x.size).reshape(x.shape)
+    values = _window_view(x, kh, kw, sh, sw, pt, pl, ho, wo)
+    inside = _window_view(np.ones(x.shape, dtype=bool), kh, kw, sh, sw, pt, pl, ho, wo)
+    where = _window_view(index, kh, kw, sh, sw, pt, pl, ho, wo)
+    best = np.zeros((n, ho, wo, c), dtype=x.dtype)
+    arg = np.full((n, ho, wo, c), -1, dtype=np.int_)
+    for a in range(kh):
+        for b in range(kw):
+            take = inside[a, b] & ((arg < 0) | (values[a, b] > best))
+            best = np.where(take, values[a, b], best)
+            arg = np.where(take, where[a, b], arg)
+    out[...] = np.where(arg < 0, 0, best)
+    argmax[...] = arg
+
+
+def max_pool_backward(g, argmax, dx_flat):
+    g, argmax = np.asarray(g), np.asarray(argmax)
+    acc = np.zeros(dx_flat.shape, dtype=g.dtype)
+    keep = argmax >= 0
+    np.add.at(acc, argmax[keep], g[keep])
+    dx_flat[...] = acc
+
+
+def channel_moments(x, mean, variance):
+    x = np.asarray(x, dtype=np.float64)
+    mean[...] = x.mean(axis=0)
+    variance[...] = ((x - mean) ** 2).mean(axis=0)
+
+
+def channel_sums(g, xhat, sum_g, sum_g_xhat):
+    g = np.asarray(g, dtype=np.float64)
+    sum_g[...] = g.sum(axis=0)
+    sum_g_xhat[...] = (g * np.asarray(xhat, dtype=np.float64)).sum(axis=0)
+
+
+def adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
+    dtype = np.asarray(param).dtype
+    g = np.asarray(grad, dtype=np.float64)
+    mk = (beta1 * np.asarray(m, dtype=np.float64) + (1.0 - beta1) * g).astype(dtype)
+    vk = (beta2 * np.asarray(v, dtype=np.float64) + (1.0 - beta2) * g * g).astype(dtype)
+    m[...] = mk
+    v[...] = vk
+    step = lr * (mk.astype(np.float64) / bias1) / (np.sqrt(vk.astype(np.float64) / bias2) + eps)
+    param[...] = (np.asarray(param, dtype=np.float64) - step).astype(dtype)

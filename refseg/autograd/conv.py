@@ -1,0 +1,264 @@
+"""Convolution ops with Keras semantics and weight layouts, NHWC.
+
+- conv2d: kernel (kh, kw, in, out) (HWIO), bias (out,).
+- depthwise_conv2d: kernel (kh, kw, C, 1), bias (C,).
+- conv2d_transpose: kernel (kh, kw, out, in), bias (out,); padding "same" gives size * stride.
+
+conv2d runs as im2col + one matrix product (BLAS through NumPy); its input gradient is col2im,
+the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is conv2d's
+input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
+<x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``).
+
+References: claims 2-4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0139] (depthwise, MobileNetV2),
+[0232]-[0236] (ResNet convolutions), [0129]-[0132] (backward).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from refseg.autograd.geometry import conv_output, transpose_output
+from refseg.autograd.tensor import Op, Tensor, as_tensor
+from refseg.backend import kernels
+from refseg.errors import InputError
+from refseg.trace import implements
+
+
+def _pair(value, name, op):
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v >= 1 for v in pair):
+        raise InputError(f"{op}: {name} must be a positive int or a pair of them, got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _check_nhwc(x, op, name="input"):
+    if x.ndim != 4:
+        raise InputError(f"{op}: {name} must be NHWC (4-D), got shape {x.shape}")
+
+
+def _check_bias(b, channels, op):
+    if b is not None and b.shape != (channels,):
+        raise InputError(f"{op}: bias shape {b.shape} does not match {channels} channels")
+
+
+class _Window(Op):
+    """Shared attributes of the window ops: stride, padding, backend."""
+
+    def __init__(self, strides=1, padding="valid", backend="cython"):
+        self.strides = _pair(strides, "strides", self.name)
+        self.padding = padding
+        self.backend = backend
+
+
+@implements("claim2.fusion", "claim4.propagation")
+class Conv2D(_Window):
+    """y = conv(x, W) + b, Keras Conv2D (cross-correlation), im2col + GEMM."""
+
+    name = "conv2d"
+
+    def forward(self, ctx, x, w, b=None):
+        _check_nhwc(x, self.name)
+        if w.ndim != 4 or w.shape[2] != x.shape[3]:
+            raise InputError(f"{self.name}: kernel {w.shape} (kh, kw, in, out) does not fit "
+                             f"input {x.shape} (N, H, W, C)")
+        kh, kw, cin, cout = w.shape
+        _check_bias(b, cout, self.name)
+        (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
+                              conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
+        cols = _im2col(x, kh, kw, self.strides, (pt, pl), (ho, wo), self.backend)
+        out = cols @ w.reshape(kh * kw * cin, cout)
+        if b is not None:
+            out += b
+        ctx.save_for_backward(cols, w)
+        ctx.geometry = (x.shape, (pt, pl), (ho, wo))
+        ctx.has_bias = b is not None
+        return out.reshape(x.shape[0], ho, wo, cout)
+
+    def backward(self, ctx, grad):
+        cols, w = ctx.saved
+        x_shape, pads, out_hw = ctx.geometry
+        kh, kw, cin, cout = w.shape
+        g2 = grad.reshape(-1, cout)
+        dw = (cols.T @ g2).reshape(w.shape)
+        dcols = g2 @ w.reshape(kh * kw * cin, cout).T
+        dx = _col2im(dcols, x_shape, kh, kw, self.strides, pads, out_hw, self.backend)
+        db = g2.sum(axis=0) if ctx.has_bias else None
+        return dx, dw, db
+
+
+@implements("claim2.fusion", "claim4.propagation")
+class Conv2DTranspose(_Window):
+    """Keras Conv2DTranspose: the adjoint of Conv2D, kernel (kh, kw, out, in)."""
+
+    name = "conv2d_transpose"
+
+    def forward(self, ctx, x, w, b=None):
+        _check_nhwc(x, self.name)
+        if w.ndim != 4 or w.shape[3] != x.shape[3]:
+            raise InputError(f"{self.name}: kernel {w.shape} (kh, kw, out, in) does not fit "
+                             f"input {x.shape} (N, H, W, C)")
+        kh, kw, cout, cin = w.shape
+        _check_bias(b, cout, self.name)
+        n, h, wd, _ = x.shape
+        (ho, pt), (wo, pl) = (
+            transpose_output(h, kh, self.strides[0], self.padding, self.name),
+            transpose_output(wd, kw, self.strides[1], self.padding, self.name))
+        x2 = x.reshape(n * h * wd, cin)
+        w2 = w.reshape(kh * kw * cout, cin)
+        out = _col2im(x2 @ w2.T, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
+                      self.backend)
+        if b is not None:
+            out += b
+        ctx.save_for_backward(x2, w)
+        ctx.geometry = (x.shape, (pt, pl))
+        ctx.has_bias = b is not None
+        return out
+
+    def backward(self, ctx, grad):
+        x2, w = ctx.saved
+        x_shape, pads = ctx.geometry
+        kh, kw, cout, cin = w.shape
+        gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
+        w2 = w.reshape(kh * kw * cout, cin)
+        dx = (gcols @ w2).reshape(x_shape)
+        dw = (gcols.T @ x2).reshape(w.shape)
+        db = grad.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
+        return dx, dw, db
+
+
+@implements("claim2.backbones", "claim4.propagation")
+class DepthwiseConv2D(_Window):
+    """Keras DepthwiseConv2D with depth multiplier 1: kernel (kh, kw, C, 1)."""
+
+    name = "depthwise_conv2d"
+
+    def forward(self, ctx, x, w, b=None):
+        _check_nhwc(x, self.name)
+        if w.ndim != 4 or w.shape[2] != x.shape[3] or w.shape[3] != 1:
+            raise InputError(f"{self.name}: kernel {w.shape} (kh, kw, C, 1) does not fit "
+                             f"input {x.shape} (N, H, W, C)")
+        kh, kw, c, _ = w.shape
+        _check_bias(b, c, self.name)
+        (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
+                              conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
+        w2 = np.ascontiguousarray(w.reshape(kh * kw, c))
+        out = np.empty((x.shape[0], ho, wo, c), dtype=x.dtype)
+        xc = np.ascontiguousarray(x)
+        kernels(self.backend).depthwise_forward(xc, w2, kh, kw, *self.strides, pt, pl, out)
+        if b is not None:
+            out += b
+        ctx.save_for_backward(xc, w2)
+        ctx.geometry = (w.shape, pt, pl)
+        ctx.has_bias = b is not None
+        return out
+
+    def backward(self, ctx, grad):
+        x, w2 = ctx.saved
+        w_shape, pt, pl = ctx.geometry
+        kh, kw, c, _ = w_shape
+        g = np.ascontiguousarray(grad)
+        k = kernels(self.backend)
+        dx = np.empty_like(x)
+        k.depthwise_backward_input(g, w2, kh, kw, *self.strides, pt, pl, dx)
+        dw = np.empty((kh * kw, c), dtype=np.float64)
+        k.depthwise_backward_weight(x, g, kh, kw, *self.strides, pt, pl, dw)
+        db = g.reshape(-1, c).sum(axis=0) if ctx.has_bias else None
+        return dx, dw.astype(x.dtype).reshape(w_shape), db
+
+
+def _im2col(x, kh, kw, strides, pads, out_hw, backend):
+    n, _, _, c = x.shape
+    ho, wo = out_hw
+    if kh == kw == 1 and strides == (1, 1) and pads == (0, 0) and x.shape[1:3] == (ho, wo):
+        return np.ascontiguousarray(x).reshape(n * ho * wo, c)  # 1x1 convolution: no copy
+    cols = np.empty((n * ho * wo, kh * kw * c), dtype=x.dtype)
+    kernels(backend).im2col(np.ascontiguousarray(x), kh, kw, *strides, *pads, ho, wo, cols)
+    return cols
+
+
+def _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend):
+    ho, wo = out_hw
+    if kh == kw == 1 and strides == (1, 1) and pads == (0, 0) and tuple(x_shape[1:3]) == (ho, wo):
+        return cols.reshape(x_shape)
+    out = np.empty(x_shape, dtype=cols.dtype)
+    kernels(backend).col2im(np.ascontiguousarray(cols), kh, kw, *strides, *pads, ho, wo, out)
+    return out
+
+
+@implements("claim2.fusion", "claim4.propagation")
+def conv2d(x, kernel, bias=None, *, strides=1, padding="valid", backend="cython") -> Tensor:
+    """Keras Conv2D on NHWC input.
+
+    Parameters
+    ----------
+    x : Tensor of shape (N, H, W, Cin)
+    kernel : Tensor of shape (kh, kw, Cin, Cout)
+    bias : Tensor of shape (Cout,) or None
+    strides : int or (int, int)
+    padding : {"valid", "same"}
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    Tensor of shape (N, Ho, Wo, Cout)
+
+    References
+    ----------
+    [0148], [0154], [0160], [0164], [0172], [0182], [0188].
+    """
+    return Conv2D(strides, padding, backend)(as_tensor(x, "x"), as_tensor(kernel, "kernel"),
+                                              None if bias is None else as_tensor(bias, "bias"))
+
+
+@implements("claim2.fusion", "claim4.propagation")
+def conv2d_transpose(x, kernel, bias=None, *, strides=1, padding="valid",
+                     backend="cython") -> Tensor:
+    """Keras Conv2DTranspose on NHWC input ("upsampling" in the patent's words).
+
+    Parameters
+    ----------
+    x : Tensor of shape (N, H, W, Cin)
+    kernel : Tensor of shape (kh, kw, Cout, Cin)
+    bias : Tensor of shape (Cout,) or None
+    strides : int or (int, int)
+    padding : {"valid", "same"}
+        "same" gives (H * sh, W * sw), cropping the full result from (k - s) // 2 (Keras).
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    Tensor of shape (N, Ho, Wo, Cout)
+
+    References
+    ----------
+    [0146], [0152], [0158], [0162], [0168], [0170], [0176], [0180], [0186], [0190], [0194].
+    """
+    return Conv2DTranspose(strides, padding, backend)(
+        as_tensor(x, "x"), as_tensor(kernel, "kernel"),
+        None if bias is None else as_tensor(bias, "bias"))
+
+
+@implements("claim2.backbones", "claim4.propagation")
+def depthwise_conv2d(x, kernel, bias=None, *, strides=1, padding="valid",
+                     backend="cython") -> Tensor:
+    """Keras DepthwiseConv2D (depth multiplier 1) on NHWC input.
+
+    Parameters
+    ----------
+    x : Tensor of shape (N, H, W, C)
+    kernel : Tensor of shape (kh, kw, C, 1)
+    bias : Tensor of shape (C,) or None
+    strides : int or (int, int)
+    padding : {"valid", "same"}
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    Tensor of shape (N, Ho, Wo, C)
+
+    References
+    ----------
+    [0138]-[0139], [0218]-[0225].
+    """
+    return DepthwiseConv2D(strides, padding, backend)(
+        as_tensor(x, "x"), as_tensor(kernel, "kernel"),
+        None if bias is None else as_tensor(bias, "bias"))

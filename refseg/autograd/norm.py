@@ -1,0 +1,101 @@
+"""Batch normalisation (Keras BatchNormalization), NHWC, over the channel axis.
+
+Inference: y = (x - moving_mean) / sqrt(moving_variance + eps) * gamma + beta.
+Training: the batch's mean and biased variance over N, H, W replace the moving statistics, and
+these are updated in place as Keras does: moving = moving * momentum + batch * (1 - momentum).
+
+References: [0135], [0139], [0141], [0230] (BN in the backbones, frozen in this method).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from refseg.autograd.tensor import Op, Tensor, as_tensor
+from refseg.backend import kernels
+from refseg.errors import InputError
+from refseg.trace import implements
+
+#: Keras' default momentum of the moving statistics.
+DEFAULT_MOMENTUM = 0.99
+
+
+@implements("claim2.backbones", "claim4.propagation")
+class BatchNorm(Op):
+    """Batch normalisation with learnable gamma, beta and moving statistics."""
+
+    name = "batch_norm"
+
+    def __init__(self, moving_mean, moving_variance, *, training=False, epsilon=1e-3,
+                 momentum=DEFAULT_MOMENTUM, backend="cython"):
+        self.moving_mean, self.moving_variance = moving_mean, moving_variance
+        self.training, self.epsilon, self.momentum = bool(training), float(epsilon), float(momentum)
+        self.backend = backend
+
+    def forward(self, ctx, x, gamma, beta):
+        c = x.shape[-1]
+        for label, a in (("gamma", gamma), ("beta", beta), ("moving_mean", self.moving_mean),
+                         ("moving_variance", self.moving_variance)):
+            if a.shape != (c,):
+                raise InputError(f"{self.name}: {label} shape {a.shape} does not match "
+                                 f"{c} channels of input {x.shape}")
+        x2 = np.ascontiguousarray(x).reshape(-1, c)
+        if self.training:
+            mean, variance = np.empty(c), np.empty(c)
+            kernels(self.backend).channel_moments(x2, mean, variance)
+            self.moving_mean *= self.momentum
+            self.moving_mean += (1 - self.momentum) * mean
+            self.moving_variance *= self.momentum
+            self.moving_variance += (1 - self.momentum) * variance
+        else:
+            mean = self.moving_mean.astype(np.float64)
+            variance = self.moving_variance.astype(np.float64)
+        inv_std = (1.0 / np.sqrt(variance + self.epsilon)).astype(x.dtype)
+        xhat = (x2 - mean.astype(x.dtype)) * inv_std
+        ctx.save_for_backward(xhat, inv_std, gamma)
+        return (xhat * gamma + beta).reshape(x.shape)
+
+    def backward(self, ctx, grad):
+        xhat, inv_std, gamma = ctx.saved
+        c = grad.shape[-1]
+        g2 = np.ascontiguousarray(grad).reshape(-1, c)
+        sum_g, sum_gx = np.empty(c), np.empty(c)
+        kernels(self.backend).channel_sums(g2, xhat, sum_g, sum_gx)
+        dtype = grad.dtype
+        if self.training:
+            m = g2.shape[0]
+            dx = (gamma * inv_std / m) * (m * g2 - sum_g.astype(dtype)
+                                          - xhat * sum_gx.astype(dtype))
+        else:
+            dx = g2 * (gamma * inv_std)
+        return dx.reshape(grad.shape), sum_gx.astype(dtype), sum_g.astype(dtype)
+
+
+@implements("claim2.backbones", "claim4.propagation")
+def batch_norm(x, gamma, beta, moving_mean, moving_variance, *, training=False, epsilon=1e-3,
+               momentum=DEFAULT_MOMENTUM, backend="cython") -> Tensor:
+    """Keras BatchNormalization over the last axis of NHWC input.
+
+    Parameters
+    ----------
+    x : Tensor of shape (N, H, W, C)
+    gamma, beta : Tensor of shape (C,)
+    moving_mean, moving_variance : ndarray of shape (C,)
+        Updated in place in training mode.
+    training : bool
+        Batch statistics (True) or moving statistics (False, and in frozen layers).
+    epsilon : float
+        ResNet50V2 uses 1.001e-5, MobileNetV2 1e-3 (Keras' default).
+    momentum : float
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    Tensor of shape (N, H, W, C)
+
+    References
+    ----------
+    [0135], [0139], [0141], [0230].
+    """
+    return BatchNorm(moving_mean, moving_variance, training=training, epsilon=epsilon,
+                     momentum=momentum, backend=backend)(
+        as_tensor(x, "x"), as_tensor(gamma, "gamma"), as_tensor(beta, "beta"))

@@ -1,0 +1,207 @@
+"""Reverse-mode automatic differentiation: the Tensor, the Op protocol, backward, no_grad.
+
+A :class:`Tensor` holds a float32 or float64 NumPy array, its gradient, and the node that made it
+(the op, its saved context and its input tensors). Each op is one object with
+``forward(ctx, *arrays)`` and ``backward(ctx, grad)`` and a ``name``; calling it on tensors runs
+forward and, when gradients are on and an input needs one, records the node. ``backward()`` visits
+the graph in reverse topological order; gradients of a tensor used twice accumulate with ``+=``;
+each node is freed once its gradient has been propagated.
+
+References: claim 4, [0129]-[0132] (forward and backward propagation), [0143], [0217].
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from refseg.errors import InputError
+from refseg.trace import implements
+
+#: Floating-point types the engine computes in (float64 for gradient checks).
+DTYPES = (np.float32, np.float64)
+_grad_enabled = True
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Within this block ops record no graph (inference, parameter updates)."""
+    global _grad_enabled
+    previous, _grad_enabled = _grad_enabled, False
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+class Context:
+    """What an op's forward keeps for its backward (``ctx.saved``, plus any attributes)."""
+
+    def save_for_backward(self, *arrays):
+        self.saved = arrays
+
+
+class Tensor:
+    """An array with a gradient and the node that made it.
+
+    Parameters
+    ----------
+    data : array_like
+        float32 or float64 values (other dtypes are refused: convert explicitly).
+    requires_grad : bool
+        Leaves with True receive ``.grad`` from :meth:`backward`.
+    name : str or None
+        For messages and for parameters (Keras weight path, e.g. ``x2/kernel``).
+    """
+
+    __slots__ = ("data", "grad", "requires_grad", "name", "node")
+
+    def __init__(self, data, requires_grad: bool = False, name: str | None = None):
+        data = np.asarray(data)
+        if data.dtype not in DTYPES:
+            raise InputError(f"Tensor {name or ''}: dtype {data.dtype} is not float32 or float64"
+                             .replace("Tensor :", "Tensor:"))
+        self.data = data
+        self.grad = None
+        self.requires_grad = bool(requires_grad)
+        self.name = name
+        self.node = None  # (op, ctx, inputs) for a computed tensor, None for a leaf
+
+    @property
+    def shape(self):
+        return self.data.shape
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    def __repr__(self):
+        made_by = f", op={self.node[0].name}" if self.node else ""
+        label = f"{self.name!r}, " if self.name else ""
+        return f"Tensor({label}shape={self.shape}, dtype={self.dtype}{made_by})"
+
+    def __add__(self, other):
+        from refseg.autograd.elementwise import add
+
+        return add(self, other)
+
+    def zero_grad(self):
+        self.grad = None
+
+    @implements("claim4.propagation")
+    def backward(self, grad=None):
+        """Propagate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires it.
+
+        Parameters
+        ----------
+        grad : ndarray or None
+            Gradient of the final objective with respect to this tensor; None means 1 and
+            needs a one-element tensor (a loss).
+
+        Notes
+        -----
+        1. Order the graph's tensors so that each comes after every tensor it was made from.
+        2. Walk that order backwards, calling each op's ``backward`` with the summed gradient
+           of its output, and add (``+=``) what it returns into its inputs' gradients.
+        3. Free each node (op context and links) once visited: the graph is used once.
+
+        References
+        ----------
+        [0129]-[0132], [0217].
+        """
+        if grad is None:
+            if self.data.size != 1:
+                raise InputError(f"backward: {self!r} is not a scalar; pass its gradient")
+            grad = np.ones_like(self.data)
+        grad = np.asarray(grad)
+        if grad.shape != self.shape or grad.dtype != self.dtype:
+            raise InputError(f"backward: gradient {grad.shape} {grad.dtype} does not match "
+                             f"{self!r}")
+        order = _topological_order(self)
+        grads = {id(self): grad}
+        owned = set()  # gradient buffers allocated here, safe to add into in place
+        for tensor in reversed(order):
+            g = grads.pop(id(tensor), None)
+            if tensor.node is None:
+                if tensor.requires_grad and g is not None:
+                    if tensor.grad is None:
+                        tensor.grad = np.array(g, copy=True)
+                    else:
+                        tensor.grad += g
+                continue
+            op, ctx, inputs = tensor.node
+            tensor.node = None
+            if g is None:
+                continue
+            input_grads = op.backward(ctx, g)
+            for parent, pg in zip(inputs, input_grads):
+                if pg is None or parent is None or not parent.requires_grad:
+                    continue
+                if pg.shape != parent.shape:
+                    raise AssertionError(f"{op.name}.backward returned {pg.shape} for an input "
+                                         f"of shape {parent.shape}")
+                key = id(parent)
+                if key not in grads:
+                    grads[key] = pg
+                elif key in owned:
+                    grads[key] += pg
+                else:
+                    grads[key] = grads[key] + pg
+                    owned.add(key)
+
+
+def _topological_order(root: Tensor) -> list[Tensor]:
+    """Tensors reachable from root, each after all the tensors it was computed from."""
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+        tensor, expanded = stack.pop()
+        if expanded:
+            order.append(tensor)
+            continue
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        stack.append((tensor, True))
+        if tensor.node is not None:
+            for parent in tensor.node[2]:
+                if parent is not None and id(parent) not in seen:
+                    stack.append((parent, False))
+    return order
+
+
+class Op:
+    """One differentiable operation: ``forward(ctx, *arrays)`` and ``backward(ctx, grad)``.
+
+    Subclasses set ``name`` and implement both methods; ``backward`` returns one gradient per
+    input (None where the input is not differentiable). Calling an op instance on tensors (or
+    None for an absent optional input, such as a bias) returns the output tensor.
+    """
+
+    name = "op"
+
+    def __call__(self, *inputs):
+        arrays = [None if t is None else t.data for t in inputs]
+        dtypes = {a.dtype for a in arrays if a is not None}
+        if len(dtypes) > 1:
+            raise InputError(f"{self.name}: inputs mix dtypes "
+                             + ", ".join(str(a.dtype) for a in arrays if a is not None))
+        ctx = Context()
+        out = self.forward(ctx, *arrays)
+        needs = _grad_enabled and any(t is not None and t.requires_grad for t in inputs)
+        result = Tensor(out, requires_grad=needs)
+        if needs:
+            result.node = (self, ctx, tuple(inputs))
+        return result
+
+    def forward(self, ctx, *arrays):
+        raise NotImplementedError
+
+    def backward(self, ctx, grad):
+        raise NotImplementedError
+
+
+def as_tensor(value, name: str) -> Tensor:
+    """A Tensor as it is, or an array wrapped (no gradient); InputError otherwise."""
+    if isinstance(value, Tensor):
+        return value
+    return Tensor(np.asarray(value), name=name)
