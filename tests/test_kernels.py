@@ -117,3 +117,110 @@ def test_histogram(img, bins):
         module.histogram(img, low, high, counts)
         outs.append(counts)
     assert np.array_equal(*outs) and outs[0].sum() == img.size
+
+
+# ------------------------------------------------------------------------- autograd kernels
+WINDOW = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3),
+                   st.integers(-1, 2), st.integers(-1, 2))  # kh, kw, sh, sw, pad top, pad left
+
+
+def _geometry(h, w, kh, kw, sh, sw, pt, pl):
+    ho = max(1, (h + 2 * max(pt, 0) - kh) // sh + 1)
+    wo = max(1, (w + 2 * max(pl, 0) - kw) // sw + 1)
+    return ho, wo
+
+
+@pytest.mark.claim("claim4.propagation")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 6),
+                                          st.integers(1, 3)), elements=st.floats(-10, 10)),
+       window=WINDOW)
+def test_im2col_and_col2im(dtype, x, window):
+    """Pure copies and fixed-order sums: bit for bit in both precisions."""
+    x = x.astype(dtype)
+    kh, kw, sh, sw, pt, pl = window
+    ho, wo = _geometry(x.shape[1], x.shape[2], *window)
+    n, c = x.shape[0], x.shape[3]
+    assert_same(both("im2col", x, kh, kw, sh, sw, pt, pl, ho, wo,
+                     outputs=[((n * ho * wo, kh * kw * c), dtype)]))
+    cols = np.random.default_rng(0).standard_normal((n * ho * wo, kh * kw * c)).astype(dtype)
+    assert_same(both("col2im", cols, kh, kw, sh, sw, pt, pl, ho, wo, outputs=[(x.shape, dtype)]))
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.backbones")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 6),
+                                          st.integers(1, 3)), elements=st.floats(-10, 10)),
+       window=WINDOW)
+def test_depthwise_kernels(dtype, x, window):
+    """Forward and input gradient: fixed-order sums, bit for bit. Weight gradient: a reduction
+    the twin sums in another order (NumPy pairwise), in float64: equal to 1e-12 relative."""
+    x = x.astype(dtype)
+    kh, kw, sh, sw, pt, pl = window
+    ho, wo = _geometry(x.shape[1], x.shape[2], *window)
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((kh * kw, x.shape[3])).astype(dtype)
+    g = rng.standard_normal((x.shape[0], ho, wo, x.shape[3])).astype(dtype)
+    assert_same(both("depthwise_forward", x, w, kh, kw, sh, sw, pt, pl,
+                     outputs=[(g.shape, dtype)]))
+    assert_same(both("depthwise_backward_input", g, w, kh, kw, sh, sw, pt, pl,
+                     outputs=[(x.shape, dtype)]))
+    fast_dw, slow_dw = both("depthwise_backward_weight", x, g, kh, kw, sh, sw, pt, pl,
+                            outputs=[(w.shape, np.float64)])
+    np.testing.assert_allclose(fast_dw[0], slow_dw[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.backbones")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 6),
+                                          st.integers(1, 3)),
+                    elements=st.sampled_from([0.0, 1.0, 1.0, 2.0, -3.0]) | st.floats(-5, 5)),
+       window=WINDOW)
+def test_max_pool_kernels(dtype, x, window):
+    """Ties included: both take the first maximum in row-major window order."""
+    x = x.astype(dtype)
+    kh, kw, sh, sw, pt, pl = window
+    ho, wo = _geometry(x.shape[1], x.shape[2], *window)
+    shape = (x.shape[0], ho, wo, x.shape[3])
+    pair = both("max_pool_forward", x, kh, kw, sh, sw, pt, pl,
+                outputs=[(shape, dtype), (shape, np.int_)])
+    assert_same(pair)
+    g = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+    fast_dx, slow_dx = both("max_pool_backward", g, pair[0][1], outputs=[(x.size, dtype)])
+    # overlapping windows add into one pixel in different orders: rounding-level differences
+    np.testing.assert_allclose(fast_dx[0], slow_dx[0], rtol=1e-6 if dtype == np.float32 else 1e-14,
+                               atol=1e-6 if dtype == np.float32 else 1e-14)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.backbones")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(1, 4)),
+                    elements=st.floats(-100, 100)))
+def test_batch_norm_kernels(dtype, x):
+    """Channel reductions in float64; the twin sums pairwise: equal to 1e-12 relative."""
+    x = x.astype(dtype)
+    c = x.shape[1]
+    fast, slow = both("channel_moments", x, outputs=[(c, np.float64), (c, np.float64)])
+    for a, b in zip(fast, slow):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
+    g = (x[::-1] * 0.5).copy()
+    fast, slow = both("channel_sums", g, x, outputs=[(c, np.float64), (c, np.float64)])
+    for a, b in zip(fast, slow):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.claim("claim4.update")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(values=hnp.arrays(np.float64, st.tuples(st.just(4), st.integers(1, 50)),
+                         elements=st.floats(-10, 10)), t=st.integers(1, 1000))
+def test_adam_update(dtype, values, t):
+    """Elementwise, same expression in float64, rounded to the parameter's type: bit for bit."""
+    p0, g, m0, v0 = (values[i].astype(dtype) for i in range(4))
+    v0 = np.abs(v0)
+    results = []
+    for module in (fast, twin):
+        p, m, v = p0.copy(), m0.copy(), v0.copy()
+        module.adam_update(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1 - 0.9 ** t, 1 - 0.999 ** t)
+        results.append((p, m, v))
+    for a, b in zip(*results):
+        assert np.array_equal(a, b)

@@ -56,8 +56,9 @@ def transpose_output(size: int, kernel: int, stride: int, padding: str,
     padding : {"valid", "same"}
         "valid": ``size * stride + max(kernel - stride, 0)`` outputs, no crop. "same":
         ``size * stride`` outputs: the full transposed convolution (length
-        ``(size - 1) * stride + kernel``) cropped from index ``(kernel - stride) // 2``
-        (a negative start pads zeros before).
+        ``(size - 1) * stride + kernel``) cropped from index ``max(kernel - stride, 0) // 2``
+        and padded with zeros at the end when shorter (kernel < stride), as Keras 3 does
+        (measured); this is the padding before of the "same" convolution it is the adjoint of.
     op : str
 
     Returns
@@ -73,7 +74,7 @@ def transpose_output(size: int, kernel: int, stride: int, padding: str,
     _check(size, kernel, stride, padding, op)
     if padding == "valid":
         return size * stride + max(kernel - stride, 0), 0
-    return size * stride, (kernel - stride) // 2
+    return size * stride, max(kernel - stride, 0) // 2
 
 
 def _check(size, kernel, stride, padding, op):

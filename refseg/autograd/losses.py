@@ -17,8 +17,10 @@ from refseg.trace import implements
 EPSILON = 1e-7
 
 
+@implements("claim4.update")
 def one_hot(labels, classes: int, dtype=np.float32) -> np.ndarray:
-    """Integer labels (N, H, W) in [0, classes) to one-hot (N, H, W, classes)."""
+    """Integer labels (N, H, W) in [0, classes) to one-hot (N, H, W, classes) ([0263]'s three
+    colour classes become the channels of the loss's target)."""
     labels = np.asarray(labels)
     if labels.dtype.kind not in "iu":
         raise InputError(f"labels: expected integers, got dtype {labels.dtype}")

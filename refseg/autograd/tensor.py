@@ -23,6 +23,7 @@ DTYPES = (np.float32, np.float64)
 _grad_enabled = True
 
 
+@implements("claim4.propagation")
 @contextlib.contextmanager
 def no_grad():
     """Within this block ops record no graph (inference, parameter updates)."""
@@ -200,6 +201,7 @@ class Op:
         raise NotImplementedError
 
 
+@implements("claim4.propagation")
 def as_tensor(value, name: str) -> Tensor:
     """A Tensor as it is, or an array wrapped (no gradient); InputError otherwise."""
     if isinstance(value, Tensor):

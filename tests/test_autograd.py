@@ -1,0 +1,276 @@
+"""Gradient checks of every op and parameter, the conv/transposed-conv adjoint, and the engine.
+
+Each check draws shapes, strides and paddings with hypothesis (1x1 images, odd sizes, stride 2
+on odd sizes, one channel), evaluates L = <op(inputs), R> for a fixed random R in float64, and
+compares the analytic gradient of every element of every input with central differences:
+(L(x + h e) - L(x - h e)) / 2h, h = 1e-6. Truncation error is O(h^2) ~ 1e-12 and rounding
+error ~ 1e-16 |L| / h ~ 1e-10 |L|, so a relative error of 1e-6 of the largest gradient is a
+bound that only a wrong gradient breaks.
+"""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refseg import autograd as ag
+from refseg.autograd.geometry import conv_output
+from refseg.backend import BACKENDS
+from refseg.errors import InputError
+
+pytestmark = pytest.mark.claim("claim4.propagation")
+
+STEP = 1e-6
+RTOL = 1e-6
+
+
+def numeric_gradient(loss_of, arrays, index):
+    """Central differences of loss_of(arrays) with respect to every element of arrays[index]."""
+    x = arrays[index]
+    grad = np.zeros_like(x)
+    flat, gflat = x.reshape(-1), grad.reshape(-1)
+    for k in range(flat.size):
+        saved = flat[k]
+        flat[k] = saved + STEP
+        up = loss_of(arrays)
+        flat[k] = saved - STEP
+        down = loss_of(arrays)
+        flat[k] = saved
+        gflat[k] = (up - down) / (2 * STEP)
+    return grad
+
+
+def check_gradients(op, arrays, seed=0):
+    """Compare op's analytic gradients with central differences for every input array."""
+    arrays = [np.array(a, dtype=np.float64) for a in arrays]
+    out = op(*[ag.Tensor(a) for a in arrays])
+    projection = np.random.default_rng(seed).standard_normal(out.shape)
+
+    def loss_of(values):
+        with ag.no_grad():
+            return float((op(*[ag.Tensor(v) for v in values]).data * projection).sum())
+
+    tensors = [ag.Tensor(a.copy(), requires_grad=True) for a in arrays]
+    op(*tensors).backward(projection)
+    for i, t in enumerate(tensors):
+        expected = numeric_gradient(loss_of, arrays, i)
+        scale = max(np.abs(expected).max(), 1e-3)
+        np.testing.assert_allclose(t.grad, expected, rtol=0, atol=RTOL * scale,
+                                   err_msg=f"input {i} of {out}")
+
+
+@st.composite
+def window_cases(draw, transposed=False):
+    """(N, H, W, C), kernel (kh, kw), strides, padding with a valid output."""
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    sh, sw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    padding = draw(st.sampled_from(["valid", "same"]))
+    low_h, low_w = (1, 1) if (padding == "same" or transposed) else (kh, kw)
+    h, w = draw(st.integers(low_h, 6)), draw(st.integers(low_w, 6))
+    return (n, h, w, c), (kh, kw), (sh, sw), padding, draw(st.integers(0, 2**16))
+
+
+@pytest.mark.claim("claim2.fusion")
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(case=window_cases(), cout=st.integers(1, 3), bias=st.booleans())
+def test_conv2d_gradients(backend, case, cout, bias):
+    shape, (kh, kw), strides, padding, seed = case
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(shape), rng.standard_normal((kh, kw, shape[3], cout))]
+    if bias:
+        arrays.append(rng.standard_normal(cout))
+    check_gradients(lambda *t: ag.conv2d(*t, strides=strides, padding=padding, backend=backend),
+                    arrays, seed)
+
+
+@pytest.mark.claim("claim2.fusion")
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(case=window_cases(transposed=True), cout=st.integers(1, 3), bias=st.booleans())
+def test_conv2d_transpose_gradients(backend, case, cout, bias):
+    shape, (kh, kw), strides, padding, seed = case
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(shape), rng.standard_normal((kh, kw, cout, shape[3]))]
+    if bias:
+        arrays.append(rng.standard_normal(cout))
+    check_gradients(lambda *t: ag.conv2d_transpose(*t, strides=strides, padding=padding,
+                                                   backend=backend), arrays, seed)
+
+
+@pytest.mark.claim("claim2.backbones")
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(case=window_cases(), bias=st.booleans())
+def test_depthwise_conv2d_gradients(backend, case, bias):
+    shape, (kh, kw), strides, padding, seed = case
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(shape), rng.standard_normal((kh, kw, shape[3], 1))]
+    if bias:
+        arrays.append(rng.standard_normal(shape[3]))
+    check_gradients(lambda *t: ag.depthwise_conv2d(*t, strides=strides, padding=padding,
+                                                   backend=backend), arrays, seed)
+
+
+@pytest.mark.claim("claim2.backbones")
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(case=window_cases())
+def test_max_pool2d_gradients(backend, case):
+    """Values are a shuffled arithmetic sequence with gaps of 0.01 >> h: no ties, no kinks
+    within a step."""
+    shape, pool, strides, padding, seed = case
+    rng = np.random.default_rng(seed)
+    x = rng.permutation(np.arange(np.prod(shape), dtype=np.float64)).reshape(shape) * 0.01
+    check_gradients(lambda t: ag.max_pool2d(t, pool, strides, padding, backend=backend), [x],
+                    seed)
+
+
+@pytest.mark.claim("claim2.backbones")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("training", [False, True])
+@given(n=st.integers(1, 2), h=st.integers(1, 4), w=st.integers(1, 4), c=st.integers(1, 3),
+       seed=st.integers(0, 2**16))
+def test_batch_norm_gradients(backend, training, n, h, w, c, seed):
+    if training and n * h * w == 1:
+        return  # one value per channel: the batch variance is 0 and xhat is 0 for any x
+    rng = np.random.default_rng(seed)
+    mean, var = rng.standard_normal(c), rng.uniform(0.5, 2, c)
+
+    def op(x, gamma, beta):
+        return ag.batch_norm(x, gamma, beta, mean.copy(), var.copy(), training=training,
+                             epsilon=1e-3, backend=backend)
+    check_gradients(op, [rng.standard_normal((n, h, w, c)), rng.uniform(0.5, 2, c),
+                         rng.standard_normal(c)], seed)
+
+
+@pytest.mark.claim("claim2.fusion")
+@given(shape=st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4),
+                       st.integers(1, 4)), seed=st.integers(0, 2**16))
+def test_elementwise_gradients(shape, seed):
+    """relu and relu6 on values at least 0.01 from their kinks; softmax; add."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.02, 8, shape) * rng.choice([-1, 1], shape)
+    x[np.abs(x - 6) < 0.01] = 5.9
+    check_gradients(ag.relu, [x], seed)
+    check_gradients(ag.relu6, [x], seed)
+    check_gradients(ag.softmax, [rng.standard_normal(shape) * 3], seed)
+    check_gradients(ag.add, [rng.standard_normal(shape), rng.standard_normal(shape)], seed)
+
+
+@pytest.mark.claim("claim2.backbones")
+@given(shape=st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4),
+                       st.integers(1, 3)),
+       pads=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)),
+       seed=st.integers(0, 2**16))
+def test_zero_pad2d_gradients(shape, pads, seed):
+    t, b, l, r = pads
+    x = np.random.default_rng(seed).standard_normal(shape)
+    check_gradients(lambda v: ag.zero_pad2d(v, ((t, b), (l, r))), [x], seed)
+
+
+@pytest.mark.claim("claim4.update")
+@given(shape=st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4),
+                       st.integers(2, 4)), seed=st.integers(0, 2**16), integer=st.booleans())
+def test_loss_gradients(shape, seed, integer):
+    """Cross-entropy on softmax probabilities (inside the clip range) and MSE; labels given as
+    integers or one-hot."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, shape[-1], shape[:-1])
+    target = labels if integer else np.eye(shape[-1])[labels]
+    logits = rng.standard_normal(shape)
+    p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    check_gradients(lambda q: ag.categorical_crossentropy(q, target), [p], seed)
+    check_gradients(lambda q: ag.mean_squared_error(q, target), [p], seed)
+    check_gradients(lambda z: ag.categorical_crossentropy(ag.softmax(z), target), [logits], seed)
+
+
+@pytest.mark.claim("claim4.update")
+def test_cross_entropy_known_answer():
+    """Two pixels, probabilities (0.5, 0.5) and (0.9, 0.1), labels 0 and 1:
+    L = -(log 0.5 + log 0.1) / 2."""
+    p = np.array([[[[0.5, 0.5], [0.9, 0.1]]]])
+    loss = ag.categorical_crossentropy(p, np.array([[[0, 1]]]))
+    assert float(loss.data) == pytest.approx(-(np.log(0.5) + np.log(0.1)) / 2, rel=1e-15)
+
+
+@pytest.mark.claim("claim2.fusion")
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(n=st.integers(1, 2), ho=st.integers(1, 5), wo=st.integers(1, 5), cin=st.integers(1, 3),
+       cout=st.integers(1, 3), k=st.integers(1, 4), s=st.integers(1, 3),
+       padding=st.sampled_from(["valid", "same"]), seed=st.integers(0, 2**16))
+def test_transposed_conv_is_the_adjoint_of_conv(backend, n, ho, wo, cin, cout, k, s, padding,
+                                                seed):
+    """<conv2d(x, W), y> == <x, conv2d_transpose(y, W)> with one kernel array W (conv reads it as
+    (kh, kw, in, out), the transposed conv as (kh, kw, out, in)), for the input sizes that the
+    transposed conv produces from the conv's output size."""
+    if padding == "valid" and k < s:
+        return  # conv skips input rows that the transposed conv (valid) pads: not adjoint
+    h = ho * s if padding == "same" else (ho - 1) * s + k
+    w = wo * s if padding == "same" else (wo - 1) * s + k
+    assert conv_output(h, k, s, padding, "t")[0] == ho
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, h, w, cin))
+    kernel = rng.standard_normal((k, k, cin, cout))
+    y = rng.standard_normal((n, ho, wo, cout))
+    with ag.no_grad():
+        left = (ag.conv2d(x, kernel, strides=s, padding=padding, backend=backend).data * y).sum()
+        right = (x * ag.conv2d_transpose(y, kernel, strides=s, padding=padding,
+                                         backend=backend).data).sum()
+    assert left == pytest.approx(right, rel=1e-12, abs=1e-12)
+
+
+def test_gradients_accumulate_for_a_reused_tensor():
+    """y = x + x: dy/dx = 2 (the two paths add); a second backward adds again."""
+    x = ag.Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    ag.add(x, x).backward(np.ones(2))
+    assert x.grad.tolist() == [2.0, 2.0]
+    ag.add(x, x).backward(np.ones(2))
+    assert x.grad.tolist() == [4.0, 4.0]
+
+
+def test_graph_is_freed_after_backward_and_no_grad_records_nothing():
+    x = ag.Tensor(np.ones((1, 2, 2, 1)), requires_grad=True)
+    y = ag.relu(ag.add(x, x))
+    assert y.node is not None and y.node[0].name == "relu"
+    y.backward(np.ones(y.shape))
+    assert y.node is None
+    with ag.no_grad():
+        z = ag.relu(x)
+    assert z.node is None and not z.requires_grad
+
+
+def test_nodes_carry_their_op_name():
+    x = ag.Tensor(np.ones((1, 3, 3, 1)), requires_grad=True)
+    names = {
+        "conv2d": ag.conv2d(x, np.ones((1, 1, 1, 1))), "relu6": ag.relu6(x),
+        "max_pool2d": ag.max_pool2d(x, 1), "softmax": ag.softmax(x),
+        "zero_pad2d": ag.zero_pad2d(x, ((1, 0), (0, 1))),
+    }
+    for name, tensor in names.items():
+        assert tensor.node[0].name == name
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ag.conv2d(np.ones((1, 4, 4, 2)), np.ones((3, 3, 3, 1))),
+     r"conv2d: kernel \(3, 3, 3, 1\).*input \(1, 4, 4, 2\)"),
+    (lambda: ag.conv2d(np.ones((4, 4, 2)), np.ones((3, 3, 2, 1))), r"conv2d: input must be NHWC"),
+    (lambda: ag.conv2d(np.ones((1, 2, 2, 1)), np.ones((3, 3, 1, 1))), r"conv2d: input length 2"),
+    (lambda: ag.conv2d(np.ones((1, 4, 4, 1)), np.ones((3, 3, 1, 2)), np.ones(3)),
+     r"conv2d: bias shape \(3,\)"),
+    (lambda: ag.conv2d(np.ones((1, 4, 4, 1)), np.ones((3, 3, 1, 1)), padding="full"),
+     r"conv2d: padding must be one of"),
+    (lambda: ag.conv2d_transpose(np.ones((1, 4, 4, 2)), np.ones((3, 3, 2, 3))),
+     r"conv2d_transpose: kernel \(3, 3, 2, 3\)"),
+    (lambda: ag.depthwise_conv2d(np.ones((1, 4, 4, 2)), np.ones((3, 3, 2, 2))),
+     r"depthwise_conv2d: kernel"),
+    (lambda: ag.add(np.ones((1, 2)), np.ones((2, 1))), r"add: shapes differ"),
+    (lambda: ag.add(np.ones(2, np.float32), np.ones(2)), r"add: inputs mix dtypes"),
+    (lambda: ag.Tensor(np.ones(2, np.int64)), r"dtype int64"),
+    (lambda: ag.batch_norm(np.ones((1, 2, 2, 3)), np.ones(2), np.ones(3), np.zeros(3),
+                           np.ones(3)), r"batch_norm: gamma shape \(2,\)"),
+    (lambda: ag.categorical_crossentropy(np.ones((1, 2, 2, 3)), np.ones((1, 2, 2, 2))),
+     r"target shape"),
+    (lambda: ag.categorical_crossentropy(np.ones((1, 2, 2, 3)), np.full((1, 2, 2), 3)),
+     r"labels: values must lie in \[0, 3\)"),
+    (lambda: ag.Tensor(np.ones(3), requires_grad=True).backward(), r"not a scalar"),
+])
+def test_bad_input_names_the_op_and_the_shapes(call, message):
+    with pytest.raises(InputError, match=message):
+        call()
