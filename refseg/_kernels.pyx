@@ -15,6 +15,7 @@ cimport openmp
 from cython.parallel cimport prange
 from libc.math cimport sqrt
 from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -342,28 +343,37 @@ ctypedef fused real:
     double
 
 
+cdef inline void _add_run(real *out, const real *src, Py_ssize_t count) noexcept nogil:
+    """out[c] = out[c] + src[c] over a contiguous run (vectorised by the compiler)."""
+    cdef Py_ssize_t c
+    for c in range(count):
+        out[c] = out[c] + src[c]
+
+
 def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
            Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t ho, Py_ssize_t wo,
            real[:, ::1] cols):
-    """cols[(n*ho + i)*wo + j, (a*kw + b)*C + c] = x[n, i*sh - pt + a, j*sw - pl + b, c] (0 outside)."""
+    """cols[(n*ho + i)*wo + j, (a*kw + b)*C + c] = x[n, i*sh - pt + a, j*sw - pl + b, c] (0 outside).
+    Each (pixel, tap) is a contiguous run of C values in both arrays: one memcpy or memset."""
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], w = x.shape[2], ch = x.shape[3]
-    cdef Py_ssize_t row, n, i, j, a, b, c, y, xx, base
+    cdef Py_ssize_t row, n, i, j, a, b, y, xx
+    cdef size_t run = ch * sizeof(real)
+    cdef real *dst
     with nogil:
-        for row in prange(n_img * ho, schedule="static", num_threads=_threads(n_img * ho * wo * kh * kw * ch // 8)):
+        for row in prange(n_img * ho, schedule="static",
+                          num_threads=_threads(n_img * ho * wo * kh * kw * ch // 8)):
             n = row // ho
             i = row - n * ho
             for j in range(wo):
+                dst = &cols[row * wo + j, 0]
                 for a in range(kh):
                     y = i * sh - pt + a
                     for b in range(kw):
                         xx = j * sw - pl + b
-                        base = (a * kw + b) * ch
                         if y < 0 or y >= h or xx < 0 or xx >= w:
-                            for c in range(ch):
-                                cols[row * wo + j, base + c] = 0
+                            memset(dst + (a * kw + b) * ch, 0, run)
                         else:
-                            for c in range(ch):
-                                cols[row * wo + j, base + c] = x[n, y, xx, c]
+                            memcpy(dst + (a * kw + b) * ch, &x[n, y, xx, 0], run)
 
 
 def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
@@ -371,14 +381,16 @@ def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
     """The adjoint of im2col: out[n, y, x, c] = sum over (a, b) (row-major) of the cols entries
     that im2col copied from (y, x). Written as a gather, so rows run in parallel race-free."""
     cdef Py_ssize_t n_img = out.shape[0], h = out.shape[1], w = out.shape[2], ch = out.shape[3]
-    cdef Py_ssize_t row, n, y, xx, a, b, c, ti, tj, i, j, src, col
+    cdef Py_ssize_t row, n, y, xx, a, b, ti, tj, i, j
+    cdef real *dst
     with nogil:
-        for row in prange(n_img * h, schedule="static", num_threads=_threads(n_img * h * w * kh * kw * ch // 8)):
+        for row in prange(n_img * h, schedule="static",
+                          num_threads=_threads(n_img * h * w * kh * kw * ch // 8)):
             n = row // h
             y = row - n * h
             for xx in range(w):
-                for c in range(ch):
-                    out[n, y, xx, c] = 0
+                dst = &out[n, y, xx, 0]
+                memset(dst, 0, ch * sizeof(real))
                 for a in range(kh):
                     ti = y + pt - a
                     if ti < 0 or ti % sh != 0:
@@ -393,10 +405,7 @@ def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
                         j = tj // sw
                         if j >= wo:
                             continue
-                        src = (n * ho + i) * wo + j
-                        col = (a * kw + b) * ch
-                        for c in range(ch):
-                            out[n, y, xx, c] = out[n, y, xx, c] + cols[src, col + c]
+                        _add_run(dst, &cols[(n * ho + i) * wo + j, (a * kw + b) * ch], ch)
 
 
 def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,

@@ -68,19 +68,25 @@ class Conv2D(_Window):
         out = cols @ w.reshape(kh * kw * cin, cout)
         if b is not None:
             out += b
-        ctx.save_for_backward(cols, w)
-        ctx.geometry = (x.shape, (pt, pl), (ho, wo))
+        # the column matrix is not kept (it is kh*kw times the input): backward rebuilds it
+        ctx.save_for_backward(x, w)
+        ctx.geometry = ((pt, pl), (ho, wo))
         ctx.has_bias = b is not None
         return out.reshape(x.shape[0], ho, wo, cout)
 
     def backward(self, ctx, grad):
-        cols, w = ctx.saved
-        x_shape, pads, out_hw = ctx.geometry
+        x, w = ctx.saved
+        pads, out_hw = ctx.geometry
         kh, kw, cin, cout = w.shape
         g2 = grad.reshape(-1, cout)
+        cols = _im2col(x, kh, kw, self.strides, pads, out_hw, self.backend)
         dw = (cols.T @ g2).reshape(w.shape)
-        dcols = g2 @ w.reshape(kh * kw * cin, cout).T
-        dx = _col2im(dcols, x_shape, kh, kw, self.strides, pads, out_hw, self.backend)
+        w2 = w.reshape(kh * kw * cin, cout)
+        if _pointwise(kh, kw, self.strides, pads, x.shape[1:3], out_hw):
+            dcols = g2 @ w2.T  # cols is a view of x: dcols becomes dx itself
+        else:
+            dcols = np.matmul(g2, w2.T, out=cols)  # done with cols: reuse the workspace
+        dx = _col2im(dcols, x.shape, kh, kw, self.strides, pads, out_hw, self.backend)
         db = g2.sum(axis=0) if ctx.has_bias else None
         return dx, dw, db
 
@@ -104,7 +110,9 @@ class Conv2DTranspose(_Window):
             transpose_output(wd, kw, self.strides[1], self.padding, self.name))
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
-        out = _col2im(x2 @ w2.T, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
+        cols = np.matmul(x2, w2.T, out=_workspace(n * h * wd * kh * kw * cout, x.dtype)
+                         .reshape(n * h * wd, kh * kw * cout))
+        out = _col2im(cols, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
                       self.backend)
         if b is not None:
             out += b
@@ -165,19 +173,40 @@ class DepthwiseConv2D(_Window):
         return dx, dw.astype(x.dtype).reshape(w_shape), db
 
 
+_WORKSPACE: dict = {}
+
+
+def _workspace(size, dtype) -> np.ndarray:
+    """A scratch vector of at least ``size`` elements, one per dtype, grown as needed and reused
+    by every op: column matrices are temporaries, and writing into memory that is already
+    mapped avoids the page faults of a fresh allocation on every call. Only one op at a time
+    uses it (an op finishes with it before it returns)."""
+    key = np.dtype(dtype)
+    buffer = _WORKSPACE.get(key)
+    if buffer is None or buffer.size < size:
+        buffer = np.empty(max(size, 1), dtype=key)
+        _WORKSPACE[key] = buffer
+    return buffer[:size]
+
+
+def _pointwise(kh, kw, strides, pads, in_hw, out_hw) -> bool:
+    """A 1x1, stride-1, unpadded window: the column matrix is the input itself."""
+    return kh == kw == 1 and strides == (1, 1) and pads == (0, 0) and tuple(in_hw) == tuple(out_hw)
+
+
 def _im2col(x, kh, kw, strides, pads, out_hw, backend):
     n, _, _, c = x.shape
     ho, wo = out_hw
-    if kh == kw == 1 and strides == (1, 1) and pads == (0, 0) and x.shape[1:3] == (ho, wo):
-        return np.ascontiguousarray(x).reshape(n * ho * wo, c)  # 1x1 convolution: no copy
-    cols = np.empty((n * ho * wo, kh * kw * c), dtype=x.dtype)
+    if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
+        return np.ascontiguousarray(x).reshape(n * ho * wo, c)
+    cols = _workspace(n * ho * wo * kh * kw * c, x.dtype).reshape(n * ho * wo, kh * kw * c)
     kernels(backend).im2col(np.ascontiguousarray(x), kh, kw, *strides, *pads, ho, wo, cols)
     return cols
 
 
 def _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend):
     ho, wo = out_hw
-    if kh == kw == 1 and strides == (1, 1) and pads == (0, 0) and tuple(x_shape[1:3]) == (ho, wo):
+    if _pointwise(kh, kw, strides, pads, x_shape[1:3], out_hw):
         return cols.reshape(x_shape)
     out = np.empty(x_shape, dtype=cols.dtype)
     kernels(backend).col2im(np.ascontiguousarray(cols), kh, kw, *strides, *pads, ho, wo, out)
