@@ -1,0 +1,1034 @@
+"""Time refseg's convolution layers, one per decoder layer shape, against PyTorch's, and
+measure the memory of a decoder training step.
+
+What is compared
+----------------
+Every Conv2D / Conv2DTranspose layer of the Res-Mobile Net decoder at a 224x224 input
+(``shared/reference/NOTES.md`` section 2: 3x3 kernels with bias, Keras padding "same",
+transposed convolutions stride 2 except the stride-1 prediction layer), at batch 1 and 4:
+
+* **refseg**: ``refseg.autograd.conv2d`` / ``conv2d_transpose`` on NHWC float32 (im2col or
+  col2im in Cython + one NumPy matrix product per GEMM).
+* **torch**: ``torch.nn.functional.conv2d`` / ``conv_transpose2d`` (oneDNN / MKL on this CPU),
+  timed both in NCHW (its native layout) and in channels_last; each ratio is taken against the
+  faster of the two, and the table says which one that was. Keras "same" for a stride-2
+  transposed 3x3 convolution is the full transposed convolution cropped to 2H starting at 0,
+  which no symmetric torch ``padding`` reproduces: torch computes the full (2H+1) result and
+  the script slices ``[:2H, :2W]`` (a view; torch pays one extra row and column, ~1/(2H)).
+  Stride 1 is torch ``padding=1`` exactly.
+
+Each layer is timed on its own (conv + bias, no activation), on random inputs:
+
+* forward: refseg under ``ag.no_grad()``, torch under ``torch.no_grad()``;
+* forward + backward: forward, then ``y.backward(g)`` with a fixed random ``g``: the gradient
+  of ``sum(y * g)``, without materialising the product. The input, kernel and bias all get
+  gradients in both libraries (leaf gradients are reset to None before each run).
+
+Before timing, the outputs and the three gradients of refseg and torch are compared, so the
+timings are of the same computation.
+
+FLOPs: a convolution is 2 N Ho Wo kh kw Cin Cout; a transposed convolution 2 N H W kh kw Cin
+Cout (H, W of its input); forward + backward counts 3x forward (input gradient and kernel
+gradient each cost one forward; bias terms are ignored). refseg's GFLOP/s is set against the
+float32 matrix product (``np.matmul``, i.e. OpenBLAS sgemm) measured in the same run: square
+n = 1024 and 2048 (the larger median rate is "the sgemm ceiling"), and the forward GEMM of the
+largest layer.
+
+Threads: one count T (``--threads``, default all cores) for everything, fixed before the
+libraries load: ``OMP_NUM_THREADS`` (refseg's OpenMP kernels), ``OPENBLAS_NUM_THREADS``
+(NumPy's BLAS, checked with threadpoolctl when it is installed), ``MKL_NUM_THREADS`` and
+``torch.set_num_threads(T)``. Both libraries run in this one process, on the same arrays.
+
+Timing: two warm-up runs of each variant, then ``--repeat`` rounds in which every variant of a
+layer runs once, in an order rotated each round, so a slow spell of the (shared) machine hits
+all of them alike; the garbage collector is off while timing. Medians are reported; the ratio
+column also gives, in brackets, the ratio of the fastest runs.
+
+Where refseg's time goes (``--profile``, on by default): for each layer the forward + backward
+is split into the im2col / col2im calls inside the op (wrapped with a timer at run time; the
+files are not modified), the same kernels re-run on an already-touched output buffer (so the
+difference is the cost of first-touching freshly allocated memory), the op's three GEMMs
+timed alone on arrays of the same shapes and layouts, and the rest; with the minor page faults
+per run.
+
+Memory of a decoder training step: forward of every decoder layer (relu after each, softmax
+after the prediction layer, the Adds), per-pixel categorical cross-entropy, backward, and one
+``refseg.optim.Adam`` update (a plain in-place SGD update if refseg has no Adam), from random
+tap tensors of the backbone shapes. It runs in a fresh child process (so memory that an
+earlier part of this run left in the allocator cannot hide the step's own allocations), and is
+measured as the peak resident set size: ``VmHWM`` of /proc/self/status, reset just before the
+measured steps by writing 5 to /proc/self/clear_refs, minus ``VmRSS`` before them. Peak RSS is
+what the machine has to provide, and sees every allocation (NumPy arrays, BLAS buffers,
+allocator slack), which ``ru_maxrss`` also does but cannot be reset. As a cross-check the
+child also runs one step under ``tracemalloc``, to which NumPy reports its array buffers: that
+peak is the bytes of live arrays only. RSS is printed after steps 1, 10, 25 and 50 to show
+that it does not grow. The same step in torch (NCHW and channels_last, ``torch.optim.Adam``)
+is given for comparison.
+
+Usage::
+
+    python benchmarks/bench_ops.py [--quick] [--threads T] [--repeat N] [--write]
+        [--batches 1 4] [--layers x1 x13 ...] [--no-profile] [--train-steps S]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results_ops.md"
+
+
+def _all_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="sanity run: batch 1 only, 3 rounds, 10 training steps")
+    parser.add_argument("--threads", type=int, default=_all_cores(),
+                        help="threads for refseg's OpenMP, NumPy's BLAS and torch "
+                             "(default: all cores)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="timed rounds per layer (default 11, 3 with --quick)")
+    parser.add_argument("--batches", type=int, nargs="+", default=None,
+                        help="batch sizes (default 1 4, 1 with --quick)")
+    parser.add_argument("--layers", nargs="+", default=None,
+                        help="only these layers (default: all)")
+    parser.add_argument("--train-steps", type=int, default=None,
+                        help="refseg training steps for the RSS check (default 50, 10 with "
+                             "--quick)")
+    parser.add_argument("--no-profile", dest="profile", action="store_false",
+                        help="skip the breakdown of refseg's time")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="before each layer, wait up to SECONDS for other processes to "
+                             "use under 0.2 cores (default 0: do not wait)")
+    parser.add_argument("--write", action="store_true",
+                        help="also write the Markdown report to benchmarks/results_ops.md")
+    # Internal: the training-step memory measurement runs in a child process.
+    parser.add_argument("--train-child", nargs=3, metavar=("IMPL", "BATCH", "STEPS"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = 3 if args.quick else 11
+    if args.batches is None:
+        args.batches = [1] if args.quick else [1, 4]
+    if args.train_steps is None:
+        args.train_steps = 10 if args.quick else 50
+    if min(args.repeat, args.threads, args.train_steps, *args.batches) < 1:
+        parser.error("--repeat, --threads, --train-steps and --batches must be >= 1")
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+    # OpenMP and OpenBLAS read their thread counts once, when they load: these must be set
+    # before NumPy, refseg and torch are imported below.
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = str(ARGS.threads)
+
+import numpy as np  # noqa: E402
+
+import refseg  # noqa: E402
+from refseg import _kernels  # noqa: E402
+from refseg import autograd as ag  # noqa: E402
+from refseg.autograd import conv as ag_conv  # noqa: E402
+from refseg.autograd.geometry import conv_output, transpose_output  # noqa: E402
+
+try:  # the lead's optimiser; the training step falls back to SGD without it
+    from refseg.optim import Adam as RefsegAdam
+except ImportError:
+    RefsegAdam = None
+
+# torch is imported by load_torch(): the refseg training child must not load it (it would
+# add torch's own memory to the RSS that child measures).
+torch = None
+F = None
+
+
+def load_torch(threads: int) -> None:
+    global torch, F
+    import torch as _torch
+    import torch.nn.functional as _F
+
+    torch, F = _torch, _F
+    torch.set_num_threads(threads)
+
+
+# --- the decoder ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Layer:
+    """One 3x3 convolution of the decoder: input size x size x cin -> output x cout."""
+
+    name: str
+    kind: str      # "conv" (Conv2D, stride 1) or "convT" (Conv2DTranspose)
+    cin: int
+    cout: int
+    size: int      # input height = width
+    stride: int    # 1 for conv; 2 for convT except the prediction layer
+    src: str       # the tensor it reads (a tap or another decoder output)
+    k: int = 3
+
+    @property
+    def out_size(self) -> int:
+        return self.size * self.stride if self.kind == "convT" else self.size
+
+    def flops(self, batch: int) -> float:
+        """Forward FLOPs (2 per multiply-add), bias ignored."""
+        pixels = self.size ** 2 if self.kind == "convT" else self.out_size ** 2
+        return 2.0 * batch * pixels * self.k * self.k * self.cin * self.cout
+
+    def kernel_shape(self) -> tuple:
+        # Keras layouts: Conv2D HWIO, Conv2DTranspose (kh, kw, out, in).
+        if self.kind == "conv":
+            return (self.k, self.k, self.cin, self.cout)
+        return (self.k, self.k, self.cout, self.cin)
+
+    def describe(self) -> str:
+        op = "Conv" if self.kind == "conv" else f"ConvT s{self.stride}"
+        return f"{op} {self.cin}->{self.cout} {self.size}->{self.out_size}"
+
+
+LAYERS = {layer.name: layer for layer in [
+    Layer("x1", "convT", 2048, 720, 7, 2, "post_relu"),
+    Layer("x2", "conv", 720, 256, 14, 1, "x1"),
+    Layer("x4", "convT", 256, 256, 14, 2, "x3"),
+    Layer("x5", "conv", 256, 128, 28, 1, "x4"),
+    Layer("x7a", "convT", 128, 144, 28, 2, "x6"),
+    Layer("x7b", "conv", 144, 256, 56, 1, "x7a"),
+    Layer("x8", "convT", 256, 96, 56, 2, "x7b"),
+    Layer("x9", "conv", 96, 64, 112, 1, "x8"),
+    Layer("x11", "convT", 64, 3, 112, 2, "x10"),
+    Layer("x12", "convT", 320, 576, 7, 2, "block_16_project"),
+    Layer("x13", "conv", 576, 576, 14, 1, "x12"),
+    Layer("x15", "convT", 576, 192, 14, 2, "x14"),
+    Layer("x17", "convT", 192, 144, 28, 2, "x16"),
+    Layer("x18", "conv", 144, 144, 56, 1, "x17"),
+    Layer("x20", "convT", 144, 96, 56, 2, "x19"),
+    Layer("x21", "conv", 96, 96, 112, 1, "x20"),
+    Layer("x22", "convT", 96, 3, 112, 2, "x21"),
+    Layer("prediction", "convT", 3, 3, 224, 1, "x23"),
+]}
+
+#: The Adds of the decoder: name -> the two tensors added.
+ADDS = {
+    "x3": ("x2", "conv4_block6_1_relu"),
+    "x6": ("x5", "conv3_block4_1_relu"),
+    "x10": ("x9", "conv1_conv"),
+    "x14": ("x13", "block_13_expand_relu"),
+    "x16": ("x15", "block_6_expand_relu"),
+    "x19": ("x18", "block_3_expand_relu"),
+    "x23": ("x22", "x11"),
+}
+
+#: Evaluation order of the decoder (every name is a LAYERS or an ADDS entry).
+DECODER = ["x1", "x2", "x3", "x4", "x5", "x6", "x7a", "x7b", "x8", "x9", "x10", "x11",
+           "x12", "x13", "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23",
+           "prediction"]
+
+#: Backbone taps the decoder reads, (H, W, C) at a 224x224 input (NOTES.md section 2).
+#: conv2_block3_1_relu and block_1_expand_relu are tapped by the patent but used by no Add.
+TAPS = {
+    "post_relu": (7, 7, 2048), "conv4_block6_1_relu": (14, 14, 256),
+    "conv3_block4_1_relu": (28, 28, 128), "conv1_conv": (112, 112, 64),
+    "block_16_project": (7, 7, 320), "block_13_expand_relu": (14, 14, 576),
+    "block_6_expand_relu": (28, 28, 192), "block_3_expand_relu": (56, 56, 144),
+}
+CLASSES = 3
+
+#: "Large" layers, for the 50%-of-sgemm target: at least 1 GFLOP forward per image.
+LARGE_FLOPS = 1e9
+
+
+# --- machine facts -------------------------------------------------------------------------
+
+def blas_info() -> list[dict]:
+    try:
+        import threadpoolctl
+    except ImportError:
+        return []
+    return threadpoolctl.threadpool_info()
+
+
+def environment_lines(threads: int) -> list[str]:
+    lines = [
+        f"- {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"{_all_cores()} cores available; Python {platform.python_version()}",
+        f"- refseg {getattr(refseg, '__version__', '?')}, NumPy {np.__version__}, "
+        f"torch {torch.__version__ if torch else 'not loaded'}",
+        f"- threads T = {threads}: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
+        f"torch.get_num_threads()={torch.get_num_threads() if torch else '-'}",
+        "- OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "(unset)")
+        + ", OPENBLAS_L2_SIZE=" + os.environ.get("OPENBLAS_L2_SIZE", "(unset)"),
+    ]
+    pools = blas_info()
+    if pools:
+        for p in pools:
+            lines.append(f"- threadpoolctl: {p.get('internal_api')} {p.get('version')} "
+                         f"kernel={p.get('architecture')} threads={p.get('num_threads')} "
+                         f"({Path(p.get('filepath', '')).name})")
+    else:
+        lines.append("- threadpoolctl not installed: BLAS kernel not reported "
+                     "(see np.show_config())")
+    if torch is not None:
+        lines.append(f"- torch: mkldnn={torch.backends.mkldnn.is_available()}, "
+                     f"cpu capability {torch.backends.cpu.get_cpu_capability()}")
+    return lines
+
+
+# --- memory --------------------------------------------------------------------------------
+
+def proc_status_mb(field: str) -> float:
+    """A memory line of /proc/self/status (VmRSS, VmHWM, ...) in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise KeyError(field)
+
+
+def reset_peak_rss() -> bool:
+    """Make VmHWM equal to the current RSS (Linux >= 4.0); False where not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+# --- load from other processes -------------------------------------------------------------
+# On 2 cores, one other busy process changes everything: a 2-thread OpenBLAS GEMM then waits
+# for its descheduled partner thread at every barrier (10x slower was seen here), while
+# torch's OpenMP degrades far less. So every measurement carries the CPU that other processes
+# used meanwhile, and --wait-quiet can hold a layer back until the machine is idle.
+
+class OtherLoad:
+    """Average number of cores used by other processes since the last reset: busy time of
+    the whole machine (/proc/stat) minus this process's own CPU time (and its children's)."""
+
+    def __init__(self):
+        self.reset()
+
+    @staticmethod
+    def _machine_busy_s() -> float:
+        with open("/proc/stat") as f:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+                int, f.readline().split()[1:9])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own_s() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def reset(self) -> None:
+        self._start = (time.perf_counter(), self._machine_busy_s(), self._own_s())
+
+    def cores(self) -> float:
+        wall = time.perf_counter() - self._start[0]
+        others = (self._machine_busy_s() - self._start[1]) - (self._own_s() - self._start[2])
+        return max(others, 0.0) / wall if wall > 0 else 0.0
+
+
+def wait_until_quiet(max_seconds: float, threshold: float = 0.2) -> float:
+    """Sleep (in 1 s probes) until other processes use under `threshold` cores, at most
+    `max_seconds`; returns the seconds waited."""
+    waited = 0.0
+    while waited < max_seconds:
+        load = OtherLoad()
+        time.sleep(1.0)
+        if load.cores() < threshold:
+            break
+        waited += 1.0
+    return waited
+
+
+# --- timing --------------------------------------------------------------------------------
+
+def time_interleaved(fns: dict, repeat: int, warmup: int = 2) -> dict:
+    """Seconds of each run of each callable: `warmup` untimed runs each, then `repeat` rounds
+    in which every callable runs once, in an order rotated by one each round."""
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    times = {name: [] for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as timeit: a collection would land on whichever run happens to trigger it
+    try:
+        for r in range(repeat):
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                start = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - start)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return times
+
+
+def median_ms(samples) -> float:
+    return 1e3 * statistics.median(samples)
+
+
+def min_ms(samples) -> float:
+    return 1e3 * min(samples)
+
+
+# --- the sgemm ceiling ---------------------------------------------------------------------
+
+def gemm_shape(layer: Layer, batch: int) -> tuple:
+    """(M, K, N) of the layer's forward matrix product in refseg."""
+    if layer.kind == "conv":
+        return batch * layer.out_size ** 2, layer.k * layer.k * layer.cin, layer.cout
+    return batch * layer.size ** 2, layer.cin, layer.k * layer.k * layer.cout
+
+
+def measure_sgemm(shapes: dict, repeat: int) -> dict:
+    """Median GFLOP/s of np.matmul (float32, C-contiguous) for each labelled (M, K, N)."""
+    rng = np.random.default_rng(1)
+    fns = {}
+    for label, (m, k, n) in shapes.items():
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        fns[label] = (lambda a=a, b=b: a @ b)
+    times = time_interleaved(fns, repeat)
+    return {label: 2.0 * np.prod(shapes[label]) / statistics.median(t) / 1e9
+            for label, t in times.items()}
+
+
+# --- one layer in refseg and in torch ------------------------------------------------------
+
+@dataclass
+class LayerData:
+    """Random float32 inputs of one layer at one batch size (NHWC, Keras kernel layout)."""
+
+    x: np.ndarray
+    kernel: np.ndarray
+    bias: np.ndarray
+    g: np.ndarray      # the fixed output gradient
+
+
+def layer_data(layer: Layer, batch: int, seed: int = 0) -> LayerData:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, layer.size, layer.size, layer.cin), dtype=np.float32)
+    scale = np.sqrt(2.0 / (layer.k * layer.k * layer.cin))  # He: keeps outputs O(1)
+    kernel = (scale * rng.standard_normal(layer.kernel_shape())).astype(np.float32)
+    bias = (0.1 * rng.standard_normal(layer.cout)).astype(np.float32)
+    g = rng.standard_normal((batch, layer.out_size, layer.out_size, layer.cout),
+                            dtype=np.float32)
+    return LayerData(x, kernel, bias, g)
+
+
+def refseg_layer(layer: Layer):
+    """f(x, kernel, bias) -> Tensor, refseg's op for the layer."""
+    if layer.kind == "conv":
+        return lambda x, w, b: ag.conv2d(x, w, b, strides=1, padding="same")
+    return lambda x, w, b: ag.conv2d_transpose(x, w, b, strides=layer.stride, padding="same")
+
+
+def torch_layer(layer: Layer):
+    """f(x, weight, bias) -> tensor, torch's op giving Keras "same" (NCHW shapes)."""
+    if layer.kind == "conv":
+        return lambda x, w, b: F.conv2d(x, w, b, padding=layer.k // 2)
+    s, k, out = layer.stride, layer.k, layer.out_size
+    full = (layer.size - 1) * s + k
+    crop = max(k - s, 0) // 2  # Keras: the full result cropped to `out` from index `crop`
+    if full - out == 2 * crop:  # a symmetric crop is torch's own padding
+        return lambda x, w, b: F.conv_transpose2d(x, w, b, stride=s, padding=crop)
+    return lambda x, w, b: F.conv_transpose2d(x, w, b, stride=s)[:, :, crop:crop + out,
+                                                                   crop:crop + out]
+
+
+class RefsegCase:
+    """refseg's forward and forward+backward of one layer on fixed data."""
+
+    def __init__(self, layer: Layer, data: LayerData):
+        self.op = refseg_layer(layer)
+        self.data = data
+        self.x = ag.Tensor(data.x, requires_grad=True)
+        self.w = ag.Tensor(data.kernel, requires_grad=True)
+        self.b = ag.Tensor(data.bias, requires_grad=True)
+
+    def forward(self):
+        with ag.no_grad():
+            return self.op(self.data.x, self.data.kernel, self.data.bias)
+
+    def forward_backward(self):
+        for t in (self.x, self.w, self.b):
+            t.grad = None
+        y = self.op(self.x, self.w, self.b)
+        y.backward(self.data.g)
+        return y
+
+
+class TorchCase:
+    """torch's forward and forward+backward of one layer, NCHW or channels_last."""
+
+    def __init__(self, layer: Layer, data: LayerData, channels_last: bool):
+        self.op = torch_layer(layer)
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+
+        def tensor(array, grad):
+            t = torch.from_numpy(np.ascontiguousarray(array))
+            if t.ndim == 4:
+                t = t.contiguous(memory_format=fmt)
+            return t.requires_grad_(grad)
+
+        # NHWC -> NCHW; Keras kernels (kh, kw, a, b) -> torch (b, a, kh, kw) for both ops.
+        self.x = tensor(data.x.transpose(0, 3, 1, 2), True)
+        self.w = tensor(data.kernel.transpose(3, 2, 0, 1), True)
+        self.b = tensor(data.bias, True)
+        self.g = tensor(data.g.transpose(0, 3, 1, 2), False)
+
+    def forward(self):
+        with torch.no_grad():
+            return self.op(self.x, self.w, self.b)
+
+    def forward_backward(self):
+        for t in (self.x, self.w, self.b):
+            t.grad = None
+        y = self.op(self.x, self.w, self.b)
+        y.backward(self.g)
+        return y
+
+
+def agreement(layer: Layer, data: LayerData) -> float:
+    """Largest relative difference between refseg and torch (NCHW) over the output and the
+    three gradients (each relative to the largest magnitude of torch's array)."""
+    ours, theirs = RefsegCase(layer, data), TorchCase(layer, data, channels_last=False)
+    y = ours.forward_backward().data
+    ty = theirs.forward_backward().detach().numpy().transpose(0, 2, 3, 1)
+    pairs = [(y, ty),
+             (ours.x.grad, theirs.x.grad.numpy().transpose(0, 2, 3, 1)),
+             (ours.w.grad, theirs.w.grad.numpy().transpose(2, 3, 1, 0)),
+             (ours.b.grad, theirs.b.grad.numpy())]
+    worst = 0.0
+    for a, b in pairs:
+        if a.shape != b.shape:
+            return float("inf")
+        worst = max(worst, float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)))
+    return worst
+
+
+@dataclass
+class LayerResult:
+    layer: Layer
+    batch: int
+    times: dict        # variant -> list of seconds
+    agreement: float
+    other_cores: float  # cores used by other processes while this layer was timed
+
+    def ms(self, variant: str, stat=median_ms) -> float:
+        return stat(self.times[variant])
+
+    def torch_best(self, mode: str) -> str:
+        """The faster torch layout for "fwd" or "fb" (by median)."""
+        return min((f"torch-nchw-{mode}", f"torch-cl-{mode}"), key=self.ms)
+
+    def ratio(self, mode: str, stat=median_ms) -> float:
+        ref = self.ms(f"refseg-{mode}", stat)
+        return ref / min(self.ms(f"torch-nchw-{mode}", stat), self.ms(f"torch-cl-{mode}", stat))
+
+    def gflops(self, mode: str) -> float:
+        work = self.layer.flops(self.batch) * (3 if mode == "fb" else 1)
+        return work / (self.ms(f"refseg-{mode}") * 1e-3) / 1e9
+
+
+def benchmark_layer(layer: Layer, batch: int, repeat: int) -> LayerResult:
+    data = layer_data(layer, batch)
+    ours = RefsegCase(layer, data)
+    nchw = TorchCase(layer, data, channels_last=False)
+    cl = TorchCase(layer, data, channels_last=True)
+    fns = {"refseg-fwd": ours.forward, "torch-nchw-fwd": nchw.forward,
+           "torch-cl-fwd": cl.forward, "refseg-fb": ours.forward_backward,
+           "torch-nchw-fb": nchw.forward_backward, "torch-cl-fb": cl.forward_backward}
+    load = OtherLoad()
+    times = time_interleaved(fns, repeat)
+    return LayerResult(layer, batch, times, agreement(layer, data), load.cores())
+
+
+# --- where refseg's time goes --------------------------------------------------------------
+
+class KernelTimer:
+    """Wraps refseg.autograd.conv's _im2col/_col2im (in memory only) to time each call and
+    to remember its arguments, so the bare kernel can be re-run on a warm buffer."""
+
+    def __init__(self):
+        self.seconds = {"im2col": 0.0, "col2im": 0.0}
+        self.calls = {}
+        self._originals = {}
+
+    def __enter__(self):
+        for name in ("im2col", "col2im"):
+            original = getattr(ag_conv, f"_{name}")
+            self._originals[name] = original
+
+            def timed(*args, _name=name, _original=original):
+                start = time.perf_counter()
+                out = _original(*args)
+                self.seconds[_name] += time.perf_counter() - start
+                self.calls[_name] = (args, out)
+                return out
+
+            setattr(ag_conv, f"_{name}", timed)
+        return self
+
+    def __exit__(self, *exc):
+        for name, original in self._originals.items():
+            setattr(ag_conv, f"_{name}", original)
+
+
+def warm_kernels(calls: dict) -> dict:
+    """The recorded im2col/col2im calls as callables that re-run the bare kernel into an
+    output buffer written before (no allocation, no first-touch page faults): the kernels' own
+    cost. The argument handling mirrors refseg.autograd.conv._im2col/_col2im."""
+    fns = {}
+    for name, (args, out) in calls.items():
+        # _im2col(x, kh, kw, strides, pads, out_hw, backend);
+        # _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend)
+        src, (kh, kw, strides, pads, out_hw) = np.ascontiguousarray(args[0]), args[-6:-1]
+        buffer = np.empty_like(out)
+        kernel, geometry = getattr(_kernels, name), (kh, kw, *strides, *pads, *out_hw)
+        fns[f"warm {name}"] = (lambda kernel=kernel, src=src, geometry=geometry, buffer=buffer:
+                               kernel(src, *geometry, buffer))
+    return fns
+
+
+def gemm_operands(layer: Layer, batch: int) -> dict:
+    """The matrix products of refseg's forward ("fwd") and backward ("bwd"), as the op writes
+    them (same shapes, same transposed views), on random arrays."""
+    rng = np.random.default_rng(2)
+    kk = layer.k * layer.k
+
+    def rand(*shape):
+        return rng.standard_normal(shape, dtype=np.float32)
+
+    if layer.kind == "conv":
+        m = batch * layer.out_size ** 2
+        cols, w2 = rand(m, kk * layer.cin), rand(kk * layer.cin, layer.cout)
+        g2 = rand(m, layer.cout)
+        return {"fwd": [lambda: cols @ w2],
+                "bwd": [lambda: cols.T @ g2, lambda: g2 @ w2.T]}
+    m = batch * layer.size ** 2
+    x2, w2 = rand(m, layer.cin), rand(kk * layer.cout, layer.cin)
+    gcols = rand(m, kk * layer.cout)
+    return {"fwd": [lambda: x2 @ w2.T],
+            "bwd": [lambda: gcols @ w2, lambda: gcols.T @ x2]}
+
+
+@dataclass
+class Breakdown:
+    layer: Layer
+    batch: int
+    fwd_ms: float
+    fb_ms: float
+    gemm_fwd_ms: float     # the forward GEMM alone
+    gemm_fb_ms: float      # all three GEMMs alone
+    kernels_ms: float      # im2col + col2im inside the op, per forward+backward
+    warm_kernels_ms: float  # the same kernels into an already-written buffer
+    faults: float          # minor page faults per forward+backward
+    other_cores: float     # cores used by other processes meanwhile
+
+    @property
+    def rest_ms(self) -> float:
+        return self.fb_ms - self.gemm_fb_ms - self.kernels_ms
+
+
+def profile_layer(layer: Layer, batch: int, repeat: int) -> Breakdown:
+    """refseg's forward + backward of one layer, split into its parts. All parts are timed in
+    the same interleaved rounds, so that a slow spell of the machine does not land on one."""
+    case = RefsegCase(layer, layer_data(layer, batch))
+    kernel_runs, fault_runs = [], []
+    with KernelTimer() as timer:
+
+        def forward_backward():
+            kernels0, faults0 = sum(timer.seconds.values()), minor_faults()
+            case.forward_backward()
+            fault_runs.append(minor_faults() - faults0)
+            kernel_runs.append(sum(timer.seconds.values()) - kernels0)
+
+        case.forward_backward()  # records the kernels' arguments for warm_kernels
+        products = gemm_operands(layer, batch)
+        fns = {"fwd": case.forward, "fb": forward_backward, **warm_kernels(timer.calls),
+               **{f"gemm {stage}{i}": fn for stage, fns in products.items()
+                  for i, fn in enumerate(fns)}}
+        load = OtherLoad()
+        times = {k: 1e3 * statistics.median(v) for k, v in time_interleaved(fns, repeat).items()}
+    return Breakdown(
+        layer, batch, times["fwd"], times["fb"], times["gemm fwd0"],
+        sum(v for k, v in times.items() if k.startswith("gemm")),
+        1e3 * statistics.median(kernel_runs[-repeat:]),
+        sum(v for k, v in times.items() if k.startswith("warm")),
+        statistics.median(fault_runs[-repeat:]), load.cores())
+
+
+# --- the decoder training step -------------------------------------------------------------
+
+def decoder_inputs(batch: int, seed: int = 3) -> tuple[dict, np.ndarray]:
+    """Random NHWC taps (non-negative, as after a relu) and integer labels (N, 224, 224)."""
+    rng = np.random.default_rng(seed)
+    taps = {name: rng.random((batch, *shape), dtype=np.float32) for name, shape in TAPS.items()}
+    size = LAYERS["prediction"].out_size
+    return taps, rng.integers(0, CLASSES, size=(batch, size, size))
+
+
+def decoder_weights(seed: int = 4) -> dict:
+    """name -> (kernel, bias), Keras layouts, He-scaled so activations stay O(1)."""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for layer in LAYERS.values():
+        scale = np.sqrt(2.0 / (layer.k * layer.k * layer.cin))
+        weights[layer.name] = ((scale * rng.standard_normal(layer.kernel_shape()))
+                               .astype(np.float32), np.zeros(layer.cout, np.float32))
+    return weights
+
+
+def parameter_count() -> int:
+    return sum(layer.k * layer.k * layer.cin * layer.cout + layer.cout
+               for layer in LAYERS.values())
+
+
+class RefsegTrainer:
+    """One decoder training step in refseg: forward, loss, backward, update."""
+
+    def __init__(self, batch: int, learning_rate: float = 1e-3):
+        self.taps, self.labels = decoder_inputs(batch)
+        self.params = {}
+        for name, (kernel, bias) in decoder_weights().items():
+            self.params[name] = (ag.Tensor(kernel, requires_grad=True, name=f"{name}/kernel"),
+                                 ag.Tensor(bias, requires_grad=True, name=f"{name}/bias"))
+        flat = [t for pair in self.params.values() for t in pair]
+        self.learning_rate = learning_rate
+        self.optimizer = RefsegAdam(flat, learning_rate=learning_rate) if RefsegAdam else None
+        self.flat = flat
+
+    def step(self) -> float:
+        values = {name: ag.Tensor(array) for name, array in self.taps.items()}  # frozen
+        for name in DECODER:
+            if name in ADDS:
+                a, b = ADDS[name]
+                values[name] = ag.add(values[a], values[b])
+                continue
+            layer = LAYERS[name]
+            y = refseg_layer(layer)(values[layer.src], *self.params[name])
+            values[name] = ag.softmax(y) if name == "prediction" else ag.relu(y)
+        loss = ag.categorical_crossentropy(values["prediction"], self.labels)
+        del values  # the graph lives on through `loss` only, and is freed by backward
+        loss.backward()
+        if self.optimizer is not None:
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+        else:  # plain SGD, in place
+            for p in self.flat:
+                p.data -= self.learning_rate * p.grad
+                p.grad = None
+        return float(loss.data)
+
+
+class TorchTrainer:
+    """The same step in torch (NCHW or channels_last), with torch.optim.Adam."""
+
+    def __init__(self, batch: int, channels_last: bool, learning_rate: float = 1e-3):
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        taps, labels = decoder_inputs(batch)
+        self.taps = {k: torch.from_numpy(v.transpose(0, 3, 1, 2)).contiguous(memory_format=fmt)
+                     for k, v in taps.items()}
+        self.labels = torch.from_numpy(labels)
+        self.params = {}
+        for name, (kernel, bias) in decoder_weights().items():
+            w = torch.from_numpy(kernel.transpose(3, 2, 0, 1)).contiguous(memory_format=fmt)
+            self.params[name] = (w.requires_grad_(), torch.from_numpy(bias).requires_grad_())
+        flat = [t for pair in self.params.values() for t in pair]
+        self.optimizer = torch.optim.Adam(flat, lr=learning_rate, eps=1e-7)
+
+    def step(self) -> float:
+        values = dict(self.taps)
+        for name in DECODER:
+            if name in ADDS:
+                a, b = ADDS[name]
+                values[name] = values[a] + values[b]
+                continue
+            layer = LAYERS[name]
+            y = torch_layer(layer)(values[layer.src], *self.params[name])
+            values[name] = torch.softmax(y, dim=1) if name == "prediction" else torch.relu(y)
+        # refseg's loss: mean over pixels of -log(clip(p, 1e-7, 1 - 1e-7)) at the true class
+        p = values["prediction"].clamp(1e-7, 1 - 1e-7)
+        loss = -torch.log(p.gather(1, self.labels[:, None])).mean()
+        del values, p
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss)
+
+
+def train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
+    """Runs in a fresh process: RSS around `steps` training steps, as a dict (printed as
+    JSON to the parent)."""
+    if impl.startswith("torch"):
+        load_torch(threads)
+        trainer = TorchTrainer(batch, channels_last=impl == "torch-cl")
+    else:
+        trainer = RefsegTrainer(batch)
+    result = {"impl": impl, "batch": batch, "rss_before_mb": proc_status_mb("VmRSS")}
+    checkpoints = {1, 10, 25, 50, steps}
+    can_reset = reset_peak_rss()
+    rss, losses, times, peak_first = {}, [], [], None
+    load = OtherLoad()
+    for i in range(1, steps + 1):
+        if i == 2 and can_reset:  # step 1 allocates the optimiser's lazily made state
+            reset_peak_rss()
+            steady_before = proc_status_mb("VmRSS")
+        start = time.perf_counter()
+        losses.append(trainer.step())
+        times.append(time.perf_counter() - start)
+        if i == 1:
+            peak_first = proc_status_mb("VmHWM")
+        if i in checkpoints:
+            rss[i] = proc_status_mb("VmRSS")
+    result.update(
+        peak_reset=can_reset, rss_mb=rss, losses=[losses[0], losses[-1]],
+        other_cores=load.cores(),
+        step_ms=[1e3 * t for t in times], peak_step1_mb=peak_first - result["rss_before_mb"],
+        vmhwm_mb=proc_status_mb("VmHWM"), maxrss_mb=resource.getrusage(
+            resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+    if can_reset and steps >= 2:
+        result["peak_steady_mb"] = result["vmhwm_mb"] - steady_before
+    if impl == "refseg":
+        import tracemalloc
+
+        tracemalloc.start()  # NumPy reports its data buffers to tracemalloc (since 1.13)
+        live = tracemalloc.get_traced_memory()[0]
+        trainer.step()
+        result["tracemalloc_peak_mb"] = (tracemalloc.get_traced_memory()[1] - live) / 2 ** 20
+        tracemalloc.stop()
+    return result
+
+
+def run_train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--threads", str(threads),
+           "--train-child", impl, str(batch), str(steps)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return {"impl": impl, "batch": batch, "error": out.stderr.strip().splitlines()[-1:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- the report ----------------------------------------------------------------------------
+
+def layer_table(results: list[LayerResult], ceiling: float) -> list[str]:
+    lines = [
+        "| layer | shape | GFLOP fwd | refseg fwd ms | torch fwd ms | ratio fwd | "
+        "refseg f+b ms | torch f+b ms | ratio f+b | refseg GFLOP/s fwd / f+b | "
+        "% sgemm fwd / f+b | targets | other load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    layout = {"torch-nchw": "NCHW", "torch-cl": "CL"}
+    for r in results:
+        misses = []
+        if r.ratio("fwd") > 1.5:
+            misses.append("fwd>1.5x")
+        if r.ratio("fb") > 1.5:
+            misses.append("f+b>1.5x")
+        large = r.layer.flops(1) >= LARGE_FLOPS
+        if large and min(r.gflops("fwd"), r.gflops("fb")) < 0.5 * ceiling:
+            misses.append("<50% sgemm")
+        best = {m: layout[r.torch_best(m).rsplit("-", 1)[0]] for m in ("fwd", "fb")}
+        agree = "" if r.agreement < 1e-3 else f" MISMATCH {r.agreement:.1e}"
+        lines.append(
+            f"| {r.layer.name}{' (large)' if large else ''} | {r.layer.describe()} | "
+            f"{r.layer.flops(r.batch) / 1e9:.3f} | "
+            f"{r.ms('refseg-fwd'):.2f} | {r.ms(r.torch_best('fwd')):.2f} {best['fwd']} | "
+            f"{r.ratio('fwd'):.2f} ({r.ratio('fwd', min_ms):.2f}) | "
+            f"{r.ms('refseg-fb'):.2f} | {r.ms(r.torch_best('fb')):.2f} {best['fb']} | "
+            f"{r.ratio('fb'):.2f} ({r.ratio('fb', min_ms):.2f}) | "
+            f"{r.gflops('fwd'):.0f} / {r.gflops('fb'):.0f} | "
+            f"{100 * r.gflops('fwd') / ceiling:.0f}% / {100 * r.gflops('fb') / ceiling:.0f}% | "
+            f"{', '.join(misses) or 'ok'}{agree} | {r.other_cores:.2f} |")
+    ref = sum(r.ms("refseg-fb") for r in results)
+    tor = sum(r.ms(r.torch_best("fb")) for r in results)
+    ref_f = sum(r.ms("refseg-fwd") for r in results)
+    tor_f = sum(r.ms(r.torch_best("fwd")) for r in results)
+    flops = sum(r.layer.flops(r.batch) for r in results)
+    lines.append(f"| **all** | | {flops / 1e9:.2f} | {ref_f:.1f} | {tor_f:.1f} | "
+                 f"{ref_f / tor_f:.2f} | {ref:.1f} | {tor:.1f} | {ref / tor:.2f} | "
+                 f"{flops / ref_f / 1e6:.0f} / {3 * flops / ref / 1e6:.0f} | "
+                 f"{100 * flops / ref_f / 1e6 / ceiling:.0f}% / "
+                 f"{100 * 3 * flops / ref / 1e6 / ceiling:.0f}% | | |")
+    return lines
+
+
+def torch_layout_lines(results: list[LayerResult]) -> list[str]:
+    wins = {m: sum(r.ms(f"torch-cl-{m}") < r.ms(f"torch-nchw-{m}") for r in results)
+            for m in ("fwd", "fb")}
+    total = {m: (sum(r.ms(f"torch-nchw-{m}") for r in results),
+                 sum(r.ms(f"torch-cl-{m}") for r in results)) for m in ("fwd", "fb")}
+    return [f"torch layouts: channels_last faster on {wins['fwd']}/{len(results)} layers "
+            f"forward, {wins['fb']}/{len(results)} forward+backward; sums NCHW / CL: "
+            f"fwd {total['fwd'][0]:.1f} / {total['fwd'][1]:.1f} ms, "
+            f"f+b {total['fb'][0]:.1f} / {total['fb'][1]:.1f} ms."]
+
+
+def breakdown_table(rows: list[Breakdown]) -> list[str]:
+    lines = [
+        "| layer | batch | refseg f+b ms | 3 GEMMs alone ms | GEMM GFLOP/s | im2col+col2im in op "
+        "ms | same kernels, warm buffer ms | rest ms | page faults / run | fwd ms | "
+        "fwd GEMM alone ms | other load |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for b in rows:
+        gemm_rate = 3 * b.layer.flops(b.batch) / (b.gemm_fb_ms * 1e-3) / 1e9
+        lines.append(
+            f"| {b.layer.name} | {b.batch} | {b.fb_ms:.2f} | {b.gemm_fb_ms:.2f} "
+            f"({100 * b.gemm_fb_ms / b.fb_ms:.0f}%) | {gemm_rate:.0f} | {b.kernels_ms:.2f} "
+            f"({100 * b.kernels_ms / b.fb_ms:.0f}%) | {b.warm_kernels_ms:.2f} | "
+            f"{b.rest_ms:.2f} | {b.faults:.0f} | {b.fwd_ms:.2f} | {b.gemm_fwd_ms:.2f} | "
+            f"{b.other_cores:.2f} |")
+    return lines
+
+
+def training_lines(runs: list[dict]) -> list[str]:
+    lines = ["| impl | batch | steps | step ms (median) | RSS before MiB | peak over step 1 "
+             "MiB | peak over steps 2.. MiB | tracemalloc peak MiB | RSS after steps "
+             "(MiB) | loss first / last | other load |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    for r in runs:
+        if "error" in r:
+            lines.append(f"| {r['impl']} | {r['batch']} | failed: {r['error']} |")
+            continue
+        rss = ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["rss_mb"].items(),
+                                                            key=lambda kv: int(kv[0])))
+        steady = f"{r['peak_steady_mb']:.0f}" if "peak_steady_mb" in r else "-"
+        tm = f"{r['tracemalloc_peak_mb']:.0f}" if "tracemalloc_peak_mb" in r else "-"
+        lines.append(
+            f"| {r['impl']} | {r['batch']} | {len(r['step_ms'])} | "
+            f"{statistics.median(r['step_ms']):.0f} | {r['rss_before_mb']:.0f} | "
+            f"{r['peak_step1_mb']:.0f} | {steady} | {tm} | {rss} | "
+            f"{r['losses'][0]:.4f} / {r['losses'][1]:.4f} | {r['other_cores']:.2f} |")
+    return lines
+
+
+def rss_verdict(run: dict) -> str:
+    rss = {int(k): v for k, v in run["rss_mb"].items()}
+    first = 10 if 10 in rss and max(rss) > 10 else min(rss)
+    growth = rss[max(rss)] - rss[first]
+    return (f"refseg batch {run['batch']}: RSS after step {first} -> step {max(rss)}: "
+            f"{growth:+.1f} MiB ({'stable' if growth < 8 else 'GROWS'}; threshold 8 MiB)")
+
+
+# --- main ----------------------------------------------------------------------------------
+
+def main(args: argparse.Namespace) -> None:
+    if args.train_child:
+        impl, batch, steps = args.train_child
+        print(json.dumps(train_child(impl, int(batch), int(steps), args.threads)))
+        return
+    load_torch(args.threads)
+    layers = [LAYERS[n] for n in args.layers] if args.layers else list(LAYERS.values())
+    out: list[str] = []
+
+    def emit(*lines):
+        for line in lines:
+            print(line, flush=True)
+            out.append(line)
+
+    started = time.perf_counter()
+    emit("# refseg decoder layers vs torch", "",
+         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}: `python benchmarks/bench_ops.py "
+         + " ".join(sys.argv[1:]) + "`", "", *environment_lines(args.threads), "")
+
+    # Memory first, each in a fresh process; refseg's RSS check runs the longest.
+    emit("## Decoder training step: memory and time", "",
+         f"Decoder parameters: {parameter_count():,} "
+         f"({parameter_count() * 4 / 2 ** 20:.1f} MiB float32; with gradient and two Adam "
+         f"moments {4 * parameter_count() * 4 / 2 ** 20:.1f} MiB). Update: "
+         + ("refseg.optim.Adam (lr 1e-3)" if RefsegAdam else "plain in-place SGD "
+            "(refseg.optim.Adam not found)") + "; torch: torch.optim.Adam.", "")
+    runs = [run_train_child("refseg", 1, args.train_steps, args.threads)]
+    runs += [run_train_child(impl, 1, min(args.train_steps, 10), args.threads)
+             for impl in ("torch", "torch-cl")]
+    for batch in args.batches:
+        if batch != 1:
+            runs += [run_train_child(impl, batch, 5, args.threads)
+                     for impl in ("refseg", "torch", "torch-cl")]
+    emit(*training_lines(runs), "")
+    if "error" not in runs[0]:
+        emit(rss_verdict(runs[0]), "")
+
+    # The ceiling before and after the layers: the machine's load may change in between.
+    largest = max(LAYERS.values(), key=lambda layer: layer.flops(1))
+    shapes = {"square 1024": (1024,) * 3, "square 2048": (2048,) * 3}
+    for batch in args.batches:
+        shapes[f"{largest.name} fwd GEMM, batch {batch}"] = gemm_shape(largest, batch)
+    sgemm_before = measure_sgemm(shapes, max(3, args.repeat // 2))
+
+    results = {}
+    for batch in args.batches:
+        results[batch] = []
+        for layer in layers:
+            wait_until_quiet(args.wait_quiet)
+            results[batch].append(benchmark_layer(layer, batch, args.repeat))
+    sgemm_after = measure_sgemm(shapes, max(3, args.repeat // 2))
+    ceiling = max(max(sgemm_before[s], sgemm_after[s]) for s in ("square 1024", "square 2048"))
+
+    emit("## sgemm (np.matmul float32) in this run", "",
+         "| product | M x K x N | GFLOP/s before layers | after layers |", "|---|---|---:|---:|")
+    for label, shape in shapes.items():
+        emit(f"| {label} | {' x '.join(map(str, shape))} | {sgemm_before[label]:.0f} | "
+             f"{sgemm_after[label]:.0f} |")
+    emit("", f"sgemm ceiling (best square median): **{ceiling:.0f} GFLOP/s**.", "")
+
+    for batch in args.batches:
+        emit(f"## Layers, batch {batch}", "",
+             "Medians of the interleaved rounds; ratio = refseg / faster torch layout (ratio of "
+             "the fastest runs in brackets); f+b = forward + backward, counted as 3x the "
+             "forward FLOPs; (large) = at least 1 GFLOP forward per image. Targets: ratio "
+             "<= 1.5, large layers >= 50% of the sgemm ceiling. Other load: cores used by "
+             "other processes meanwhile (above ~0.1 the numbers are disturbed).", "",
+             *layer_table(results[batch], ceiling), "", *torch_layout_lines(results[batch]), "")
+    worst = max(r.agreement for rs in results.values() for r in rs)
+    emit(f"refseg vs torch agreement: largest relative difference over outputs and gradients "
+         f"{worst:.1e} ({'ok' if worst < 1e-3 else 'MISMATCH'}).", "")
+
+    if args.profile:
+        rows = []
+        for batch in args.batches:
+            for layer in layers:
+                wait_until_quiet(args.wait_quiet)
+                rows.append(profile_layer(layer, batch, args.repeat))
+        emit("## Where refseg's forward + backward time goes", "",
+             "GEMMs alone: the op's three matrix products on arrays of the same shapes and "
+             "transposes (each allocating its output, as in the op). im2col+col2im in op: "
+             "the two window kernels as called by the op, with their output allocation; "
+             "warm buffer: the same kernels writing into a buffer that was written before "
+             "(the difference is page-fault cost). Rest: bias, bias gradient, gradient copies "
+             "and Python.", "", *breakdown_table(rows), "")
+    emit(f"Total run time {time.perf_counter() - started:.0f} s.")
+    if args.write:
+        RESULTS.write_text("\n".join(out) + "\n")
+        print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main(ARGS)
