@@ -7,8 +7,8 @@ Every Conv2D / Conv2DTranspose layer of the Res-Mobile Net decoder at a 224x224 
 (``shared/reference/NOTES.md`` section 2: 3x3 kernels with bias, Keras padding "same",
 transposed convolutions stride 2 except the stride-1 prediction layer), at batch 1 and 4:
 
-* **refseg**: ``refseg.autograd.conv2d`` / ``conv2d_transpose`` on NHWC float32 (im2col or
-  col2im in Cython + one NumPy matrix product per GEMM).
+* **refseg**: ``refseg.autograd.conv2d`` / ``conv2d_transpose`` on NHWC float32 (im2col /
+  col2im kernels in Cython + NumPy matrix products, i.e. OpenBLAS sgemm).
 * **torch**: ``torch.nn.functional.conv2d`` / ``conv_transpose2d`` (oneDNN / MKL on this CPU),
   timed both in NCHW (its native layout) and in channels_last; each ratio is taken against the
   faster of the two, and the table says which one that was. Keras "same" for a stride-2
@@ -31,8 +31,8 @@ FLOPs: a convolution is 2 N Ho Wo kh kw Cin Cout; a transposed convolution 2 N H
 Cout (H, W of its input); forward + backward counts 3x forward (input gradient and kernel
 gradient each cost one forward; bias terms are ignored). refseg's GFLOP/s is set against the
 float32 matrix product (``np.matmul``, i.e. OpenBLAS sgemm) measured in the same run: square
-n = 1024 and 2048 (the larger median rate is "the sgemm ceiling"), and the forward GEMM of the
-largest layer.
+n = 1024 and 2048 (the larger median rate is "the sgemm ceiling"), and the forward GEMMs of the
+two largest layers (x7b, x21), measured before and after the layers.
 
 Threads: one count T (``--threads``, default all cores) for everything, fixed before the
 libraries load: ``OMP_NUM_THREADS`` (refseg's OpenMP kernels), ``OPENBLAS_NUM_THREADS``
@@ -42,22 +42,34 @@ libraries load: ``OMP_NUM_THREADS`` (refseg's OpenMP kernels), ``OPENBLAS_NUM_TH
 Timing: two warm-up runs of each variant, then ``--repeat`` rounds in which every variant of a
 layer runs once, in an order rotated each round, so a slow spell of the (shared) machine hits
 all of them alike; the garbage collector is off while timing. Medians are reported; the ratio
-column also gives, in brackets, the ratio of the fastest runs.
+column also gives, in brackets, the ratio of the fastest runs. Each row also gives the CPU
+that other processes used meanwhile ("other load", in cores, from /proc/stat): on 2 cores a
+single busy neighbour makes 2-thread OpenBLAS GEMMs an order of magnitude slower (its threads
+wait for each other at every barrier), much more than it slows torch, so rows with a load
+above ~0.1 compare the libraries' tolerance of contention rather than their speed.
+``--wait-quiet S`` holds each layer back (up to S seconds) until the machine is idle. Load
+from outside this virtual machine (its host) is not visible here: compare the sgemm rates
+measured before and after the layers.
 
-Where refseg's time goes (``--profile``, on by default): for each layer the forward + backward
-is split into the im2col / col2im calls inside the op (wrapped with a timer at run time; the
-files are not modified), the same kernels re-run on an already-touched output buffer (so the
-difference is the cost of first-touching freshly allocated memory), the op's three GEMMs
-timed alone on arrays of the same shapes and layouts, and the rest; with the minor page faults
-per run.
+Where refseg's time goes (on by default, ``--no-profile`` skips it): each layer's forward +
+backward is split into the calls of refseg's compiled im2col / col2im kernels inside the op
+(timed by wrapping the attributes of ``refseg._kernels`` at run time; no file is modified),
+the same calls re-run alone, back to back, each into its own buffer written before (the
+difference shows what the surroundings cost them: cache state, and OpenBLAS worker threads
+that keep spinning after a GEMM and take the core the kernel's second OpenMP thread needs), the
+three matrix products of the im2col formulation timed alone at the layer's shapes, and the
+rest (bias, bias gradient, allocation, leaf-gradient copies, Python); with the minor page
+faults per run. All parts are timed in the same interleaved rounds.
 
 Memory of a decoder training step: forward of every decoder layer (relu after each, softmax
 after the prediction layer, the Adds), per-pixel categorical cross-entropy, backward, and one
 ``refseg.optim.Adam`` update (a plain in-place SGD update if refseg has no Adam), from random
 tap tensors of the backbone shapes. It runs in a fresh child process (so memory that an
 earlier part of this run left in the allocator cannot hide the step's own allocations), and is
-measured as the peak resident set size: ``VmHWM`` of /proc/self/status, reset just before the
-measured steps by writing 5 to /proc/self/clear_refs, minus ``VmRSS`` before them. Peak RSS is
+measured as the peak resident set size: ``VmHWM`` of /proc/self/status, reset by writing 5 to
+/proc/self/clear_refs, minus ``VmRSS`` at the reset; once for step 1 (which also allocates
+whatever is made lazily: scratch buffers, optimiser state) and once over the steps after it
+(the steady state). Peak RSS is
 what the machine has to provide, and sees every allocation (NumPy arrays, BLAS buffers,
 allocator slack), which ``ru_maxrss`` also does but cannot be reset. As a cross-check the
 child also runs one step under ``tracemalloc``, to which NumPy reports its array buffers: that
@@ -69,6 +81,7 @@ Usage::
 
     python benchmarks/bench_ops.py [--quick] [--threads T] [--repeat N] [--write]
         [--batches 1 4] [--layers x1 x13 ...] [--no-profile] [--train-steps S]
+        [--wait-quiet SECONDS]
 """
 from __future__ import annotations
 
@@ -147,8 +160,6 @@ import numpy as np  # noqa: E402
 import refseg  # noqa: E402
 from refseg import _kernels  # noqa: E402
 from refseg import autograd as ag  # noqa: E402
-from refseg.autograd import conv as ag_conv  # noqa: E402
-from refseg.autograd.geometry import conv_output, transpose_output  # noqa: E402
 
 try:  # the lead's optimiser; the training step falls back to SGD without it
     from refseg.optim import Adam as RefsegAdam
@@ -266,11 +277,28 @@ def blas_info() -> list[dict]:
     return threadpoolctl.threadpool_info()
 
 
+def source_state() -> str:
+    """The commit of the refseg being measured, and whether refseg/ has uncommitted changes
+    (the numbers belong to that code, not to the commit alone)."""
+    root = Path(refseg.__file__).resolve().parent.parent
+
+    def git(*cmd):
+        return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "not a git checkout"
+    dirty = git("status", "--porcelain", "--", "refseg")
+    return f"HEAD {head}" + (" + uncommitted changes in refseg/" if dirty else ", refseg/ clean")
+
+
 def environment_lines(threads: int) -> list[str]:
     lines = [
         f"- {platform.platform()}, {platform.processor() or platform.machine()}, "
         f"{_all_cores()} cores available; Python {platform.python_version()}",
-        f"- refseg {getattr(refseg, '__version__', '?')}, NumPy {np.__version__}, "
+        f"- refseg {getattr(refseg, '__version__', '?')} ({source_state()}), "
+        f"NumPy {np.__version__}, "
         f"torch {torch.__version__ if torch else 'not loaded'}",
         f"- threads T = {threads}: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
@@ -574,53 +602,63 @@ def benchmark_layer(layer: Layer, batch: int, repeat: int) -> LayerResult:
 # --- where refseg's time goes --------------------------------------------------------------
 
 class KernelTimer:
-    """Wraps refseg.autograd.conv's _im2col/_col2im (in memory only) to time each call and
-    to remember its arguments, so the bare kernel can be re-run on a warm buffer."""
+    """Times refseg's compiled im2col / col2im kernels inside the ops. The ops look them up
+    on the kernels module at every call (``kernels(backend).im2col(...)``), so replacing the
+    module attributes with timing wrappers (in memory only, undone on exit) sees every call
+    whatever the op's internals; each call's arguments are recorded for ``rerun_alone``."""
+
+    NAMES = ("im2col", "col2im")
 
     def __init__(self):
-        self.seconds = {"im2col": 0.0, "col2im": 0.0}
-        self.calls = {}
+        self.seconds = 0.0
+        self.recording = False
+        self.calls = []           # (kernel, args) of the calls made while recording
         self._originals = {}
 
     def __enter__(self):
-        for name in ("im2col", "col2im"):
-            original = getattr(ag_conv, f"_{name}")
+        for name in self.NAMES:
+            original = getattr(_kernels, name)
             self._originals[name] = original
 
-            def timed(*args, _name=name, _original=original):
+            def timed(*args, _original=original):
                 start = time.perf_counter()
                 out = _original(*args)
-                self.seconds[_name] += time.perf_counter() - start
-                self.calls[_name] = (args, out)
+                self.seconds += time.perf_counter() - start
+                if self.recording:
+                    self.calls.append((_original, args))
                 return out
 
-            setattr(ag_conv, f"_{name}", timed)
+            setattr(_kernels, name, timed)
         return self
 
     def __exit__(self, *exc):
         for name, original in self._originals.items():
-            setattr(ag_conv, f"_{name}", original)
+            setattr(_kernels, name, original)
 
 
-def warm_kernels(calls: dict) -> dict:
-    """The recorded im2col/col2im calls as callables that re-run the bare kernel into an
-    output buffer written before (no allocation, no first-touch page faults): the kernels' own
-    cost. The argument handling mirrors refseg.autograd.conv._im2col/_col2im."""
-    fns = {}
-    for name, (args, out) in calls.items():
-        # _im2col(x, kh, kw, strides, pads, out_hw, backend);
-        # _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend)
-        src, (kh, kw, strides, pads, out_hw) = np.ascontiguousarray(args[0]), args[-6:-1]
-        buffer = np.empty_like(out)
-        kernel, geometry = getattr(_kernels, name), (kh, kw, *strides, *pads, *out_hw)
-        fns[f"warm {name}"] = (lambda kernel=kernel, src=src, geometry=geometry, buffer=buffer:
-                               kernel(src, *geometry, buffer))
-    return fns
+def rerun_alone(calls: list):
+    """A callable that repeats the recorded kernel calls with the same inputs, each writing
+    into a private output buffer (the last argument of both kernels) that has been written
+    before: no allocation and no first-touch page faults, so the kernels' own cost."""
+    prepared = []
+    for kernel, args in calls:
+        buffer = np.empty_like(args[-1])
+        kernel(*args[:-1], buffer)  # touch the buffer once
+        prepared.append((kernel, args[:-1], buffer))
+
+    def run():
+        for kernel, inputs, buffer in prepared:
+            kernel(*inputs, buffer)
+
+    return run
 
 
 def gemm_operands(layer: Layer, batch: int) -> dict:
-    """The matrix products of refseg's forward ("fwd") and backward ("bwd"), as the op writes
-    them (same shapes, same transposed views), on random arrays."""
+    """The three matrix products of the im2col formulation, at full size, on random arrays:
+    forward ("fwd") and the kernel and input gradients ("bwd"), with the transposed views
+    refseg wrote at the time of writing (conv: y = cols W, dW = cols^T g, dcols = g W^T;
+    transposed conv: cols = x W^T, dx = gcols W, dW = gcols^T x). Whatever blocking or
+    reformulation the op uses, these are its FLOPs at the rate BLAS gives these shapes."""
     rng = np.random.default_rng(2)
     kk = layer.k * layer.k
 
@@ -666,14 +704,16 @@ def profile_layer(layer: Layer, batch: int, repeat: int) -> Breakdown:
     with KernelTimer() as timer:
 
         def forward_backward():
-            kernels0, faults0 = sum(timer.seconds.values()), minor_faults()
+            kernels0, faults0 = timer.seconds, minor_faults()
             case.forward_backward()
             fault_runs.append(minor_faults() - faults0)
-            kernel_runs.append(sum(timer.seconds.values()) - kernels0)
+            kernel_runs.append(timer.seconds - kernels0)
 
-        case.forward_backward()  # records the kernels' arguments for warm_kernels
+        timer.recording = True
+        case.forward_backward()  # records the kernel calls of one forward + backward
+        timer.recording = False
         products = gemm_operands(layer, batch)
-        fns = {"fwd": case.forward, "fb": forward_backward, **warm_kernels(timer.calls),
+        fns = {"fwd": case.forward, "fb": forward_backward, "kernels": rerun_alone(timer.calls),
                **{f"gemm {stage}{i}": fn for stage, fns in products.items()
                   for i, fn in enumerate(fns)}}
         load = OtherLoad()
@@ -681,8 +721,7 @@ def profile_layer(layer: Layer, batch: int, repeat: int) -> Breakdown:
     return Breakdown(
         layer, batch, times["fwd"], times["fb"], times["gemm fwd0"],
         sum(v for k, v in times.items() if k.startswith("gemm")),
-        1e3 * statistics.median(kernel_runs[-repeat:]),
-        sum(v for k, v in times.items() if k.startswith("warm")),
+        1e3 * statistics.median(kernel_runs[-repeat:]), times["kernels"],
         statistics.median(fault_runs[-repeat:]), load.cores())
 
 
@@ -782,7 +821,7 @@ class TorchTrainer:
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(loss)
+        return loss.item()
 
 
 def train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
@@ -828,7 +867,9 @@ def train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
     return result
 
 
-def run_train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
+def run_train_child(impl: str, batch: int, steps: int, threads: int,
+                    wait_quiet: float = 0.0) -> dict:
+    wait_until_quiet(wait_quiet)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--threads", str(threads),
            "--train-child", impl, str(batch), str(steps)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -894,7 +935,7 @@ def torch_layout_lines(results: list[LayerResult]) -> list[str]:
 def breakdown_table(rows: list[Breakdown]) -> list[str]:
     lines = [
         "| layer | batch | refseg f+b ms | 3 GEMMs alone ms | GEMM GFLOP/s | im2col+col2im in op "
-        "ms | same kernels, warm buffer ms | rest ms | page faults / run | fwd ms | "
+        "ms | same kernels re-run alone ms | rest ms | page faults / run | fwd ms | "
         "fwd GEMM alone ms | other load |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for b in rows:
@@ -965,22 +1006,25 @@ def main(args: argparse.Namespace) -> None:
          f"moments {4 * parameter_count() * 4 / 2 ** 20:.1f} MiB). Update: "
          + ("refseg.optim.Adam (lr 1e-3)" if RefsegAdam else "plain in-place SGD "
             "(refseg.optim.Adam not found)") + "; torch: torch.optim.Adam.", "")
-    runs = [run_train_child("refseg", 1, args.train_steps, args.threads)]
-    runs += [run_train_child(impl, 1, min(args.train_steps, 10), args.threads)
+    runs = [run_train_child("refseg", 1, args.train_steps, args.threads, args.wait_quiet)]
+    runs += [run_train_child(impl, 1, min(args.train_steps, 10), args.threads, args.wait_quiet)
              for impl in ("torch", "torch-cl")]
     for batch in args.batches:
         if batch != 1:
-            runs += [run_train_child(impl, batch, 5, args.threads)
+            runs += [run_train_child(impl, batch, 5, args.threads, args.wait_quiet)
                      for impl in ("refseg", "torch", "torch-cl")]
     emit(*training_lines(runs), "")
     if "error" not in runs[0]:
         emit(rss_verdict(runs[0]), "")
 
     # The ceiling before and after the layers: the machine's load may change in between.
-    largest = max(LAYERS.values(), key=lambda layer: layer.flops(1))
+    # x7b and x21 are the largest layers (2.08 GFLOP each): a squarish GEMM (N = 256) and a
+    # tall, narrow one (N = 96), which BLAS runs at different rates.
+    largest = sorted(LAYERS.values(), key=lambda layer: -layer.flops(1))[:2]
     shapes = {"square 1024": (1024,) * 3, "square 2048": (2048,) * 3}
     for batch in args.batches:
-        shapes[f"{largest.name} fwd GEMM, batch {batch}"] = gemm_shape(largest, batch)
+        for layer in largest:
+            shapes[f"{layer.name} fwd GEMM, batch {batch}"] = gemm_shape(layer, batch)
     sgemm_before = measure_sgemm(shapes, max(3, args.repeat // 2))
 
     results = {}
@@ -1018,12 +1062,14 @@ def main(args: argparse.Namespace) -> None:
                 wait_until_quiet(args.wait_quiet)
                 rows.append(profile_layer(layer, batch, args.repeat))
         emit("## Where refseg's forward + backward time goes", "",
-             "GEMMs alone: the op's three matrix products on arrays of the same shapes and "
-             "transposes (each allocating its output, as in the op). im2col+col2im in op: "
-             "the two window kernels as called by the op, with their output allocation; "
-             "warm buffer: the same kernels writing into a buffer that was written before "
-             "(the difference is page-fault cost). Rest: bias, bias gradient, gradient copies "
-             "and Python.", "", *breakdown_table(rows), "")
+             "GEMMs alone: the three matrix products of the im2col formulation at the "
+             "layer's shapes (each allocating its output). im2col+col2im in op: the compiled "
+             "window kernels as called inside the op; re-run alone: the same calls back to "
+             "back, each into its own buffer written before (the gap shows cache state and "
+             "OpenBLAS threads still spinning after a GEMM). Page faults: minor faults per "
+             "forward+backward (they depend on what the allocator has cached). Rest: bias, "
+             "bias gradient, allocation, leaf-gradient copies, Python.", "",
+             *breakdown_table(rows), "")
     emit(f"Total run time {time.perf_counter() - started:.0f} s.")
     if args.write:
         RESULTS.write_text("\n".join(out) + "\n")

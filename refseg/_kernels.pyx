@@ -352,20 +352,24 @@ cdef inline void _add_run(real *out, const real *src, Py_ssize_t count) noexcept
 
 def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
            Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t ho, Py_ssize_t wo,
-           real[:, ::1] cols):
-    """cols[(n*ho + i)*wo + j, (a*kw + b)*C + c] = x[n, i*sh - pt + a, j*sw - pl + b, c] (0 outside).
-    Each (pixel, tap) is a contiguous run of C values in both arrays: one memcpy or memset."""
+           Py_ssize_t row_start, real[:, ::1] cols):
+    """For output rows r = row_start .. row_start + len(cols) / wo - 1 (r = n*ho + i):
+    cols[(r - row_start)*wo + j, (a*kw + b)*C + c] = x[n, i*sh - pt + a, j*sw - pl + b, c]
+    (0 outside). Each (pixel, tap) is a contiguous run of C values in both arrays: one memcpy
+    or memset. A range of rows lets callers build the column matrix a cache-sized block at a
+    time."""
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], w = x.shape[2], ch = x.shape[3]
-    cdef Py_ssize_t row, n, i, j, a, b, y, xx
+    cdef Py_ssize_t rows = cols.shape[0] // wo, k, row, n, i, j, a, b, y, xx
     cdef size_t run = ch * sizeof(real)
     cdef real *dst
     with nogil:
-        for row in prange(n_img * ho, schedule="static",
-                          num_threads=_threads(n_img * ho * wo * kh * kw * ch // 8)):
+        for k in prange(rows, schedule="static",
+                        num_threads=_threads(rows * wo * kh * kw * ch // 8)):
+            row = row_start + k
             n = row // ho
             i = row - n * ho
             for j in range(wo):
-                dst = &cols[row * wo + j, 0]
+                dst = &cols[k * wo + j, 0]
                 for a in range(kh):
                     y = i * sh - pt + a
                     for b in range(kw):

@@ -141,11 +141,12 @@ def _window_view(x, kh, kw, sh, sw, pt, pl, ho, wo):
     return taps
 
 
-def im2col(x, kh, kw, sh, sw, pt, pl, ho, wo, cols):
+def im2col(x, kh, kw, sh, sw, pt, pl, ho, wo, row_start, cols):
     x = np.asarray(x)
     taps = _window_view(x, kh, kw, sh, sw, pt, pl, ho, wo)
     stacked = np.stack([taps[a, b] for a in range(kh) for b in range(kw)], axis=3)
-    cols[...] = stacked.reshape(x.shape[0] * ho * wo, -1)
+    full = stacked.reshape(x.shape[0] * ho * wo, -1)
+    cols[...] = full[row_start * wo:row_start * wo + cols.shape[0]]
 
 
 def col2im(cols, kh, kw, sh, sw, pt, pl, ho, wo, out):

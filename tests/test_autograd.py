@@ -274,3 +274,56 @@ def test_nodes_carry_their_op_name():
 def test_bad_input_names_the_op_and_the_shapes(call, message):
     with pytest.raises(InputError, match=message):
         call()
+
+
+@pytest.mark.claim("claim2.fusion")
+@pytest.mark.parametrize("strides", [1, 2])
+def test_blocked_convolution_matches_one_block(monkeypatch, strides):
+    """Forward, kernel gradient and input gradient with the column matrix built in blocks of
+    a few rows equal the single-block result (to float64 rounding: BLAS adds in other orders),
+    and pass the gradient check."""
+    from refseg.autograd import conv
+
+    rng = np.random.default_rng(5)
+    x, w, g = (rng.standard_normal((2, 9, 7, 3)), rng.standard_normal((3, 3, 3, 4)), None)
+
+    def run():
+        xt, wt = ag.Tensor(x.copy(), requires_grad=True), ag.Tensor(w.copy(), requires_grad=True)
+        y = ag.conv2d(xt, wt, strides=strides, padding="same")
+        y.backward(np.ones(y.shape))
+        return y.data, xt.grad, wt.grad
+
+    whole = run()
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 8 * 27 * 7)  # one image row of columns per block
+    assert len(conv._row_blocks(2 * 9, 7, 27, 8)) == 18
+    for a, b in zip(run(), whole):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+    check_gradients(lambda *t: ag.conv2d(*t, strides=strides, padding="same"), [x, w])
+
+
+def test_frozen_inputs_get_no_gradient_computed():
+    """An input that does not require a gradient (a frozen backbone tap) gets none."""
+    x = ag.Tensor(np.ones((1, 4, 4, 2)))
+    w = ag.Tensor(np.ones((3, 3, 2, 2)), requires_grad=True)
+    for op in (lambda: ag.conv2d(x, w, padding="same"),
+               lambda: ag.conv2d_transpose(x, w, strides=2, padding="same")):
+        y = op()
+        y.backward(np.ones(y.shape))
+        assert x.grad is None and w.grad is not None
+        w.grad = None
+
+
+def test_leaf_gradients_never_alias_each_other_or_the_seed():
+    """add hands one array to both inputs and the seed belongs to the caller: the leaves must
+    get their own copies, so that accumulating into one cannot change another."""
+    a = ag.Tensor(np.zeros(2), requires_grad=True)
+    b = ag.Tensor(np.zeros(2), requires_grad=True)
+    seed = np.ones(2)
+    ag.add(a, b).backward(seed)
+    a.grad += 5
+    assert b.grad.tolist() == [1.0, 1.0] and seed.tolist() == [1.0, 1.0]
+    c = ag.Tensor(np.ones(2), requires_grad=True)
+    seed2 = np.array([2.0, 3.0])
+    ag.relu(c).backward(seed2)      # relu returns a new array: taken without a copy
+    c.grad += 1
+    assert seed2.tolist() == [2.0, 3.0]

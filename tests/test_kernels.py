@@ -141,8 +141,11 @@ def test_im2col_and_col2im(dtype, x, window):
     kh, kw, sh, sw, pt, pl = window
     ho, wo = _geometry(x.shape[1], x.shape[2], *window)
     n, c = x.shape[0], x.shape[3]
-    assert_same(both("im2col", x, kh, kw, sh, sw, pt, pl, ho, wo,
+    assert_same(both("im2col", x, kh, kw, sh, sw, pt, pl, ho, wo, 0,
                      outputs=[((n * ho * wo, kh * kw * c), dtype)]))
+    last_rows = max(1, n * ho // 2)  # a block of rows from the middle to the end
+    assert_same(both("im2col", x, kh, kw, sh, sw, pt, pl, ho, wo, n * ho - last_rows,
+                     outputs=[((last_rows * wo, kh * kw * c), dtype)]))
     cols = np.random.default_rng(0).standard_normal((n * ho * wo, kh * kw * c)).astype(dtype)
     assert_same(both("col2im", cols, kh, kw, sh, sw, pt, pl, ho, wo, outputs=[(x.shape, dtype)]))
 

@@ -64,11 +64,12 @@ class Conv2D(_Window):
         _check_bias(b, cout, self.name)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
-        cols = _im2col(x, kh, kw, self.strides, (pt, pl), (ho, wo), self.backend)
-        out = cols @ w.reshape(kh * kw * cin, cout)
+        out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides, (pt, pl),
+                            (ho, wo), self.backend)
         if b is not None:
             out += b
-        # the column matrix is not kept (it is kh*kw times the input): backward rebuilds it
+        # the column matrix is never kept whole (it is kh*kw times the input): backward
+        # rebuilds it block by block
         ctx.save_for_backward(x, w)
         ctx.geometry = ((pt, pl), (ho, wo))
         ctx.has_bias = b is not None
@@ -76,17 +77,22 @@ class Conv2D(_Window):
 
     def backward(self, ctx, grad):
         x, w = ctx.saved
-        pads, out_hw = ctx.geometry
+        (pt, pl), out_hw = ctx.geometry
         kh, kw, cin, cout = w.shape
-        g2 = grad.reshape(-1, cout)
-        cols = _im2col(x, kh, kw, self.strides, pads, out_hw, self.backend)
-        dw = (cols.T @ g2).reshape(w.shape)
-        w2 = w.reshape(kh * kw * cin, cout)
-        if _pointwise(kh, kw, self.strides, pads, x.shape[1:3], out_hw):
-            dcols = g2 @ w2.T  # cols is a view of x: dcols becomes dx itself
-        else:
-            dcols = np.matmul(g2, w2.T, out=cols)  # done with cols: reuse the workspace
-        dx = _col2im(dcols, x.shape, kh, kw, self.strides, pads, out_hw, self.backend)
+        g2 = np.ascontiguousarray(grad).reshape(-1, cout)
+        dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
+                                  self.backend).reshape(w.shape)
+        dx = None
+        if ctx.needs_input_grad[0] and self.strides == (1, 1):
+            # stride 1: dx is the correlation of grad with the kernel flipped in space and
+            # transposed in channels, padded k - 1 - p before: the same blocked path as forward
+            flipped = np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
+            dx = _blocked_conv(np.ascontiguousarray(grad), flipped.reshape(kh * kw * cout, cin),
+                               kh, kw, (1, 1), (kh - 1 - pt, kw - 1 - pl), x.shape[1:3],
+                               self.backend).reshape(x.shape)
+        elif ctx.needs_input_grad[0]:
+            cols = g2 @ w.reshape(kh * kw * cin, cout).T
+            dx = _col2im(cols, x.shape, kh, kw, self.strides, (pt, pl), out_hw, self.backend)
         db = g2.sum(axis=0) if ctx.has_bias else None
         return dx, dw, db
 
@@ -127,7 +133,7 @@ class Conv2DTranspose(_Window):
         kh, kw, cout, cin = w.shape
         gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
         w2 = w.reshape(kh * kw * cout, cin)
-        dx = (gcols @ w2).reshape(x_shape)
+        dx = (gcols @ w2).reshape(x_shape) if ctx.needs_input_grad[0] else None
         dw = (gcols.T @ x2).reshape(w.shape)
         db = grad.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
         return dx, dw, db
@@ -165,8 +171,10 @@ class DepthwiseConv2D(_Window):
         kh, kw, c, _ = w_shape
         g = np.ascontiguousarray(grad)
         k = kernels(self.backend)
-        dx = np.empty_like(x)
-        k.depthwise_backward_input(g, w2, kh, kw, *self.strides, pt, pl, dx)
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx = np.empty_like(x)
+            k.depthwise_backward_input(g, w2, kh, kw, *self.strides, pt, pl, dx)
         dw = np.empty((kh * kw, c), dtype=np.float64)
         k.depthwise_backward_weight(x, g, kh, kw, *self.strides, pt, pl, dw)
         db = g.reshape(-1, c).sum(axis=0) if ctx.has_bias else None
@@ -194,13 +202,61 @@ def _pointwise(kh, kw, strides, pads, in_hw, out_hw) -> bool:
     return kh == kw == 1 and strides == (1, 1) and pads == (0, 0) and tuple(in_hw) == tuple(out_hw)
 
 
+#: Bytes of the column-matrix block that blocked convolution builds at a time: small enough to
+#: stay in cache between im2col and the matrix product, large enough for an efficient GEMM.
+BLOCK_BYTES = 4 << 20
+
+
+def _row_blocks(total_rows, row_pixels, k, itemsize):
+    """Ranges of output image rows (n*ho + i) whose column block fits in BLOCK_BYTES."""
+    per_block = max(1, BLOCK_BYTES // max(1, row_pixels * k * itemsize))
+    return [(start, min(start + per_block, total_rows))
+            for start in range(0, total_rows, per_block)]
+
+
+def _blocked_conv(x, w2, kh, kw, strides, pads, out_hw, backend):
+    """x (N, H, W, C) convolved with w2 (kh*kw*C, Cout): (N*ho*wo, Cout), one block of output
+    rows at a time (im2col into the workspace, then one GEMM into the output rows)."""
+    n, _, _, c = x.shape
+    ho, wo = out_hw
+    if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
+        return np.ascontiguousarray(x).reshape(n * ho * wo, c) @ w2
+    x = np.ascontiguousarray(x)
+    k = kh * kw * c
+    out = np.empty((n * ho * wo, w2.shape[1]), dtype=x.dtype)
+    for start, stop in _row_blocks(n * ho, wo, k, x.dtype.itemsize):
+        rows = (stop - start) * wo
+        cols = _workspace(rows * k, x.dtype).reshape(rows, k)
+        kernels(backend).im2col(x, kh, kw, *strides, *pads, ho, wo, start, cols)
+        np.matmul(cols, w2, out=out[start * wo:stop * wo])
+    return out
+
+
+def _blocked_weight_grad(x, g2, kh, kw, strides, pads, out_hw, backend):
+    """sum over blocks of cols_block^T @ g2_block: the kernel gradient (kh*kw*C, Cout)."""
+    n, _, _, c = x.shape
+    ho, wo = out_hw
+    if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
+        return np.ascontiguousarray(x).reshape(n * ho * wo, c).T @ g2
+    x = np.ascontiguousarray(x)
+    k = kh * kw * c
+    dw = np.zeros((k, g2.shape[1]), dtype=x.dtype)
+    for start, stop in _row_blocks(n * ho, wo, k, x.dtype.itemsize):
+        rows = (stop - start) * wo
+        cols = _workspace(rows * k, x.dtype).reshape(rows, k)
+        kernels(backend).im2col(x, kh, kw, *strides, *pads, ho, wo, start, cols)
+        dw += cols.T @ g2[start * wo:stop * wo]
+    return dw
+
+
 def _im2col(x, kh, kw, strides, pads, out_hw, backend):
+    """The whole column matrix (in the workspace), for the transposed convolution's backward."""
     n, _, _, c = x.shape
     ho, wo = out_hw
     if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
         return np.ascontiguousarray(x).reshape(n * ho * wo, c)
     cols = _workspace(n * ho * wo * kh * kw * c, x.dtype).reshape(n * ho * wo, kh * kw * c)
-    kernels(backend).im2col(np.ascontiguousarray(x), kh, kw, *strides, *pads, ho, wo, cols)
+    kernels(backend).im2col(np.ascontiguousarray(x), kh, kw, *strides, *pads, ho, wo, 0, cols)
     return cols
 
 

@@ -95,7 +95,7 @@ class ZeroPad2D(Op):
     def backward(self, ctx, grad):
         (t, _), (l, _) = self.padding
         _, h, w, _ = ctx.shape
-        return (np.ascontiguousarray(grad[:, t:t + h, l:l + w]),)
+        return (grad[:, t:t + h, l:l + w].copy(),)  # never a view of grad (see backward)
 
 
 @implements("claim2.fusion", "claim4.propagation")

@@ -121,20 +121,28 @@ class Tensor:
         order = _topological_order(self)
         grads = {id(self): grad}
         owned = set()  # gradient buffers allocated here, safe to add into in place
+        # arrays that someone else may also hold: the caller's seed, and any array an op handed
+        # to two inputs (add passes its gradient to both); a leaf copies these, and takes any
+        # other array as its own (an op's freshly computed gradient: no copy of large kernels)
+        shared = {id(grad)}
         for tensor in reversed(order):
             g = grads.pop(id(tensor), None)
             if tensor.node is None:
                 if tensor.requires_grad and g is not None:
-                    if tensor.grad is None:
+                    if tensor.grad is not None:
+                        tensor.grad += g
+                    elif id(g) in shared and id(tensor) not in owned:
                         tensor.grad = np.array(g, copy=True)
                     else:
-                        tensor.grad += g
+                        tensor.grad = g
                 continue
             op, ctx, inputs = tensor.node
             tensor.node = None
             if g is None:
                 continue
             input_grads = op.backward(ctx, g)
+            handed = [id(pg) for pg in input_grads if pg is not None]
+            shared.update(i for i in handed if handed.count(i) > 1)
             for parent, pg in zip(inputs, input_grads):
                 if pg is None or parent is None or not parent.requires_grad:
                     continue
@@ -187,8 +195,10 @@ class Op:
             raise InputError(f"{self.name}: inputs mix dtypes "
                              + ", ".join(str(a.dtype) for a in arrays if a is not None))
         ctx = Context()
+        # which inputs want a gradient: backward may skip the others (e.g. frozen backbone taps)
+        ctx.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
         out = self.forward(ctx, *arrays)
-        needs = _grad_enabled and any(t is not None and t.requires_grad for t in inputs)
+        needs = _grad_enabled and any(ctx.needs_input_grad)
         result = Tensor(out, requires_grad=needs)
         if needs:
             result.node = (self, ctx, tuple(inputs))
