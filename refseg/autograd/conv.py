@@ -35,6 +35,14 @@ def _check_nhwc(x, op, name="input"):
         raise InputError(f"{op}: {name} must be NHWC (4-D), got shape {x.shape}")
 
 
+def _check_kernel(x, w, axis, layout, op):
+    """x must be NHWC and w a 4-D kernel whose ``axis`` holds x's channels."""
+    _check_nhwc(x, op)
+    if w.ndim != 4 or w.shape[axis] != x.shape[3]:
+        raise InputError(f"{op}: kernel {w.shape} {layout} does not fit input {x.shape} "
+                         "(N, H, W, C)")
+
+
 def _check_bias(b, channels, op):
     if b is not None and b.shape != (channels,):
         raise InputError(f"{op}: bias shape {b.shape} does not match {channels} channels")
@@ -56,10 +64,7 @@ class Conv2D(_Window):
     name = "conv2d"
 
     def forward(self, ctx, x, w, b=None):
-        _check_nhwc(x, self.name)
-        if w.ndim != 4 or w.shape[2] != x.shape[3]:
-            raise InputError(f"{self.name}: kernel {w.shape} (kh, kw, in, out) does not fit "
-                             f"input {x.shape} (N, H, W, C)")
+        _check_kernel(x, w, 2, "(kh, kw, in, out)", self.name)
         kh, kw, cin, cout = w.shape
         _check_bias(b, cout, self.name)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
@@ -104,10 +109,7 @@ class Conv2DTranspose(_Window):
     name = "conv2d_transpose"
 
     def forward(self, ctx, x, w, b=None):
-        _check_nhwc(x, self.name)
-        if w.ndim != 4 or w.shape[3] != x.shape[3]:
-            raise InputError(f"{self.name}: kernel {w.shape} (kh, kw, out, in) does not fit "
-                             f"input {x.shape} (N, H, W, C)")
+        _check_kernel(x, w, 3, "(kh, kw, out, in)", self.name)
         kh, kw, cout, cin = w.shape
         _check_bias(b, cout, self.name)
         n, h, wd, _ = x.shape
@@ -146,10 +148,10 @@ class DepthwiseConv2D(_Window):
     name = "depthwise_conv2d"
 
     def forward(self, ctx, x, w, b=None):
-        _check_nhwc(x, self.name)
-        if w.ndim != 4 or w.shape[2] != x.shape[3] or w.shape[3] != 1:
-            raise InputError(f"{self.name}: kernel {w.shape} (kh, kw, C, 1) does not fit "
-                             f"input {x.shape} (N, H, W, C)")
+        _check_kernel(x, w, 2, "(kh, kw, C, 1)", self.name)
+        if w.shape[3] != 1:
+            raise InputError(f"{self.name}: kernel {w.shape} must have depth multiplier 1 "
+                             "(last axis)")
         kh, kw, c, _ = w.shape
         _check_bias(b, c, self.name)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),

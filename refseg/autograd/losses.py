@@ -39,14 +39,18 @@ def _targets(pred, target, name):
     return t.astype(pred.dtype, copy=False)
 
 
-@implements("claim4.update")
-class CategoricalCrossentropy(Op):
-    """L = -(1 / pixels) sum over pixels and classes of y log(clip(p, eps, 1 - eps))."""
-
-    name = "categorical_crossentropy"
+class _Loss(Op):
+    """A loss of one input (the prediction) against a fixed target array."""
 
     def __init__(self, target):
         self.target = target
+
+
+@implements("claim4.update")
+class CategoricalCrossentropy(_Loss):
+    """L = -(1 / pixels) sum over pixels and classes of y log(clip(p, eps, 1 - eps))."""
+
+    name = "categorical_crossentropy"
 
     def forward(self, ctx, p):
         y = _targets(p, self.target, self.name)
@@ -62,13 +66,10 @@ class CategoricalCrossentropy(Op):
 
 
 @implements("claim4.update")
-class MeanSquaredError(Op):
+class MeanSquaredError(_Loss):
     """L = mean over every element of (p - y)^2."""
 
     name = "mean_squared_error"
-
-    def __init__(self, target):
-        self.target = target
 
     def forward(self, ctx, p):
         y = _targets(p, self.target, self.name)
