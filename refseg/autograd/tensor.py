@@ -60,8 +60,8 @@ class Tensor:
     def __init__(self, data, requires_grad: bool = False, name: str | None = None):
         data = np.asarray(data)
         if data.dtype not in DTYPES:
-            raise InputError(f"Tensor {name or ''}: dtype {data.dtype} is not float32 or float64"
-                             .replace("Tensor :", "Tensor:"))
+            label = f"Tensor {name}" if name else "Tensor"
+            raise InputError(f"{label}: dtype {data.dtype} is not float32 or float64")
         self.data = data
         self.grad = None
         self.requires_grad = bool(requires_grad)
