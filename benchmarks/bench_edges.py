@@ -60,19 +60,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def _all_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+from _common import all_cores
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=15,
                         help="timed runs of each pipeline per image (default 15)")
-    parser.add_argument("--threads", type=int, default=_all_cores(),
+    parser.add_argument("--threads", type=int, default=all_cores(),
                         help="threads for OpenCV and refseg's OpenMP (default: all cores)")
     parser.add_argument("--check", action="store_true",
                         help="before timing, print how closely each anchor agrees with refseg")
@@ -475,7 +470,7 @@ def header(args) -> str:
     return (f"Python {platform.python_version()}, numpy {np.__version__}, "
             f"scipy {scipy.__version__}, OpenCV {cv2.__version__}, "
             f"scikit-image {skimage.__version__}, refseg {getattr(refseg, '__version__', '?')}\n"
-            f"CPU: {cpu_model()} ({_all_cores()} cores available); threads: "
+            f"CPU: {cpu_model()} ({all_cores()} cores available); threads: "
             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
             f"cv2.getNumThreads()={cv2.getNumThreads()}; median of {args.repeat} runs")
 

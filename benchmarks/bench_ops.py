@@ -99,22 +99,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _common import all_cores
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results_ops.md"
-
-
-def _all_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="sanity run: batch 1 only, 3 rounds, 10 training steps")
-    parser.add_argument("--threads", type=int, default=_all_cores(),
+    parser.add_argument("--threads", type=int, default=all_cores(),
                         help="threads for refseg's OpenMP, NumPy's BLAS and torch "
                              "(default: all cores)")
     parser.add_argument("--repeat", type=int, default=None,
@@ -296,7 +291,7 @@ def source_state() -> str:
 def environment_lines(threads: int) -> list[str]:
     lines = [
         f"- {platform.platform()}, {platform.processor() or platform.machine()}, "
-        f"{_all_cores()} cores available; Python {platform.python_version()}",
+        f"{all_cores()} cores available; Python {platform.python_version()}",
         f"- refseg {getattr(refseg, '__version__', '?')} ({source_state()}), "
         f"NumPy {np.__version__}, "
         f"torch {torch.__version__ if torch else 'not loaded'}",

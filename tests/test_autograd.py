@@ -285,7 +285,7 @@ def test_blocked_convolution_matches_one_block(monkeypatch, strides):
     from refseg.autograd import conv
 
     rng = np.random.default_rng(5)
-    x, w, g = (rng.standard_normal((2, 9, 7, 3)), rng.standard_normal((3, 3, 3, 4)), None)
+    x, w = rng.standard_normal((2, 9, 7, 3)), rng.standard_normal((3, 3, 3, 4))
 
     def run():
         xt, wt = ag.Tensor(x.copy(), requires_grad=True), ag.Tensor(w.copy(), requires_grad=True)

@@ -11,10 +11,13 @@ end (refseg's first version started at (k - s) // 2 < 0, i.e. shifted by one pix
 Tolerances are derived from the accumulation length (see TOL below); the measured differences
 are printed with ``-s`` (lines starting ``crosscheck``).
 """
+import functools
+
 import numpy as np
 import pytest
 
 from refseg import autograd as ag
+from tests import compare
 from tests.conftest import require
 
 #: Unit roundoff of float32 (2^-24).
@@ -47,23 +50,7 @@ def accumulation_atol(terms, magnitude):
     return 2 * (terms + 1) * U32 * magnitude
 
 
-def assert_close(name, ours, theirs, rtol, atol):
-    """Assert |ours - theirs| <= atol + rtol * |theirs| elementwise; record the differences."""
-    ours, theirs = np.asarray(ours), np.asarray(theirs)
-    assert ours.shape == theirs.shape, f"{name}: shape {ours.shape} != {theirs.shape}"
-    assert ours.dtype == theirs.dtype, f"{name}: dtype {ours.dtype} != {theirs.dtype}"
-    a, b = ours.astype(np.float64), theirs.astype(np.float64)
-    diff = np.abs(a - b)
-    big = np.abs(b) > 1e-3
-    max_abs = float(diff.max(initial=0.0))
-    max_rel = float((diff[big] / np.abs(b[big])).max(initial=0.0))
-    key = name.split("/")[0]
-    prev = MEASURED.get(key, (0.0, 0.0, np.inf))
-    MEASURED[key] = (max(prev[0], max_abs), max(prev[1], max_rel), min(prev[2], atol))
-    print(f"crosscheck {name}: max abs {max_abs:.3g}, max rel {max_rel:.3g} (atol {atol:.3g})")
-    bad = diff > atol + rtol * np.abs(b)
-    assert not bad.any(), (f"{name}: {int(bad.sum())} of {bad.size} elements differ beyond "
-                           f"rtol={rtol}, atol={atol:.3g}; max abs {max_abs:.3g}")
+assert_close = functools.partial(compare.assert_close, measured=MEASURED, key_depth=1)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ over 100 steps.
 
 Run with ``-s`` to see the measured differences (lines starting ``crosscheck``).
 """
+import functools
 import zlib
 
 import numpy as np
@@ -26,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refseg import autograd as ag
+from tests import compare
 from tests.conftest import require
 
 BACKENDS = ("cython", "numpy")
@@ -73,33 +75,12 @@ TOL = {
     "add":              {"float64": (0.0, 0.0), "float32": (0.0, 0.0)},
 }
 
-#: Largest differences seen per (op, dtype): (max |ours - theirs|, max relative difference).
+#: Largest differences seen per (op, dtype): (max |ours - theirs|, max relative difference,
+#: smallest atol), filled by assert_close.
 MEASURED = {}
 
 
-def assert_close(name, ours, theirs, rtol, atol):
-    """Assert |ours - theirs| <= atol + rtol * |theirs| elementwise; record the differences.
-
-    ``name`` is "op/dtype/what" (e.g. "conv2d/float64/dW"); the maxima of the absolute and the
-    relative difference (over elements with |theirs| > 1e-3, where a relative difference means
-    something) are printed with ``-s`` and kept in MEASURED per op and dtype.
-    """
-    ours, theirs = np.asarray(ours), np.asarray(theirs)
-    assert ours.shape == theirs.shape, f"{name}: shape {ours.shape} != {theirs.shape}"
-    assert ours.dtype == theirs.dtype, f"{name}: dtype {ours.dtype} != {theirs.dtype}"
-    a, b = ours.astype(np.float64), theirs.astype(np.float64)
-    diff = np.abs(a - b)
-    big = np.abs(b) > 1e-3
-    max_abs = float(diff.max(initial=0.0))
-    max_rel = float((diff[big] / np.abs(b[big])).max(initial=0.0))
-    key = "/".join(name.split("/")[:2])
-    prev = MEASURED.get(key, (0.0, 0.0))
-    MEASURED[key] = (max(prev[0], max_abs), max(prev[1], max_rel))
-    print(f"crosscheck {name}: max abs {max_abs:.3g}, max rel {max_rel:.3g}")
-    bad = diff > atol + rtol * np.abs(b)
-    assert not bad.any(), (f"{name}: {int(bad.sum())} of {bad.size} elements differ beyond "
-                           f"rtol={rtol}, atol={atol}; max abs {max_abs:.3g}, max rel "
-                           f"{max_rel:.3g}")
+assert_close = functools.partial(compare.assert_close, measured=MEASURED, key_depth=2)
 
 
 def check(op, dtype, ours, theirs, labels):
