@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from refseg import autograd as ag
+from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.autograd.tensor import Tensor
 from refseg.errors import InputError
 from refseg.trace import implements
@@ -39,7 +40,13 @@ def glorot_uniform(shape, rng: np.random.Generator, dtype=np.float32) -> np.ndar
 
 @implements("claim4.propagation")
 class Layer:
-    """Base of the layers: named parameters, non-trainable state, the trainable switch."""
+    """Base of the layers: named parameters, non-trainable state, the trainable switch.
+
+    ``keras_type`` is the Keras class the layer mirrors; ``output_shape`` and ``macs`` describe
+    it for per-image shapes (H, W, C) without running it (model summaries).
+    """
+
+    keras_type = "Layer"
 
     def __init__(self, name: str):
         if not name or "/" in name:
@@ -72,15 +79,27 @@ class Layer:
         out.update({f"{self.name}/{k}": v for k, v in self.state.items()})
         return out
 
-    def __call__(self, x):
-        return self.forward(x)
+    def parameter_count(self) -> int:
+        return sum(p.data.size for p in self.params.values()) + sum(
+            v.size for v in self.state.values())
+
+    def output_shape(self, *shapes):
+        return shapes[0]
+
+    def macs(self, *shapes) -> int:
+        """Multiply-accumulates per image (convolutions only; 0 for the other layers)."""
+        return 0
+
+    def __call__(self, *inputs):
+        return self.forward(*inputs)
 
 
 class _ConvLayer(Layer):
     def __init__(self, name, kernel_shape, *, strides=1, padding="same", use_bias=True,
                  activation=None, seed=0, dtype=np.float32, bias_size=None):
         super().__init__(name)
-        self.strides, self.padding, self.activation = strides, padding, activation
+        self.strides = (strides, strides) if isinstance(strides, int) else tuple(strides)
+        self.padding, self.activation = padding, activation
         rng = np.random.default_rng(seed)
         self.kernel = self._add("kernel", glorot_uniform(kernel_shape, rng, dtype))
         self.bias = self._add("bias", np.zeros(bias_size, dtype)) if use_bias else None
@@ -99,9 +118,20 @@ class Conv2D(_ConvLayer):
         k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
         super().__init__(name, (*k, in_channels, filters), bias_size=filters, **kwargs)
 
+    keras_type = "Conv2D"
+
     def forward(self, x):
         return self._activate(ag.conv2d(x, self.kernel, self.bias, strides=self.strides,
                                         padding=self.padding))
+
+    def output_shape(self, shape):
+        kh, kw, _, cout = self.kernel.shape
+        return (conv_output(shape[0], kh, self.strides[0], self.padding, self.name)[0],
+                conv_output(shape[1], kw, self.strides[1], self.padding, self.name)[0], cout)
+
+    def macs(self, shape):
+        ho, wo, _ = self.output_shape(shape)
+        return ho * wo * self.kernel.data.size
 
 
 @implements("claim2.fusion", "claim4.propagation")
@@ -112,31 +142,57 @@ class Conv2DTranspose(_ConvLayer):
         k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
         super().__init__(name, (*k, filters, in_channels), bias_size=filters, **kwargs)
 
+    keras_type = "Conv2DTranspose"
+
     def forward(self, x):
         return self._activate(ag.conv2d_transpose(x, self.kernel, self.bias,
                                                   strides=self.strides, padding=self.padding))
 
+    def output_shape(self, shape):
+        kh, kw, cout, _ = self.kernel.shape
+        return (transpose_output(shape[0], kh, self.strides[0], self.padding, self.name)[0],
+                transpose_output(shape[1], kw, self.strides[1], self.padding, self.name)[0],
+                cout)
+
+    def macs(self, shape):
+        # every input pixel meets the whole kernel once
+        return shape[0] * shape[1] * self.kernel.data.size
+
 
 @implements("claim2.backbones", "claim4.propagation")
 class DepthwiseConv2D(_ConvLayer):
-    """Keras DepthwiseConv2D, depth multiplier 1: kernel (kh, kw, C, 1)."""
+    """Keras DepthwiseConv2D, depth multiplier 1: kernel (kh, kw, C, 1).
+
+    Keras 3 names the kernel ``<layer>/kernel`` (``v.path``); Keras 2's HDF5 files call it
+    ``depthwise_kernel:0``, which the converter renames."""
 
     def __init__(self, name, channels, kernel_size=3, use_bias=False, **kwargs):
         k = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
         super().__init__(name, (*k, channels, 1), use_bias=use_bias, bias_size=channels,
                          **kwargs)
-        self.params["depthwise_kernel"] = self.params.pop("kernel")
-        self.kernel.name = f"{name}/depthwise_kernel"
+
+    keras_type = "DepthwiseConv2D"
 
     def forward(self, x):
         return self._activate(ag.depthwise_conv2d(x, self.kernel, self.bias,
                                                   strides=self.strides, padding=self.padding))
+
+    def output_shape(self, shape):
+        kh, kw, c, _ = self.kernel.shape
+        return (conv_output(shape[0], kh, self.strides[0], self.padding, self.name)[0],
+                conv_output(shape[1], kw, self.strides[1], self.padding, self.name)[0], c)
+
+    def macs(self, shape):
+        ho, wo, _ = self.output_shape(shape)
+        return ho * wo * self.kernel.data.size
 
 
 @implements("claim2.backbones", "claim4.propagation")
 class BatchNormalization(Layer):
     """Keras BatchNormalization over channels: gamma, beta (trainable), moving_mean,
     moving_variance (state). Runs on batch statistics only when trainable and training."""
+
+    keras_type = "BatchNormalization"
 
     def __init__(self, name, channels, *, epsilon=1e-3, momentum=0.99, dtype=np.float32):
         super().__init__(name)
@@ -152,3 +208,73 @@ class BatchNormalization(Layer):
                              self.state["moving_variance"],
                              training=self.training and self.trainable, epsilon=self.epsilon,
                              momentum=self.momentum)
+
+
+@implements("claim2.backbones")
+class ZeroPadding2D(Layer):
+    """Keras ZeroPadding2D: ((top, bottom), (left, right)) zeros ([0137])."""
+
+    keras_type = "ZeroPadding2D"
+
+    def __init__(self, name, padding):
+        super().__init__(name)
+        self.padding = padding
+
+    def forward(self, x):
+        return ag.zero_pad2d(x, self.padding)
+
+    def output_shape(self, shape):
+        (t, b), (l, r) = self.padding
+        return (shape[0] + t + b, shape[1] + l + r, shape[2])
+
+
+@implements("claim2.backbones")
+class MaxPooling2D(Layer):
+    """Keras MaxPooling2D, padding "valid" ([0137])."""
+
+    keras_type = "MaxPooling2D"
+
+    def __init__(self, name, pool_size, strides):
+        super().__init__(name)
+        self.pool_size, self.strides = pool_size, strides
+
+    def forward(self, x):
+        return ag.max_pool2d(x, self.pool_size, self.strides)
+
+    def output_shape(self, shape):
+        return (conv_output(shape[0], self.pool_size, self.strides, "valid", self.name)[0],
+                conv_output(shape[1], self.pool_size, self.strides, "valid", self.name)[0],
+                shape[2])
+
+
+@implements("claim2.backbones", "claim2.fusion")
+class ReLU(Layer):
+    """max(x, 0), capped at ``max_value`` when given (ReLU6 of MobileNetV2, [0140]).
+
+    ``keras_type`` is "Activation" (ResNet50V2's ``Activation("relu")``) or "ReLU" (Keras'
+    ReLU layer, MobileNetV2's ``ReLU(6.)``), so that summaries name the layer as Keras does.
+    """
+
+    def __init__(self, name, max_value=None, keras_type="Activation"):
+        super().__init__(name)
+        if max_value not in (None, 6.0):
+            raise InputError(f"{name}: max_value must be None or 6, got {max_value!r}")
+        self.max_value, self.keras_type = max_value, keras_type
+
+    def forward(self, x):
+        return ag.relu(x) if self.max_value is None else ag.relu6(x)
+
+
+@implements("claim2.fusion")
+class Add(Layer):
+    """Elementwise sum of two inputs of equal shape (the fusion of [0150]-[0192])."""
+
+    keras_type = "Add"
+
+    def forward(self, x, y):
+        return ag.add(x, y)
+
+    def output_shape(self, a, b):
+        if tuple(a) != tuple(b):
+            raise InputError(f"{self.name}: cannot add shapes {tuple(a)} and {tuple(b)}")
+        return a

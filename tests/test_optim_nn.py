@@ -98,7 +98,7 @@ def test_layers_name_their_weights_as_keras_does():
     assert {k: v.shape for k, v in conv.weights().items()} == {"x2/kernel": (3, 3, 4, 3),
                                                                "x2/bias": (3,)}
     assert convt.weights()["x1/kernel"].shape == (3, 3, 7, 5)
-    assert list(dw.weights()) == ["block_1_depthwise/depthwise_kernel"]
+    assert list(dw.weights()) == ["block_1_depthwise/kernel"]
     assert set(bn.weights()) == {"conv1_bn/gamma", "conv1_bn/beta", "conv1_bn/moving_mean",
                                  "conv1_bn/moving_variance"}
 

@@ -1,0 +1,103 @@
+"""A directed acyclic graph of named layers, run from one image input (Keras' functional model,
+reduced to what the fusion network needs).
+
+Each node is a layer of :mod:`refseg.nn` with the names of the nodes it reads, the part of the
+network it belongs to ("resnet50v2", "mobilenetv2", "decoder") and the patent paragraphs it comes
+from. Running the graph for a set of outputs evaluates only the nodes those outputs depend on, in
+insertion order (which is topological: a node can only read nodes added before it), and drops each
+intermediate as soon as its last reader has run, so inference holds few activations at a time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refseg.autograd.tensor import Tensor
+from refseg.errors import InputError
+from refseg.nn import Layer
+from refseg.trace import implements
+
+#: Name of the image input node (Keras' default name of a model's input layer).
+INPUT = "input_layer"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One layer of the graph and where it sits."""
+
+    layer: Layer
+    inputs: tuple[str, ...]
+    part: str
+    paragraphs: str
+
+
+@implements("claim2.fusion")
+class Graph:
+    """Named layers wired by name; see the module docstring."""
+
+    def __init__(self):
+        self.nodes: dict[str, Node] = {}
+
+    def add(self, layer: Layer, *inputs: str, part: str, paragraphs: str) -> str:
+        """Append ``layer`` reading ``inputs`` (node names or INPUT); returns the layer's name."""
+        if layer.name in self.nodes or layer.name == INPUT:
+            raise InputError(f"graph: duplicate layer name {layer.name!r}")
+        for source in inputs:
+            if source != INPUT and source not in self.nodes:
+                raise InputError(f"graph: {layer.name} reads unknown layer {source!r}")
+        self.nodes[layer.name] = Node(layer, tuple(inputs), part, paragraphs)
+        return layer.name
+
+    def merge(self, other: "Graph") -> None:
+        """Add every node of ``other`` (which must share no layer name with this graph)."""
+        for name, node in other.nodes.items():
+            self.add(node.layer, *node.inputs, part=node.part, paragraphs=node.paragraphs)
+
+    def required(self, outputs, provided=(INPUT,)) -> list[str]:
+        """The nodes ``outputs`` depend on, in insertion order, stopping at ``provided``."""
+        needed, stack = set(), list(outputs)
+        while stack:
+            name = stack.pop()
+            if name in provided or name in needed:
+                continue
+            if name not in self.nodes:
+                raise InputError(f"graph: no layer named {name!r}")
+            needed.add(name)
+            stack.extend(self.nodes[name].inputs)
+        return [name for name in self.nodes if name in needed]
+
+    def pruned(self, outputs) -> "Graph":
+        """A graph of only the nodes ``outputs`` depend on (same layer objects)."""
+        graph = Graph()
+        for name in self.required(outputs):
+            node = self.nodes[name]
+            graph.add(node.layer, *node.inputs, part=node.part, paragraphs=node.paragraphs)
+        return graph
+
+    def run(self, given: dict[str, Tensor], outputs) -> dict[str, Tensor]:
+        """Evaluate ``outputs`` (names) from the ``given`` values ({INPUT: images}, or the taps
+        by name to run only what follows them)."""
+        outputs = list(outputs)
+        order = self.required(outputs, provided=given)
+        last_reader = {}
+        for step, name in enumerate(order):
+            for source in self.nodes[name].inputs:
+                last_reader[source] = step
+        keep = set(outputs)
+        values = dict(given)
+        for step, name in enumerate(order):
+            node = self.nodes[name]
+            values[name] = node.layer(*(values[source] for source in node.inputs))
+            for source in node.inputs:
+                if last_reader[source] == step and source not in keep:
+                    del values[source]
+        return {name: values[name] for name in outputs}
+
+    def shapes(self, input_shape) -> dict[str, tuple[int, int, int]]:
+        """Per-image output shape (H, W, C) of every node for an input of ``input_shape``."""
+        shapes = {INPUT: tuple(input_shape)}
+        for name, node in self.nodes.items():
+            shapes[name] = tuple(node.layer.output_shape(*(shapes[s] for s in node.inputs)))
+        return shapes
+
+    def layers(self, part: str | None = None) -> list[Layer]:
+        return [node.layer for node in self.nodes.values() if part in (None, node.part)]
