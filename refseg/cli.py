@@ -4,6 +4,8 @@
 ``refseg demo [--out DIR]``           the main job (today: claim 1 on synthetic weld images)
 ``refseg trace [--write]``            print (or regenerate) the traceability matrix
 ``refseg explain ID``                 one claim element: text, readings, functions, tests
+``refseg weights convert FILE.h5 OUT.npz``  Keras HDF5 weights to refseg's .npz weight file
+``refseg weights inspect FILE.npz``   the keys of a weight file against the expected weights
 
 Bad input ends with one line on stderr naming the file and the problem, exit status 2, and no
 output left behind: results are staged in a hidden folder inside ``--out`` and renamed into
@@ -47,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
 
     x = sub.add_parser("explain", help="explain one claim element")
     x.add_argument("element", help="claim-element ID, e.g. claim1.step2.cv")
+
+    w = sub.add_parser("weights", help="convert and inspect backbone weight files")
+    wsub = w.add_subparsers(dest="weights_command", required=True)
+    wc = wsub.add_parser("convert", help="Keras HDF5 weights (.h5, .weights.h5) to .npz")
+    wc.add_argument("source", type=Path, help="Keras HDF5 weight or model file")
+    wc.add_argument("destination", type=Path, help="the .npz weight file to write")
+    wi = wsub.add_parser("inspect", help="keys, shapes and dtypes of an .npz weight file")
+    wi.add_argument("path", type=Path, help="an .npz weight file")
     return p
 
 
@@ -223,6 +233,14 @@ def _explain(element_id: str) -> str:
     return trace.explain(registry, element_id, trace.code_citations(), tests)
 
 
+def _weights(args) -> str:
+    from refseg import h5weights
+
+    if args.weights_command == "convert":
+        return h5weights.convert_h5(args.source, args.destination).text()
+    return h5weights.inspect_npz(args.path).text()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``refseg`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -236,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             print(_trace(args.write))
         elif args.command == "explain":
             print(_explain(args.element))
+        elif args.command == "weights":
+            print(_weights(args))
     except InputError as exc:
         print(f"refseg: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -58,8 +58,8 @@ def test_reading_ids_named_in_code_exist():
     """Docstrings cite readings as ``R-name``; each must be a section of readings.md."""
     import re
 
-    for path in (ROOT / "refseg").glob("*.py"):
-        for name in re.findall(r"\bR-[a-z]+\b", path.read_text(encoding="utf-8")):
+    for path in (ROOT / "refseg").glob("**/*.py"):
+        for name in re.findall(r"\bR-[a-z0-9]+\b", path.read_text(encoding="utf-8")):
             assert name in REGISTRY.reading_ids, f"{path.name}: {name}"
 
 

@@ -12,8 +12,10 @@ import numpy as np
 
 from refseg import nn
 from refseg.models.graph import Graph
+from refseg.trace import implements
 
 
+@implements("claim2.backbones", "claim2.fusion")
 def layer_seed(seed: int, name: str) -> list[int]:
     """The seed of layer ``name``'s initialiser in a model seeded with ``seed``."""
     return [int(seed), zlib.crc32(name.encode())]

@@ -10,6 +10,7 @@ the Keras architectures the model does not use, such as MobileNetV2's ``Conv_1``
 from __future__ import annotations
 
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,25 +35,35 @@ def read_weight_file(path) -> dict[str, np.ndarray]:
     Raises
     ------
     InputError
-        Missing file, not an npz (or truncated), pickled objects inside.
+        One line naming the file: missing, a single .npy, not a zip, truncated or corrupt,
+        pickled objects inside.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such weight file")
+    with open(path, "rb") as f:
+        head = f.read(6)
+    # np.load takes anything that is neither zip nor .npy for a pickle: sort those out first
+    if head.startswith(b"\x93NUMPY"):
+        raise InputError(f"{path}: a single .npy array, not an .npz archive of weights")
+    if not head.startswith(b"PK\x03\x04"):
+        raise InputError(f"{path}: not a readable .npz weight file (no zip header)")
+    arrays, key = {}, None
     try:
         with np.load(path, allow_pickle=False) as npz:
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise InputError(f"{path}: not an .npz archive (a single array)")
-            return {key: npz[key] for key in npz.files}
-    except InputError:
-        raise
+            for key in npz.files:
+                arrays[key] = npz[key]
     except ValueError as error:
         if "pickle" in str(error).lower():
-            raise InputError(f"{path}: holds pickled objects, which refseg never loads") from None
-        raise InputError(f"{path}: unreadable weight file ({error})") from None
-    except (zipfile.BadZipFile, EOFError, OSError) as error:
-        raise InputError(f"{path}: not a readable .npz weight file "
+            where = f" ({key})" if key is not None else ""
+            raise InputError(f"{path}: holds pickled objects{where}, which refseg never "
+                             "loads") from None
+        raise InputError(f"{path}: corrupt .npz data ({error})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError,
+            NotImplementedError) as error:
+        raise InputError(f"{path}: not a readable .npz weight file, truncated or corrupt "
                          f"({type(error).__name__}: {error})") from None
+    return arrays
 
 
 @dataclass
