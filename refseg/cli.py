@@ -6,6 +6,7 @@
 ``refseg explain ID``                 one claim element: text, readings, functions, tests
 ``refseg weights convert FILE.h5 OUT.npz``  Keras HDF5 weights to refseg's .npz weight file
 ``refseg weights inspect FILE.npz``   the keys of a weight file against the expected weights
+``refseg model summary [--input-size HxW]``  every layer of the fusion network, with totals
 
 Bad input ends with one line on stderr naming the file and the problem, exit status 2, and no
 output left behind: results are staged in a hidden folder inside ``--out`` and renamed into
@@ -57,6 +58,14 @@ def _parser() -> argparse.ArgumentParser:
     wc.add_argument("destination", type=Path, help="the .npz weight file to write")
     wi = wsub.add_parser("inspect", help="keys, shapes and dtypes of an .npz weight file")
     wi.add_argument("path", type=Path, help="an .npz weight file")
+
+    m = sub.add_parser("model", help="the fusion network of claims 2-4")
+    msub = m.add_subparsers(dest="model_command", required=True)
+    ms = msub.add_parser("summary", help="every layer: op, output shape, parameters, MACs, "
+                                         "paragraphs; totals")
+    ms.add_argument("--input-size", default="224x224", help="HxW, multiples of 32")
+    ms.add_argument("--part", choices=("resnet50v2", "mobilenetv2", "decoder"), default=None,
+                    help="only the layers of one part (totals still cover all)")
     return p
 
 
@@ -241,6 +250,14 @@ def _weights(args) -> str:
     return h5weights.inspect_npz(args.path).text()
 
 
+def _model_summary(args) -> str:
+    from refseg.models import ResMobileNet
+    from refseg.models.summary import format_summary, parse_size
+
+    size = parse_size(args.input_size)
+    return format_summary(ResMobileNet(size), size, args.part)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``refseg`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -256,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             print(_explain(args.element))
         elif args.command == "weights":
             print(_weights(args))
+        elif args.command == "model":
+            print(_model_summary(args))
     except InputError as exc:
         print(f"refseg: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

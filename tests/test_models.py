@@ -275,3 +275,30 @@ def test_decoder_gradients_hold_a_finite_difference_check():
               f"(rounding allowance {allowance:.2g})")
         assert error <= 1e-6 * abs(expected) + allowance, (p.name, h, error, expected)
     print(f"decoder directional derivatives: worst relative error beyond rounding {worst:.3g}")
+
+
+@pytest.mark.claim("claim2.backbones", "claim2.fusion")
+def test_summary_counts(capsys):
+    from refseg.cli import main
+    from refseg.models.summary import summarize
+
+    rows = {r.name: r for r in summarize(ResMobileNet((224, 224)), (224, 224))}
+    # hand counts: output pixels x kernel size (transposed: input pixels x kernel size)
+    assert rows["conv1_conv"].macs == 112 * 112 * 7 * 7 * 3 * 64
+    assert rows["block_1_depthwise"].macs == 56 * 56 * 3 * 3 * 96
+    assert rows["x1"].macs == 7 * 7 * 3 * 3 * 720 * 2048
+    assert rows["x1"].parameters == rows["x1"].trainable == 3 * 3 * 720 * 2048 + 720
+    assert rows["conv2_block1_preact_bn"].parameters == 4 * 64
+    assert rows["conv2_block1_preact_bn"].trainable == 0
+    assert rows["prediction"].output_shape == (224, 224, 3)
+    assert rows["x7b"].paragraphs == "[0160]"
+    assert main(["model", "summary", "--input-size", "224x224"]) == 0
+    out = capsys.readouterr().out
+    # Keras' counts: ResNet50V2 23,564,800; MobileNetV2 2,257,984 less Conv_1 (409,600),
+    # Conv_1_bn (5,120) and block_16_project_BN (1,280), which no tap uses
+    assert "resnet50v2   layers  189  parameters   23,564,800  trainable            0" in out
+    assert "mobilenetv2  layers  149  parameters    1,841,984" in out
+    assert "decoder      layers   25  parameters   22,879,962  trainable   22,879,962" in out
+    assert main(["model", "summary", "--input-size", "100x3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "multiples of 32" in err
