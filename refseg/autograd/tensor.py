@@ -197,8 +197,10 @@ class Op:
         ctx = Context()
         # which inputs want a gradient: backward may skip the others (e.g. frozen backbone taps)
         ctx.needs_input_grad = tuple(t is not None and t.requires_grad for t in inputs)
+        # whether backward can run at all: inference (no_grad, or frozen inputs only) lets
+        # forward skip what it would keep for backward
+        ctx.recording = needs = _grad_enabled and any(ctx.needs_input_grad)
         out = self.forward(ctx, *arrays)
-        needs = _grad_enabled and any(ctx.needs_input_grad)
         result = Tensor(out, requires_grad=needs)
         if needs:
             result.node = (self, ctx, tuple(inputs))
