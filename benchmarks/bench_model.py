@@ -1,0 +1,564 @@
+"""Time the prediction of the whole Res-Mobile Net fusion network: refseg against the same
+network in torch and in Keras (torch backend), and measure refseg's peak memory.
+
+What is compared
+----------------
+One network, 224x224x3 float32 input in [-1, 1], class probabilities out, at batch 1 and 8
+(``--batches``), three implementations in this one process with identical weights:
+
+* **refseg**: ``ResMobileNet((224, 224)).predict(x, batch_size=N)`` on NHWC NumPy arrays
+  (im2col + OpenBLAS sgemm convolutions, Cython/OpenMP window kernels, NumPy elementwise ops).
+* **torch**: ``benchmarks/_torch_net.py``, the network written as a plain ``torch.nn.Module``
+  from refseg's weight dict (Keras semantics: asymmetric "same" padding, BN in inference mode
+  with each backbone's epsilon and not folded, ReLU6, Keras' Conv2DTranspose crop), run under
+  ``torch.inference_mode()``. Both memory layouts are timed first, NCHW and channels_last
+  (the input is then a zero-copy NHWC view); the faster one is the one compared.
+* **Keras**: Keras 3 on the torch backend, ``keras.applications.ResNet50V2`` and
+  ``MobileNetV2`` on one input plus the hand-written Keras decoder of
+  ``tests/test_models_keras.py`` (imported from there), prediction output only. Two ways of
+  calling it are timed first, ``model.predict_on_batch(x)`` (NumPy in and out) and
+  ``model(x, training=False)`` under ``torch.no_grad()``; the faster one is compared.
+
+Weights: the Keras variables are filled with ``tests/test_models_keras.randomise`` (He-scaled
+kernels, the decoder at half the variance, random BN statistics, so activations stay in range
+and the softmax is not saturated); the same arrays are loaded into refseg by Keras path
+(``set_weights(strict=True)``), and torch is built from ``model.weights()``. Before any
+timing the three predictions on the benchmark input are compared: the largest absolute
+difference of the probabilities to refseg's must be at most 1e-4 (else the script stops).
+
+Timing: threads T (``--threads``, default all cores) for everything, fixed before the
+libraries load: ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``,
+``torch.set_num_threads(T)``. One warm-up call of each variant, then ``--repeat`` rounds in
+which each implementation predicts the batch once, in an order rotated each round, garbage
+collector off; medians are reported, with the fastest run in brackets. Every call carries the
+CPU that other processes used meanwhile ("other load", cores, from /proc/stat; see
+bench_ops.py: on 2 cores one busy neighbour slows 2-thread OpenBLAS far more than torch);
+``--wait-quiet S`` holds each round back, up to S seconds, until the machine is idle.
+
+FLOPs: 2 x the multiply-accumulates of every Conv2D, DepthwiseConv2D and Conv2DTranspose of
+refseg's graph (``Layer.macs`` over ``graph.shapes((224, 224, 3))``, the layers the prediction
+needs); BN, activations, Adds and pooling are not counted. refseg's GFLOP/s is set against the
+float32 sgemm ceiling (``np.matmul``, square 1024 and 2048, median, the better of before and
+after the model timings), measured as bench_ops.py does.
+
+Targets: refseg within 1.25x of torch (median ratio <= 1.25), faster than Keras (ratio < 1),
+and under the 0.123 s per image that the patent reports for its prediction ([0260]; its
+hardware is not stated).
+
+Where refseg's time goes (``--no-profile`` skips it): every autograd op call of one prediction
+(``Op.__call__``, wrapped at run time; no file is modified) timed and summed by op, and the
+ten largest costs listed with convolutions split by shape, at each batch size; the rest of the
+prediction's time is graph bookkeeping and Python outside the ops.
+
+Memory: peak resident set size over one prediction, in a fresh child process per
+implementation and batch (so this process's torch, Keras and earlier allocations do not
+count): ``VmHWM`` after ``clear_refs`` minus ``VmRSS`` at the reset, for the first call
+(which also allocates refseg's reusable im2col workspace) and for a second call; plus refseg's
+``tracemalloc`` peak (live NumPy buffers only) and the RSS that building the model took.
+
+Usage::
+
+    python benchmarks/bench_model.py [--quick] [--threads T] [--repeat N] [--batches 1,8]
+        [--wait-quiet SECONDS] [--no-profile] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import all_cores
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results_model.md"
+INPUT_HW = (224, 224)
+PATENT_S_PER_IMAGE = 0.123  # [0260]
+TOLERANCE = 1e-4            # largest |p - p_refseg| accepted before timing
+TARGET_TORCH_RATIO = 1.25
+
+
+def parse_batches(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="sanity run: 3 rounds, 1 layout/call-selection round, 1 profile "
+                             "round")
+    parser.add_argument("--threads", type=int, default=all_cores(),
+                        help="threads for refseg's OpenMP, NumPy's BLAS and torch "
+                             "(default: all cores)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="timed rounds per batch size (default 11, 3 with --quick)")
+    parser.add_argument("--batches", nargs="+", default=["1,8"],
+                        help="batch sizes, comma- or space-separated (default 1,8)")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                        help="before each round, wait up to SECONDS for other processes to "
+                             "use under 0.2 cores (default 0: do not wait)")
+    parser.add_argument("--no-profile", dest="profile", action="store_false",
+                        help="skip the per-op breakdown of refseg's prediction")
+    parser.add_argument("--write", action="store_true",
+                        help="also write the Markdown report to benchmarks/results_model.md")
+    # Internal: the memory measurement runs in a child process.
+    parser.add_argument("--memory-child", nargs=2, metavar=("IMPL", "BATCH"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.batches = [b for text in args.batches for b in parse_batches(text)]
+    if args.repeat is None:
+        args.repeat = 3 if args.quick else 11
+    if min(args.repeat, args.threads, *args.batches) < 1:
+        parser.error("--repeat, --threads and --batches must be >= 1")
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+    # OpenMP and OpenBLAS read their thread counts once, when they load: set before NumPy,
+    # refseg and torch are imported below. Keras must know its backend before its import.
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = str(ARGS.threads)
+    os.environ["KERAS_BACKEND"] = "torch"
+
+import numpy as np  # noqa: E402
+
+import bench_ops  # noqa: E402  (shared measurement helpers; importing runs no benchmark)
+from bench_ops import (OtherLoad, measure_sgemm, proc_status_mb, reset_peak_rss,  # noqa: E402
+                       wait_until_quiet)
+from refseg.autograd.tensor import Op  # noqa: E402
+from refseg.models import ResMobileNet  # noqa: E402
+
+# torch and Keras are imported in load_frameworks(): the refseg memory child must not load
+# them (their libraries would count in the RSS it measures).
+torch = None
+keras = None
+
+
+def load_frameworks(threads: int) -> None:
+    global torch, keras
+    bench_ops.load_torch(threads)  # also lets bench_ops.environment_lines report torch
+    torch = bench_ops.torch
+    import keras as _keras
+
+    keras = _keras
+    torch.set_num_threads(threads)  # again, in case importing Keras changed it
+
+
+# --- the network in three implementations --------------------------------------------------
+
+def macs_per_image(model: ResMobileNet) -> dict[str, int]:
+    """Multiply-accumulates per image of the layers the prediction runs, by part."""
+    shapes = model.graph.shapes((*model.input_shape, 3))
+    parts: dict[str, int] = {}
+    for name in model.graph.required([model.OUTPUT]):
+        node = model.graph.nodes[name]
+        macs = node.layer.macs(*(shapes[s] for s in node.inputs))
+        parts[node.part] = parts.get(node.part, 0) + macs
+    return parts
+
+
+class Networks:
+    """refseg, torch (NCHW and channels_last) and Keras with the same random weights."""
+
+    def __init__(self, seed: int = 0):
+        from _torch_net import TorchResMobileNet
+        from tests.test_models_keras import keras_fusion_network, randomise
+
+        net, _taps, variables = keras_fusion_network(keras, INPUT_HW)
+        self.keras = keras.Model(net.inputs[0], net.outputs[-1])  # the prediction only
+        weights = randomise(variables, np.random.default_rng(seed))
+        self.refseg = ResMobileNet(INPUT_HW, seed=seed)
+        self.refseg.set_weights(weights, strict=True, source="keras")
+        self.torch = {
+            "NCHW": TorchResMobileNet(self.refseg.weights(), channels_last=False).eval(),
+            "channels_last": TorchResMobileNet(self.refseg.weights(), channels_last=True).eval()}
+
+    def calls(self, x: np.ndarray) -> dict:
+        """name -> callable predicting batch x (each on its own input form, made here)."""
+        nchw = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+        nhwc = torch.from_numpy(x).permute(0, 3, 1, 2)  # channels_last: a view, no copy
+        keras_in = torch.from_numpy(x)
+        n = x.shape[0]
+
+        def torch_call(net, inp):
+            def run():
+                with torch.inference_mode():
+                    return net(inp)
+            return run
+
+        def keras_call():
+            with torch.no_grad():
+                return self.keras(keras_in, training=False)
+
+        return {
+            "refseg": lambda: self.refseg.predict(x, batch_size=n),
+            "torch NCHW": torch_call(self.torch["NCHW"], nchw),
+            "torch channels_last": torch_call(self.torch["channels_last"], nhwc),
+            "Keras predict_on_batch": lambda: self.keras.predict_on_batch(x),
+            "Keras call (no_grad)": keras_call,
+        }
+
+
+def as_nhwc(name: str, output) -> np.ndarray:
+    """A variant's output as an (N, H, W, 3) array: torch's are NCHW-indexed tensors, Keras'
+    call gives an NHWC tensor, predict_on_batch an NHWC array."""
+    array = output if isinstance(output, np.ndarray) else output.detach().cpu().numpy()
+    return array.transpose(0, 2, 3, 1) if name.startswith("torch") else array
+
+
+def agreement(calls: dict) -> dict[str, float]:
+    """Largest |p - p_refseg| of each torch / Keras variant."""
+    ours = calls["refseg"]()
+    out = {}
+    for name, fn in calls.items():
+        if name != "refseg":
+            theirs = as_nhwc(name, fn())
+            out[name] = (float("inf") if theirs.shape != ours.shape
+                         else float(np.abs(theirs - ours).max()))
+    return out
+
+
+# --- timing --------------------------------------------------------------------------------
+
+def time_rounds(fns: dict, repeat: int, wait_quiet: float = 0.0, warmup: int = 1):
+    """Seconds and other-process load of each call: `warmup` untimed calls each, then `repeat`
+    rounds in which every callable runs once, in an order rotated by one each round."""
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    times = {name: [] for name in names}
+    loads = {name: [] for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(repeat):
+            wait_until_quiet(wait_quiet)
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                load = OtherLoad()
+                start = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - start)
+                loads[name].append(load.cores())
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return times, loads
+
+
+def pick_faster(calls: dict, names: list[str], rounds: int, wait_quiet: float):
+    """The faster of `names` by median over `rounds` interleaved rounds, and all medians."""
+    times, _ = time_rounds({n: calls[n] for n in names}, rounds, wait_quiet)
+    medians = {n: 1e3 * statistics.median(t) for n, t in times.items()}
+    return min(medians, key=medians.get), medians
+
+
+# --- where refseg's time goes --------------------------------------------------------------
+
+class OpTimer:
+    """Wraps ``Op.__call__`` while active: seconds per op call, keyed by op and by op + shape."""
+
+    def __init__(self):
+        self.by_key: dict[str, list[float]] = {}
+        self.by_op: dict[str, float] = {}
+
+    @staticmethod
+    def key(op, inputs) -> str:
+        """Convolutions by kernel, stride and shape (the input as the op sees it, i.e. after
+        any ZeroPadding2D); every other op by name alone."""
+        if not op.name.startswith(("conv", "depthwise")):
+            return op.name
+        x, w = inputs[0].shape, inputs[1].shape
+        cout = w[2] if op.name == "conv2d_transpose" else w[3]
+        s = str(op.strides[0]) if op.strides[0] == op.strides[1] else \
+            "x".join(map(str, op.strides))
+        return f"{op.name} {w[0]}x{w[1]}/{s} {x[1]}x{x[2]}x{x[3]} -> {cout}"
+
+    def __enter__(self):
+        self._original = Op.__call__
+        timer, original = self, self._original
+
+        def timed(op, *inputs):
+            start = time.perf_counter()
+            out = original(op, *inputs)
+            elapsed = time.perf_counter() - start
+            key = timer.key(op, inputs)
+            timer.by_key.setdefault(key, []).append(elapsed)
+            timer.by_op[op.name] = timer.by_op.get(op.name, 0.0) + elapsed
+            return out
+
+        Op.__call__ = timed
+        return self
+
+    def __exit__(self, *exc):
+        Op.__call__ = self._original
+
+
+def profile_refseg(model: ResMobileNet, x: np.ndarray, rounds: int) -> dict:
+    """Per-op seconds of one prediction (the median round by total), and the whole call."""
+    runs = []
+    for _ in range(rounds):
+        with OpTimer() as timer:
+            start = time.perf_counter()
+            model.predict(x, batch_size=x.shape[0])
+            total = time.perf_counter() - start
+        runs.append((total, timer))
+    runs.sort(key=lambda run: run[0])
+    total, timer = runs[len(runs) // 2]
+    return {"total": total, "by_op": timer.by_op,
+            "by_key": {k: (len(v), sum(v)) for k, v in timer.by_key.items()}}
+
+
+# --- memory (child process) ----------------------------------------------------------------
+
+def memory_child(impl: str, batch: int, threads: int) -> dict:
+    """Runs in a fresh process: RSS of building the network, and peak RSS over one
+    prediction (first and second call)."""
+    rss_start = proc_status_mb("VmRSS")
+    model = ResMobileNet(INPUT_HW, seed=0)
+    x = np.random.default_rng(2).uniform(-1, 1, (batch, *INPUT_HW, 3)).astype(np.float32)
+    if impl == "refseg":
+        def predict():
+            return model.predict(x, batch_size=batch)
+    else:
+        bench_ops.load_torch(threads)
+        from _torch_net import TorchResMobileNet
+
+        net = TorchResMobileNet(model.weights(), channels_last=impl == "torch channels_last")
+        del model
+        gc.collect()
+        tx = bench_ops.torch.from_numpy(x)
+        tx = tx.permute(0, 3, 1, 2) if impl == "torch channels_last" else \
+            tx.permute(0, 3, 1, 2).contiguous()
+
+        def predict():
+            with bench_ops.torch.inference_mode():
+                return net(tx)
+    gc.collect()
+    result = {"impl": impl, "batch": batch, "rss_start_mb": rss_start,
+              "rss_built_mb": proc_status_mb("VmRSS"), "peak_reset": reset_peak_rss()}
+    for label in ("first", "second"):
+        reset_peak_rss()
+        result[f"rss_before_{label}_mb"] = proc_status_mb("VmRSS")
+        out = predict()
+        result[f"peak_{label}_mb"] = proc_status_mb("VmHWM")
+        del out
+    if impl == "refseg":
+        import tracemalloc
+
+        tracemalloc.start()  # NumPy reports its data buffers to tracemalloc
+        predict()
+        result["tracemalloc_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2 ** 20
+        tracemalloc.stop()
+    result["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return result
+
+
+def run_memory_child(impl: str, batch: int, threads: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--threads", str(threads),
+           "--memory-child", impl, str(batch)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return {"impl": impl, "batch": batch, "error": out.stderr.strip().splitlines()[-1:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- the report ----------------------------------------------------------------------------
+
+def med_ms(samples) -> float:
+    return 1e3 * statistics.median(samples)
+
+
+def timing_table(batch, times, loads, flops, ceiling) -> list[str]:
+    ref = med_ms(times["refseg"])
+    lines = ["| implementation | ms / batch (fastest) | ms / image | refseg / this (fastest) "
+             "| GFLOP/s | % sgemm ceiling | other load (median / max) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, t in times.items():
+        ms, fast = med_ms(t), 1e3 * min(t)
+        rate = flops / (ms * 1e-3) / 1e9
+        ratio = "-" if name == "refseg" else \
+            f"{ref / ms:.2f} ({1e3 * min(times['refseg']) / fast:.2f})"
+        lines.append(f"| {name} | {ms:.0f} ({fast:.0f}) | {ms / batch:.1f} | {ratio} | "
+                     f"{rate:.0f} | {100 * rate / ceiling:.0f}% | "
+                     f"{statistics.median(loads[name]):.2f} / {max(loads[name]):.2f} |")
+    return lines
+
+
+def target_lines(batch, times, torch_name, keras_name) -> list[str]:
+    ref = med_ms(times["refseg"])
+    r_torch, r_keras = ref / med_ms(times[torch_name]), ref / med_ms(times[keras_name])
+    per_image = ref / batch / 1e3
+
+    def verdict(ok):
+        return "**holds**" if ok else "**missed**"
+
+    return [f"- refseg / torch = {r_torch:.2f} (target <= {TARGET_TORCH_RATIO}): "
+            f"{verdict(r_torch <= TARGET_TORCH_RATIO)}",
+            f"- refseg / Keras = {r_keras:.2f} (target < 1, faster than Keras): "
+            f"{verdict(r_keras < 1)}",
+            f"- refseg {per_image:.3f} s per image (target < {PATENT_S_PER_IMAGE} s, [0260]): "
+            f"{verdict(per_image < PATENT_S_PER_IMAGE)}"]
+
+
+def profile_lines(profile: dict, batch: int, top: int = 10) -> list[str]:
+    total = profile["total"] * 1e3
+    in_ops = sum(profile["by_op"].values()) * 1e3
+    lines = [f"Batch {batch}: prediction {total:.0f} ms, of which inside ops {in_ops:.0f} ms; "
+             f"the rest ({total - in_ops:.0f} ms) is graph bookkeeping, input checks and "
+             "Python between the ops.", "",
+             "| op | ms | % of prediction |", "|---|---:|---:|"]
+    for name, s in sorted(profile["by_op"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {name} | {1e3 * s:.1f} | {100 * 1e3 * s / total:.1f}% |")
+    lines += ["", f"Top {top} costs, convolutions by shape (kernel/stride, input H x W x C "
+              "after any zero padding -> output channels), other ops summed over all their "
+              "calls:", "", "| op | calls | ms | % of prediction |", "|---|---:|---:|---:|"]
+    ranked = sorted(profile["by_key"].items(), key=lambda kv: -kv[1][1])[:top]
+    for key, (calls, s) in ranked:
+        lines.append(f"| {key} | {calls} | {1e3 * s:.1f} | {100 * 1e3 * s / total:.1f}% |")
+    return lines
+
+
+def memory_lines(runs: list[dict]) -> list[str]:
+    lines = ["| implementation | batch | RSS, network built | peak RSS, 1st prediction "
+             "(+ over built) | RSS before 2nd | peak RSS, 2nd prediction (+ over built) | "
+             "tracemalloc peak |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        if "error" in r:
+            lines.append(f"| {r['impl']} | {r['batch']} | failed: {r['error']} | | | | |")
+            continue
+        if not r["peak_reset"]:
+            lines.append(f"| {r['impl']} | {r['batch']} | cannot reset the peak RSS here "
+                         "(/proc/self/clear_refs) | | | | |")
+            continue
+        built = r["rss_built_mb"]
+        tm = f"{r['tracemalloc_peak_mb']:.0f}" if "tracemalloc_peak_mb" in r else "-"
+        lines.append(f"| {r['impl']} | {r['batch']} | {built:.0f} | {r['peak_first_mb']:.0f} "
+                     f"(+{r['peak_first_mb'] - built:.0f}) | {r['rss_before_second_mb']:.0f} | "
+                     f"{r['peak_second_mb']:.0f} (+{r['peak_second_mb'] - built:.0f}) | "
+                     f"{tm} |")
+    return lines
+
+
+# --- main ----------------------------------------------------------------------------------
+
+def main(args: argparse.Namespace) -> None:
+    if args.memory_child:
+        impl, batch = args.memory_child
+        print(json.dumps(memory_child(impl, int(batch), args.threads)))
+        return
+    sys.path.insert(0, str(HERE.parent))  # for tests.test_models_keras
+    load_frameworks(args.threads)
+    out: list[str] = []
+
+    def emit(*lines):
+        for line in lines:
+            print(line, flush=True)
+            out.append(line)
+
+    started = time.perf_counter()
+    emit("# Res-Mobile Net prediction: refseg vs torch vs Keras", "",
+         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}: `python benchmarks/bench_model.py "
+         + " ".join(sys.argv[1:]) + "`", "", *bench_ops.environment_lines(args.threads),
+         f"- Keras {keras.__version__}, backend {keras.backend.backend()}", "")
+
+    nets = Networks()
+    macs = macs_per_image(nets.refseg)
+    flops_image = 2.0 * sum(macs.values())
+    emit(f"Input {INPUT_HW[0]}x{INPUT_HW[1]}x3. Multiply-accumulates per image (refseg graph, "
+         "convolutions only): " + ", ".join(f"{part} {m / 1e9:.2f} G" for part, m in
+                                            macs.items())
+         + f"; total {sum(macs.values()) / 1e9:.2f} G = {flops_image / 1e9:.2f} GFLOP.", "")
+
+    sgemm_shapes = {"square 1024": (1024,) * 3, "square 2048": (2048,) * 3}
+    sgemm_rounds = 3 if args.quick else 5
+    sgemm_before = measure_sgemm(sgemm_shapes, sgemm_rounds)
+    select_rounds = 1 if args.quick else 3
+    results = {}
+    for batch in args.batches:
+        x = np.random.default_rng(batch).uniform(-1, 1, (batch, *INPUT_HW, 3)) \
+            .astype(np.float32)
+        calls = nets.calls(x)
+        diffs = agreement(calls)
+        emit(f"## Batch {batch}", "", "Agreement with refseg on the benchmark input (largest "
+             f"|p - p_refseg| of the probabilities, tolerance {TOLERANCE:g}): "
+             + ", ".join(f"{name} {d:.2g}" for name, d in diffs.items()), "")
+        bad = {name: d for name, d in diffs.items() if not d <= TOLERANCE}
+        if bad:
+            raise SystemExit(f"predictions differ from refseg's beyond {TOLERANCE:g}: {bad}")
+        torch_name, torch_ms = pick_faster(calls, ["torch NCHW", "torch channels_last"],
+                                           select_rounds, args.wait_quiet)
+        keras_name, keras_ms = pick_faster(
+            calls, ["Keras predict_on_batch", "Keras call (no_grad)"], select_rounds,
+            args.wait_quiet)
+        emit("Variant selection (median ms / batch over "
+             f"{select_rounds} round{'s' * (select_rounds > 1)}): "
+             + ", ".join(f"{n} {ms:.0f}" for n, ms in {**torch_ms, **keras_ms}.items())
+             + f"; compared below: **{torch_name}**, **{keras_name}**.", "")
+        chosen = {n: calls[n] for n in ("refseg", torch_name, keras_name)}
+        times, loads = time_rounds(chosen, args.repeat, args.wait_quiet)
+        results[batch] = (times, loads, torch_name, keras_name)
+    sgemm_after = measure_sgemm(sgemm_shapes, sgemm_rounds)
+    ceiling = max(max(sgemm_before[s], sgemm_after[s]) for s in sgemm_shapes)
+
+    emit("## sgemm (np.matmul float32) in this run", "",
+         "| product | GFLOP/s before models | after models |", "|---|---:|---:|",
+         *(f"| {label} | {sgemm_before[label]:.0f} | {sgemm_after[label]:.0f} |"
+           for label in sgemm_shapes),
+         "", f"sgemm ceiling (best square median): **{ceiling:.0f} GFLOP/s**.", "")
+
+    for batch, (times, loads, torch_name, keras_name) in results.items():
+        emit(f"## Prediction time, batch {batch}", "",
+             f"Medians of {args.repeat} interleaved rounds (fastest run in brackets); "
+             "ratio = refseg / this implementation; GFLOP/s = 2 x MACs / median time, the "
+             "same count for every implementation; other load: cores used by other processes "
+             "during the calls (above ~0.1 the numbers are disturbed).", "",
+             *timing_table(batch, times, loads, batch * flops_image, ceiling), "",
+             *target_lines(batch, times, torch_name, keras_name), "")
+
+    if args.profile:
+        emit("## Where refseg's prediction time goes", "",
+             "Every autograd op call timed (Op.__call__ wrapped at run time: the op's "
+             "forward plus its Tensor wrapping); median of "
+             f"{1 if args.quick else 3} predictions by total time. Conv ops include their "
+             "bias; the decoder's ReLUs and the softmax are separate relu / softmax ops.", "")
+        for batch in args.batches:
+            x = np.random.default_rng(batch).uniform(-1, 1, (batch, *INPUT_HW, 3)) \
+                .astype(np.float32)
+            emit(*profile_lines(profile_refseg(nets.refseg, x, 1 if args.quick else 3),
+                                batch), "")
+
+    emit("## Peak memory of one prediction", "",
+         "MiB. Each row a fresh child process: RSS once the network is built (libraries and "
+         "weights; torch's network is built from a refseg model's weights, which are then "
+         "freed), then the peak RSS (VmHWM, reset through clear_refs before each call) over "
+         "a first and a second prediction, and in brackets that peak above the built RSS: "
+         "the memory the prediction needs. The first call also allocates refseg's reusable "
+         "im2col workspace; memory freed by the first call and kept by the allocator shows "
+         "in the RSS before the second. tracemalloc: peak of live NumPy buffers over a third "
+         "refseg call.", "")
+    del nets
+    gc.collect()
+    best_torch = {results[b][2] for b in args.batches}
+    runs = []
+    for batch in args.batches:
+        runs.append(run_memory_child("refseg", batch, args.threads))
+        runs += [run_memory_child(name, batch, args.threads) for name in sorted(best_torch)]
+    emit(*memory_lines(runs), "")
+    emit(f"Total run time {time.perf_counter() - started:.0f} s.")
+    if args.write:
+        RESULTS.write_text("\n".join(out) + "\n")
+        print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main(ARGS)
