@@ -202,12 +202,16 @@ class BatchNormalization(Layer):
         self.state["moving_mean"] = np.zeros(channels, dtype)
         self.state["moving_variance"] = np.ones(channels, dtype)
         self.training = False
+        # calibration (a frozen layer's statistics set from data, R-frozen): batch statistics
+        # replace the moving ones outright (momentum 0), whether or not the layer is trainable
+        self.calibrating = False
 
     def forward(self, x):
         return ag.batch_norm(x, self.gamma, self.beta, self.state["moving_mean"],
                              self.state["moving_variance"],
-                             training=self.training and self.trainable, epsilon=self.epsilon,
-                             momentum=self.momentum)
+                             training=(self.training and self.trainable) or self.calibrating,
+                             epsilon=self.epsilon,
+                             momentum=0.0 if self.calibrating else self.momentum)
 
 
 @implements("claim2.backbones")

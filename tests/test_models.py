@@ -302,3 +302,58 @@ def test_summary_counts(capsys):
     assert main(["model", "summary", "--input-size", "100x3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "multiples of 32" in err
+
+
+@pytest.mark.claim("claim2.backbones", "claim1.step3.train")
+def test_calibration_sets_moving_statistics_to_the_batch_statistics():
+    model = ResMobileNet((32, 64), seed=0)
+    x = images((4, 32, 64, 3), seed=3)
+    before = model.taps(x)
+    assert np.abs(before["block_16_project"]).mean() < 1e-6  # vanishing without calibration
+    assert model.calibrate_batch_norm(x) == 99
+    with ag.no_grad():
+        inputs = model.graph.run({"input_layer": ag.Tensor(x)},
+                                 ["Conv1", "conv2_block1_preact_relu", "post_bn"])
+    # bn_Conv1 reads the first convolution: the same float32 numbers in both passes. post_bn
+    # reads the end of ResNet50V2, which calibration computed with batch statistics and this
+    # pass with the stored (float32) moving statistics: float32 rounding through 50 layers
+    # (measured up to 1.5e-4 of the largest value)
+    for bn, source, rtol in (("bn_Conv1", "Conv1", 1e-5), ("post_bn", None, 1e-3)):
+        layer = model.graph.nodes[bn].layer
+        if source is None:  # post_bn's input is conv5_block3_out
+            with ag.no_grad():
+                feed = model.graph.run({"input_layer": ag.Tensor(x)}, ["conv5_block3_out"])
+            data = feed["conv5_block3_out"].data
+        else:
+            data = inputs[source].data
+        flat = data.reshape(-1, data.shape[-1]).astype(np.float64)
+        mean, var = flat.mean(axis=0), flat.var(axis=0)
+        np.testing.assert_allclose(layer.state["moving_mean"], mean, rtol=0,
+                                   atol=rtol * np.abs(mean).max())
+        np.testing.assert_allclose(layer.state["moving_variance"], var, rtol=0,
+                                   atol=2 * rtol * var.max())
+        assert not layer.calibrating and not layer.trainable
+    after = model.taps(x)
+    assert 0.05 < np.abs(after["block_16_project"]).mean() < 5
+    assert not any(p.requires_grad for layer in model.graph.layers("resnet50v2")
+                   for p in layer.params.values())
+
+
+@pytest.mark.claim("claim2.fusion")
+@pytest.mark.parametrize("branches, taps, parameters", [
+    (("resnet50v2",), ("post_relu", "conv4_block6_1_relu", "conv3_block4_1_relu",
+                       "conv1_conv"), 16_592_535),
+    (("mobilenetv2",), ("block_16_project", "block_13_expand_relu", "block_6_expand_relu",
+                        "block_3_expand_relu"), 6_287_511)])
+def test_single_branch_networks(branches, taps, parameters):
+    """The branch alone: its decoder layers, the prediction reading x11 (or x22). Parameters
+    by hand: the full decoder's 22,879,962 split at x11/x22; each branch keeps the prediction
+    layer (84)."""
+    model = ResMobileNet((32, 64), branches=branches)
+    assert model.decoder_inputs == taps
+    assert model.parameter_count(trainable_only=True) == parameters
+    assert model.graph.nodes["prediction"].inputs == (
+        {"resnet50v2": "x11", "mobilenetv2": "x22"}[branches[0]],)
+    assert model.predict(images((1, 32, 64, 3))).shape == (1, 32, 64, 3)
+    with pytest.raises(InputError, match="branches"):
+        ResMobileNet((32, 64), branches=("vgg",))

@@ -34,6 +34,11 @@ class DecoderLayer:
     activation: str | None = "relu"
     paragraph: str = ""
 
+    @property
+    def branch(self) -> str | None:
+        """The backbone whose taps this layer's path starts from (None: the fusion itself)."""
+        return BRANCH_OF.get(self.name)
+
 
 def _t(name, source, filters, paragraph, stride=2, activation="relu"):
     return DecoderLayer(name, "convT", (source,), filters, stride, activation, paragraph)
@@ -78,14 +83,26 @@ DECODER = (
 )
 
 
+#: Branch of each decoder layer: x1-x11 read ResNet50V2's taps, x12-x22 MobileNetV2's.
+BRANCH_OF = {**{f"x{i}": "resnet50v2" for i in range(1, 12)}, "x7a": "resnet50v2",
+             "x7b": "resnet50v2", **{f"x{i}": "mobilenetv2" for i in range(12, 23)}}
+#: The layer each branch ends in (the prediction reads it when that branch is alone).
+BRANCH_OUTPUT = {"resnet50v2": "x11", "mobilenetv2": "x22"}
+BRANCHES = tuple(BRANCH_OUTPUT)
+
+
 @implements("claim2.fusion", "claim3.formula")
-def add_decoder(graph: Graph, *, seed: int = 0, dtype=np.float32) -> None:
+def add_decoder(graph: Graph, *, branches=BRANCHES, seed: int = 0, dtype=np.float32) -> None:
     """Add the decoder's layers to ``graph``, which must already hold the ten taps.
 
     Parameters
     ----------
     graph : Graph
-        Both backbones' layers (the decoder's kernels take their channels from the taps).
+        The backbones' layers (the decoder's kernels take their channels from the taps).
+    branches : tuple of str
+        Both (the patent's network), or one of "resnet50v2", "mobilenetv2": that branch alone,
+        its last layer feeding the prediction directly (the single-branch networks the patent
+        compares against in fig. 9, [0259]-[0260]).
     seed : int
         Seed of the initial weights (Glorot uniform kernels, zero biases).
     dtype : float32 or float64
@@ -97,7 +114,14 @@ def add_decoder(graph: Graph, *, seed: int = 0, dtype=np.float32) -> None:
     # channels do not depend on the image size: any multiple of 32 tells them
     channels = {name: shape[2] for name, shape in graph.shapes((32, 32, 3)).items()}
     b = Builder(graph, "decoder", seed=seed, dtype=dtype, paragraphs="")
+    single = len(branches) == 1
     for layer in DECODER:
+        if layer.branch not in (None, *branches) or (single and layer.name == "x23"):
+            continue
+        if single and layer.name == "prediction":
+            layer = DecoderLayer(layer.name, layer.op, (BRANCH_OUTPUT[branches[0]],),
+                                 layer.filters, layer.stride, layer.activation,
+                                 layer.paragraph)
         if layer.op == "add":
             b.add(layer.name, *layer.sources, paragraphs=layer.paragraph)
             channels[layer.name] = channels[layer.sources[0]]

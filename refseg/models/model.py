@@ -14,7 +14,8 @@ from refseg.errors import InputError
 from refseg.imageio import write_npz
 from refseg.models import mobilenetv2 as mnv2
 from refseg.models import resnet50v2 as rn50
-from refseg.models.decoder import add_decoder
+from refseg import nn
+from refseg.models.decoder import BRANCHES, add_decoder
 from refseg.models.graph import INPUT, Graph
 from refseg.models.weights import LoadReport, match_weights, read_weight_file
 from refseg.trace import implements
@@ -138,6 +139,39 @@ class Model:
             return x
         return Tensor(data.astype(self.dtype, copy=False))
 
+    @implements("claim2.backbones", "claim1.step3.train")
+    def calibrate_batch_norm(self, x, parts=("resnet50v2", "mobilenetv2")) -> int:
+        """Set the moving statistics of every batch-norm layer of ``parts`` to the mean and
+        (biased) variance of its input over the images ``x``, in network order.
+
+        Without pretrained weights the frozen backbones are random, and their default
+        statistics (mean 0, variance 1) let activations vanish (MobileNetV2's
+        block_16_project ~1e-11): calibrating them on the training images before freezing is
+        refseg's documented extension to the patent (R-frozen; NOTES.md section 4).
+
+        Parameters
+        ----------
+        x : ndarray of shape (N, H, W, 3)
+            Images in [-1, 1]; one pass, so N should be large enough for stable statistics.
+        parts : tuple of str
+
+        Returns
+        -------
+        int
+            The number of layers calibrated.
+        """
+        layers = [layer for part in parts for layer in self.graph.layers(part)
+                  if isinstance(layer, nn.BatchNormalization)]
+        for layer in layers:
+            layer.calibrating = True
+        try:
+            with no_grad():
+                self.graph.run({INPUT: self.check_input(x)}, self.tap_names)
+        finally:
+            for layer in layers:
+                layer.calibrating = False
+        return len(layers)
+
     @implements("claim2.taps")
     def taps(self, x) -> dict[str, np.ndarray]:
         """The tap layers' outputs for images ``x`` (N, H, W, 3) in [-1, 1], deepest first.
@@ -210,21 +244,34 @@ class ResMobileNet(Model):
 
     OUTPUT = "prediction"
 
-    def __init__(self, input_shape=(224, 224), *, seed: int = 0, dtype=np.float32):
+    def __init__(self, input_shape=(224, 224), *, branches=BRANCHES, seed: int = 0,
+                 dtype=np.float32):
         h, w = (int(v) for v in input_shape)
         if h % SIZE_MULTIPLE or w % SIZE_MULTIPLE or min(h, w) <= 0:
             raise InputError(f"ResMobileNet: input_shape must be positive multiples of "
                              f"{SIZE_MULTIPLE}, got {h}x{w}")
-        self.input_shape = (h, w)
-        graph, ignorable = _prune(rn50.resnet50v2_graph(seed=seed, dtype=dtype), rn50.TAPS)
-        mobile, dropped = _prune(mnv2.mobilenetv2_graph(seed=seed, dtype=dtype), mnv2.TAPS)
-        graph.merge(mobile)
-        ignorable.update(dropped)
-        add_decoder(graph, seed=seed, dtype=dtype)
-        super().__init__("ResMobileNet", graph, rn50.TAPS + mnv2.TAPS, dtype=dtype,
-                         ignorable=ignorable)
-        self.freeze("resnet50v2")
-        self.freeze("mobilenetv2")
+        branches = tuple(branches)
+        if not branches or len(set(branches)) != len(branches) or not set(branches) <= set(
+                BRANCHES):
+            raise InputError(f"ResMobileNet: branches must be one or both of {BRANCHES}, "
+                             f"got {branches}")
+        self.input_shape, self.branches = (h, w), branches
+        graph, ignorable, taps = Graph(), {}, ()
+        for branch, build, branch_taps in (("resnet50v2", rn50.resnet50v2_graph, rn50.TAPS),
+                                           ("mobilenetv2", mnv2.mobilenetv2_graph, mnv2.TAPS)):
+            if branch in branches:
+                part, dropped = _prune(build(seed=seed, dtype=dtype), branch_taps)
+                graph.merge(part)
+                ignorable.update(dropped)
+                taps += branch_taps
+        add_decoder(graph, branches=branches, seed=seed, dtype=dtype)
+        name = "ResMobileNet" if len(branches) == 2 else f"ResMobileNet[{branches[0]} only]"
+        super().__init__(name, graph, taps, dtype=dtype, ignorable=ignorable)
+        for branch in branches:
+            self.freeze(branch)
+        # the taps the decoder reads (two of the ten feed nothing: erratum E14)
+        self.decoder_inputs = tuple(t for t in taps if any(
+            t in node.inputs for node in graph.nodes.values() if node.part == "decoder"))
 
     def check_input(self, x) -> Tensor:
         tensor = super().check_input(x)
@@ -242,14 +289,14 @@ class ResMobileNet(Model):
     @implements("claim2.fusion", "claim4.propagation")
     def decode(self, taps: dict[str, np.ndarray]) -> Tensor:
         """The prediction from precomputed taps (the frozen backbones' features, cached once
-        per image in training)."""
-        missing = [name for name in self.tap_names if name not in taps]
+        per image in training); only ``decoder_inputs`` are read."""
+        missing = [name for name in self.decoder_inputs if name not in taps]
         if missing:
-            raise InputError(f"{self.name}: decode needs all ten taps; missing "
-                             + ", ".join(missing))
+            raise InputError(f"{self.name}: decode needs the taps {self.decoder_inputs}; "
+                             "missing " + ", ".join(missing))
         values = {name: taps[name] if isinstance(taps[name], Tensor)
                   else Tensor(np.asarray(taps[name], dtype=self.dtype))
-                  for name in self.tap_names}
+                  for name in self.decoder_inputs}
         return self.graph.run(values, [self.OUTPUT])[self.OUTPUT]
 
     @implements("claim2.fusion")
