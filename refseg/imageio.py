@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,7 +191,51 @@ def write_npz(path, **arrays) -> None:
 
 
 @implements("claim5.feature_module")
+def write_text(path, text: str) -> None:
+    """Write UTF-8 text, atomically."""
+    data = text.encode("utf-8")
+    _atomic_write(Path(path), lambda f: f.write(data))
+
+
+@implements("claim5.feature_module")
 def write_json(path, data) -> None:
     """Write JSON (sorted keys, indented), atomically."""
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     _atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
+
+
+@implements("claim5.feature_module", "claim5.output_module")
+class StagedFolders:
+    """Stage a set of output folders inside ``out`` (a hidden folder there); publish them, by
+    renaming, only when all are done, or abandon them: a failed or killed command leaves no
+    half-written output."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.created_out = not out.exists()
+        if out.exists() and not out.is_dir():
+            raise InputError(f"{out}: exists and is not a folder")
+        out.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix=".refseg-staging-", dir=out))
+
+    def folder(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(mode=default_mode(folder=True))
+        return path
+
+    def publish(self) -> None:
+        for staged in sorted(self.root.iterdir()):
+            final = self.out / staged.name
+            if final.exists():
+                old = self.root.with_name(self.root.name + ".old")
+                final.rename(old)
+                staged.rename(final)
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+            else:
+                staged.rename(final)
+        self.root.rmdir()
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self.created_out and self.out.exists() and not any(self.out.iterdir()):
+            self.out.rmdir()

@@ -47,3 +47,58 @@ def positive_weights():
     """Operator weights: non-negative, summing to 1."""
     return st.lists(st.floats(0, 1), min_size=4, max_size=4).filter(lambda w: sum(w) > 1e-6) \
         .map(lambda w: {k: v / sum(w) for k, v in zip(OPERATORS, w)})
+
+
+def _class_map(draw, shape, classes, dtype):
+    """One class map of ``shape``: random per pixel, horizontal bands (as the weld images:
+    outside, contour, inside, ...), or one class."""
+    kind = draw(st.sampled_from(["random", "bands", "constant"]))
+    if kind == "constant":
+        return np.full(shape, draw(st.integers(0, classes - 1)), dtype=dtype)
+    if kind == "bands":
+        rows = shape[-2]
+        cuts = sorted(draw(st.lists(st.integers(0, rows), max_size=4)))
+        values = draw(st.lists(st.integers(0, classes - 1), min_size=len(cuts) + 1,
+                               max_size=len(cuts) + 1))
+        row_class = np.repeat(values, np.diff([0, *cuts, rows]))
+        return np.broadcast_to(row_class[:, None], shape).astype(dtype)
+    return draw(hnp.arrays(dtype, shape, elements=st.integers(0, classes - 1)))
+
+
+@st.composite
+def class_map_pairs(draw, min_side=1, max_side=12, classes=3, batch=0):
+    """(true, predicted): integer class maps of the same shape (*lead, H, W), values in
+    0..classes-1, where ``lead`` is up to ``batch`` axes of length 1-3. The prediction is drawn
+    on its own or is the truth with some pixels changed."""
+    lead = tuple(draw(st.lists(st.integers(1, 3), max_size=batch)))
+    shape = lead + (draw(st.integers(min_side, max_side)), draw(st.integers(min_side, max_side)))
+    dtype = draw(st.sampled_from([np.uint8, np.int32, np.int64]))
+    true = _class_map(draw, shape, classes, dtype)
+    if draw(st.booleans()):
+        return true, _class_map(draw, shape, classes, dtype)
+    flips = draw(hnp.arrays(np.bool_, shape))
+    other = draw(hnp.arrays(dtype, shape, elements=st.integers(0, classes - 1)))
+    return true, np.where(flips, other, true)
+
+
+#: The label colours of [0263] (contour, inside, outside), as tuples.
+LABEL_PALETTE = ((255, 0, 0), (0, 255, 0), (0, 0, 255))
+
+
+@st.composite
+def label_maps(draw, min_side=1, max_side=12):
+    """uint8 class maps (H, W) of a data set label: 0 contour, 1 inside, 2 outside; random,
+    banded like a weld, or one class."""
+    shape = (draw(st.integers(min_side, max_side)), draw(st.integers(min_side, max_side)))
+    return _class_map(draw, shape, 3, np.uint8)
+
+
+def off_palette_colours():
+    """RGB colours that are not one of the three label colours, biased towards near misses
+    (one channel off by a little, as an antialiasing brush or a lossy save leaves them)."""
+    near = st.tuples(st.sampled_from(LABEL_PALETTE), st.integers(0, 2),
+                     st.integers(-3, 3).filter(bool)) \
+        .map(lambda t: tuple(min(max(v + (t[2] if i == t[1] else 0), 0), 255)
+                             for i, v in enumerate(t[0])))
+    anything = st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255))
+    return st.one_of(near, anything).filter(lambda c: c not in LABEL_PALETTE)

@@ -95,13 +95,22 @@ def test_a_failure_while_writing_leaves_no_output(tmp_path, weld_png, monkeypatc
     assert not out.exists()
 
 
-@pytest.mark.claim("claim1.step1.acquire", "claim5.feature_module")
+@pytest.mark.claim("claim1.step1.acquire", "claim1.step3.train", "claim1.step4.predict",
+                   "claim5.output_module")
 def test_demo_writes_a_report(tmp_path):
+    """The main job end to end at a tiny size: data, claim 1, four training runs, evaluation."""
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--count", "2"]) == 0
+    assert main(["demo", "--out", str(out), "--count", "6", "--test-count", "2", "--epochs",
+                 "1", "--input-size", "32x96", "--jobs", "1"]) == 0
     index = (out / "index.md").read_text()
-    assert "weld_0000" in index and "weld_0001" in index
-    assert (out / "weld_0001" / "panel.png").is_file() and (out / "weld_0000" / "label.png").is_file()
+    for text in ("| fusion-feature |", "| fusion-gray |", "| resnet50v2-feature |",
+                 "| mobilenetv2-feature |", "97.41%", "claim1.step3.train"):
+        assert text in index, text
+    for name in ("curves.png", "predictions.png", "scores.json", "claim1/weld_00000/panel.png",
+                 "runs/fusion-feature/checkpoint.npz", "data/images/weld_00005.png"):
+        assert (out / name).is_file(), name
+    assert not (out / "runs" / "fusion-gray" / "checkpoint.npz").exists()
+    assert not list(out.glob(".refseg-staging-*"))
 
 
 @pytest.mark.claim("claim1.step2.cv")

@@ -77,6 +77,7 @@ def format_summary(model, input_hw, part: str | None = None) -> str:
     return "\n".join(lines)
 
 
+@implements("claim2.fusion")
 def parse_size(text: str) -> tuple[int, int]:
     """"224x224" -> (224, 224); InputError otherwise."""
     try:

@@ -1,0 +1,353 @@
+"""Training the fusion network on the first data set (claim 1 step 3, claim 4; [0122], [0215],
+[0242]-[0257]), with checkpoints that a killed run resumes from exactly.
+
+A run folder holds:
+
+- ``config.json``: the settings (a resumed run must use the same ones);
+- ``cache/``: the network inputs' tap features, computed once per image by the frozen
+  backbones and kept as memory-mapped ``.npy`` files (the page cache holds them when they fit
+  in memory, the disk when they do not);
+- ``backbones.npz``: the frozen backbone weights used (after batch-norm calibration);
+- ``checkpoint.npz``: the decoder weights, Adam's state, the epoch and the metrics history,
+  written atomically at the end of every epoch (one file, so a kill leaves the last one whole);
+- ``metrics.jsonl``: one line per epoch (training loss and pixel accuracy, validation loss,
+  pixel accuracy, per-class IoU and mIoU);
+- ``curves.png``: loss and accuracy per epoch (like fig. 8).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from refseg import autograd as ag
+from refseg.errors import InputError
+from refseg.imageio import write_json, write_npz, write_text
+from refseg.inputs import INPUT_KINDS, prepare
+from refseg.models import ResMobileNet
+from refseg.models.decoder import BRANCHES
+from refseg.models.weights import read_weight_file
+from refseg.optim import Adam
+from refseg.trace import implements
+
+#: Images per batch when computing taps and validation predictions (memory, not results).
+INFERENCE_BATCH = 8
+
+
+@dataclass
+class TrainConfig:
+    """Settings of a training run (all recorded in ``config.json``)."""
+
+    epochs: int = 10
+    batch_size: int = 8
+    input_hw: tuple[int, int] = (64, 224)
+    input_kind: str = "feature"
+    seed: int = 0
+    learning_rate: float = 1e-3
+    validation_fraction: float = 0.2
+    branches: tuple[str, ...] = BRANCHES
+    weights: str | None = None
+    calibrate: bool = True
+    calibration_images: int = 32
+    extra: dict = field(default_factory=dict)
+
+    def check(self):
+        if self.input_kind not in INPUT_KINDS:
+            raise InputError(f"--input must be one of {INPUT_KINDS}, got {self.input_kind!r}")
+        for name in ("epochs", "batch_size", "calibration_images"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.validation_fraction < 1:
+            raise InputError(f"validation fraction must lie in (0, 1), got "
+                             f"{self.validation_fraction}")
+        if not self.learning_rate > 0:
+            raise InputError(f"learning rate must be > 0, got {self.learning_rate}")
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["input_hw"], out["branches"] = list(self.input_hw), list(self.branches)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TrainConfig":
+        data = dict(data)
+        data["input_hw"], data["branches"] = tuple(data["input_hw"]), tuple(data["branches"])
+        return cls(**data)
+
+
+# ----------------------------------------------------------------------------------- data
+def _load_split(data_dir, config):
+    from refseg import dataset
+
+    data = dataset.load_dataset(data_dir)
+    train_set, validation_set = dataset.split(data, config.validation_fraction, config.seed)
+    if not len(train_set) or not len(validation_set):
+        raise InputError(f"{data_dir}: {len(data)} images are too few to split "
+                         f"{1 - config.validation_fraction:.0%} / "
+                         f"{config.validation_fraction:.0%}")
+    return train_set, validation_set
+
+
+def _pairs(samples):
+    from refseg import dataset
+
+    for sample in samples:
+        yield dataset.load_pair(sample)
+
+
+def _cache_taps(model, x, y, folder: Path, split: str) -> dict:
+    """Taps of every image (memory-mapped .npy, written under temporary names, then renamed)
+    and the labels; returns them opened read-only."""
+    done = folder / f"{split}.json"
+    names = model.decoder_inputs
+    if not done.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        first = model.taps(x[:1])
+        files = {}
+        for name in names:
+            tmp = folder / f".{split}_{name}.npy.tmp"
+            files[name] = (tmp, np.lib.format.open_memmap(
+                tmp, mode="w+", dtype=np.float32, shape=(len(x), *first[name].shape[1:])))
+        for start in range(0, len(x), INFERENCE_BATCH):
+            taps = model.taps(x[start:start + INFERENCE_BATCH])
+            for name in names:
+                files[name][1][start:start + INFERENCE_BATCH] = taps[name]
+        for name, (tmp, array) in files.items():
+            array.flush()
+            del array
+            tmp.replace(folder / f"{split}_{name}.npy")
+        np.save(folder / f"{split}_labels.npy", y)
+        write_json(done, {"images": len(x), "taps": list(names)})
+    taps = {name: np.load(folder / f"{split}_{name}.npy", mmap_mode="r") for name in names}
+    labels = np.load(folder / f"{split}_labels.npy", allow_pickle=False)
+    return {"taps": taps, "labels": labels}
+
+
+# ------------------------------------------------------------------------------ checkpoint
+def _checkpoint_arrays(model, optimizer, epoch, history) -> dict:
+    arrays = {f"model/{p.name}": p.data for p in model.trainable_parameters()}
+    arrays.update({f"optimizer/{k}": v for k, v in optimizer.state_dict().items()})
+    arrays["epoch"] = np.array(epoch)
+    arrays["history"] = np.frombuffer(json.dumps(history).encode(), dtype=np.uint8)
+    return arrays
+
+
+def _read_checkpoint(path: Path):
+    arrays = read_weight_file(path)
+    for key in ("epoch", "history"):
+        if key not in arrays:
+            raise InputError(f"{path}: not a refseg checkpoint (no {key!r})")
+    model = {k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")}
+    optimizer = {k[len("optimizer/"):]: v for k, v in arrays.items()
+                 if k.startswith("optimizer/")}
+    history = json.loads(arrays["history"].tobytes().decode())
+    return model, optimizer, int(arrays["epoch"]), history
+
+
+@implements("claim1.step4.predict", "claim5.output_module")
+def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
+    """The trained model of a run folder (backbones + last checkpoint) and its settings."""
+    run = Path(run_dir)
+    if not (run / "config.json").is_file() or not (run / "checkpoint.npz").is_file():
+        raise InputError(f"{run}: not a finished or checkpointed refseg run "
+                         "(config.json and checkpoint.npz expected)")
+    config = TrainConfig.from_json(json.loads((run / "config.json").read_text()))
+    model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
+    model.load_weights(run / "backbones.npz", strict=False)
+    weights, _, _, _ = _read_checkpoint(run / "checkpoint.npz")
+    report = model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
+    if report.problems and set(report.problems) != {"missing"}:
+        raise InputError(f"{run / 'checkpoint.npz'}: {report.problem_line()}")
+    return model, config
+
+
+# -------------------------------------------------------------------------------- training
+def _scores(probabilities, labels):
+    from refseg import metrics
+
+    cm = metrics.confusion_matrix(labels, probabilities.argmax(axis=-1))
+    return cm
+
+
+def _evaluate(model, cache) -> dict:
+    from refseg import metrics
+
+    labels = cache["labels"]
+    total, cm = 0.0, np.zeros((3, 3), np.int64)
+    with ag.no_grad():
+        for start in range(0, len(labels), INFERENCE_BATCH):
+            batch = slice(start, start + INFERENCE_BATCH)
+            p = model.decode({k: np.asarray(v[batch]) for k, v in cache["taps"].items()})
+            y = labels[batch]
+            total += float(ag.categorical_crossentropy(p, y).data) * y.size
+            cm += _scores(p.data, y)
+    iou = metrics.class_iou(cm)
+    return {"loss": total / labels.size, "pixel_accuracy": float(metrics.pixel_accuracy(cm)),
+            "iou": [None if np.isnan(v) else float(v) for v in iou],
+            "miou": float(metrics.mean_iou(cm))}
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+@implements("claim1.step3.train", "claim4.propagation", "claim4.update",
+            "claim5.training_module")
+def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
+          stop_after_epoch: int | None = None, log=sys.stderr) -> list[dict]:
+    """Train the fusion network on a data set folder; returns the metrics history.
+
+    Parameters
+    ----------
+    data_dir : path
+        ``images/`` and ``labels/`` (see :mod:`refseg.dataset`).
+    run_dir : path
+        The run folder (created; must be empty unless resuming).
+    config : TrainConfig
+    resume : bool
+        Continue the run in ``run_dir`` from its last checkpoint, exactly.
+    jobs : int or None
+        Processes for the claim-1 extraction (default: all cores).
+    stop_after_epoch : int or None
+        Stop (as if killed) after this epoch's checkpoint; for tests of resuming.
+    log : file
+
+    Returns
+    -------
+    list of dict
+        One entry per epoch, as written to ``metrics.jsonl``.
+
+    Notes
+    -----
+    1. Split the data set by seed; build the first data set: every image through claim-1
+       extraction, resized to the input size, in [-1, 1] ([0075], [0203]); labels resized by
+       nearest neighbour.
+    2. Build the network; load backbone weights if given, else calibrate the random backbones'
+       batch-norm statistics on training images (R-frozen); freeze them ([0143], [0241]).
+    3. Compute every image's taps once (the backbones are frozen) and cache them.
+    4. Each epoch: shuffle (by seed and epoch), and per batch: decoder forward, per-pixel
+       cross-entropy averaged over the image ([0242]-[0245], R-loss), backward, Adam
+       ([0246]-[0255]). Then validate, write ``metrics.jsonl``, the checkpoint and the curves.
+
+    References
+    ----------
+    [0122], [0129]-[0132], [0215], [0242]-[0257].
+    """
+    from refseg.curves import write_curves
+
+    config.check()
+    run = Path(run_dir)
+    started = time.perf_counter()
+    if resume:
+        if not (run / "config.json").is_file():
+            raise InputError(f"{run}: nothing to resume (no config.json)")
+        saved = TrainConfig.from_json(json.loads((run / "config.json").read_text()))
+        if saved.to_json() != {**config.to_json(), "epochs": saved.epochs}:
+            raise InputError(f"{run}: --resume needs the run's own settings "
+                             f"({json.dumps(saved.to_json())})")
+    else:
+        if run.exists() and any(run.iterdir()):
+            raise InputError(f"{run}: run folder exists and is not empty (use --resume)")
+        run.mkdir(parents=True, exist_ok=True)
+    train_set, validation_set = _load_split(data_dir, config)
+    print(f"data: {len(train_set)} training, {len(validation_set)} validation images; "
+          f"input {config.input_kind} at {config.input_hw[0]}x{config.input_hw[1]}",
+          file=log)
+    model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
+    cache_dir = run / "cache"
+    cached = all((cache_dir / f"{s}.json").is_file() for s in ("train", "validation"))
+    calibrated = resume and (run / "backbones.npz").is_file()
+    x_train = x_val = y_train = y_val = None
+    if not (cached and calibrated):
+        t = time.perf_counter()
+        x_train, y_train = prepare(_pairs(train_set), config.input_hw, config.input_kind, jobs)
+        x_val, y_val = prepare(_pairs(validation_set), config.input_hw, config.input_kind, jobs)
+        print(f"first data set ({config.input_kind} images): {len(x_train) + len(x_val)} "
+              f"images in {_duration(time.perf_counter() - t)}", file=log)
+    if calibrated:
+        model.load_weights(run / "backbones.npz", strict=False)
+    else:
+        if config.weights:
+            report = model.load_weights(config.weights, strict=False)
+            for notice in report.notices():
+                print(notice, file=log)
+        if config.calibrate:
+            calibration = x_train[:config.calibration_images]
+            count = model.calibrate_batch_norm(calibration)
+            print(f"calibrated {count} backbone batch-norm layers on {len(calibration)} "
+                  "training images (R-frozen)", file=log)
+        write_json(run / "config.json", config.to_json())
+        model.save_weights(run / "backbones.npz")
+    t = time.perf_counter()
+    train_cache = _cache_taps(model, x_train, y_train, cache_dir, "train")
+    val_cache = _cache_taps(model, x_val, y_val, cache_dir, "validation")
+    del x_train, x_val
+    print(f"taps cached in {_duration(time.perf_counter() - t)}", file=log)
+
+    optimizer = Adam(model.trainable_parameters(), learning_rate=config.learning_rate)
+    history, first_epoch = [], 1
+    if resume and (run / "checkpoint.npz").is_file():
+        weights, state, epoch, history = _read_checkpoint(run / "checkpoint.npz")
+        model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
+        optimizer.load_state_dict(state)
+        first_epoch = epoch + 1
+        print(f"resumed after epoch {epoch}", file=log)
+    labels, count = train_cache["labels"], len(train_cache["labels"])
+    batches = -(-count // config.batch_size)
+    for epoch in range(first_epoch, config.epochs + 1):
+        order = np.random.default_rng([config.seed, epoch]).permutation(count)
+        t0, loss_sum, correct, pixels = time.perf_counter(), 0.0, 0, 0
+        for b in range(batches):
+            index = np.sort(order[b * config.batch_size:(b + 1) * config.batch_size])
+            taps = {k: np.asarray(v[index]) for k, v in train_cache["taps"].items()}
+            y = labels[index]
+            p = model.decode(taps)
+            loss = ag.categorical_crossentropy(p, y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            loss_sum += float(loss.data) * y.size
+            correct += int((p.data.argmax(axis=-1) == y).sum())
+            pixels += y.size
+            elapsed = time.perf_counter() - t0
+            rate = (b + 1) * len(index) / elapsed
+            eta = elapsed / (b + 1) * (batches - b - 1)
+            print(f"\repoch {epoch}/{config.epochs} batch {b + 1}/{batches} loss "
+                  f"{loss_sum / pixels:.4f} {rate:.1f} img/s ETA {_duration(eta)}  ",
+                  end="", file=log, flush=True)
+        validation = _evaluate(model, val_cache)
+        entry = {"epoch": epoch, "train_loss": loss_sum / pixels,
+                 "train_pixel_accuracy": correct / pixels,
+                 **{f"val_{k}": v for k, v in validation.items()},
+                 "seconds": time.perf_counter() - t0}
+        history.append(entry)
+        print(f"\repoch {epoch}/{config.epochs}: loss {entry['train_loss']:.4f}, accuracy "
+              f"{entry['train_pixel_accuracy']:.4f}; validation loss {entry['val_loss']:.4f}, "
+              f"accuracy {entry['val_pixel_accuracy']:.4f}, mIoU {entry['val_miou']:.4f} "
+              f"({_duration(entry['seconds'])})", file=log)
+        write_npz(run / "checkpoint.npz", **_checkpoint_arrays(model, optimizer, epoch,
+                                                                history))
+        _write_metrics(run / "metrics.jsonl", history)
+        write_curves(history, run / "curves.png")
+        if stop_after_epoch is not None and epoch >= stop_after_epoch:
+            break
+    print(f"done in {_duration(time.perf_counter() - started)}: {run}", file=log)
+    return history
+
+
+def _write_metrics(path: Path, history):
+    write_text(path, "".join(json.dumps(entry) + "\n" for entry in history))
+
+
+@implements("claim5.training_module")
+def remove_cache(run_dir) -> None:
+    """Delete a run's tap cache (it is rebuilt on demand)."""
+    shutil.rmtree(Path(run_dir) / "cache", ignore_errors=True)
+
+

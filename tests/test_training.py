@@ -1,0 +1,142 @@
+"""Training, resuming, predicting and evaluating on a tiny synthetic data set (claim 1 steps
+2-4, claim 4, claim 5's training and output modules)."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refseg import imageio, synthetic
+from refseg.cli import main
+from refseg.dataset import write_label
+from refseg.errors import InputError
+from refseg.inputs import network_input, resize_labels
+from refseg.training import TrainConfig, load_run, train
+
+SMALL = dict(epochs=2, batch_size=4, input_hw=(32, 96), calibration_images=8)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("welds")
+    (root / "images").mkdir()
+    (root / "labels").mkdir()
+    for i in range(10):
+        sample = synthetic.weld_image(100 + i, shape=(48, 160))
+        imageio.write_png(root / "images" / f"weld_{i:02d}.png", sample.rgb)
+        write_label(root / "labels" / f"weld_{i:02d}.png", sample.classes)
+    return root
+
+
+def quiet_train(*args, **kwargs):
+    import io
+
+    return train(*args, log=io.StringIO(), jobs=1, **kwargs)
+
+
+def checkpoint_arrays(run):
+    with np.load(run / "checkpoint.npz", allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files if k != "history"}
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, data):
+    run = tmp_path_factory.mktemp("runs") / "straight"
+    history = quiet_train(data, run, TrainConfig(**SMALL))
+    return run, history
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
+def test_a_smoke_run_writes_everything(straight):
+    run, history = straight
+    assert [h["epoch"] for h in history] == [1, 2]
+    for entry in history:
+        assert np.isfinite(entry["train_loss"]) and 0 <= entry["val_pixel_accuracy"] <= 1
+        assert len(entry["val_iou"]) == 3
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+    for name in ("config.json", "backbones.npz", "checkpoint.npz", "curves.png"):
+        assert (run / name).is_file(), name
+    assert not list(run.glob(".*.tmp"))
+    model, config = load_run(run)
+    assert config.input_hw == (32, 96) and model.input_shape == (32, 96)
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_resume_after_a_kill_gives_the_uninterrupted_weights(tmp_path, data, straight):
+    """Stopped after epoch 1 (as a kill after the checkpoint), resumed: the same weights and
+    Adam state, bit for bit, as the uninterrupted run; a fresh run with the same seed too."""
+    run = tmp_path / "resumed"
+    quiet_train(data, run, TrainConfig(**SMALL), stop_after_epoch=1)
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["epoch"] == 1
+    history = quiet_train(data, run, TrainConfig(**SMALL), resume=True)
+    assert [h["epoch"] for h in history] == [1, 2]
+    expected = checkpoint_arrays(straight[0])
+    resumed = checkpoint_arrays(run)
+    assert resumed.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+    for a, b in zip(history, straight[1]):
+        assert {k: v for k, v in a.items() if k != "seconds"} == {
+            k: v for k, v in b.items() if k != "seconds"}
+
+
+@pytest.mark.claim("claim5.training_module")
+def test_runs_refuse_to_overwrite_or_to_resume_with_other_settings(tmp_path, data, straight):
+    with pytest.raises(InputError, match="not empty"):
+        quiet_train(data, straight[0], TrainConfig(**SMALL))
+    with pytest.raises(InputError, match="own settings"):
+        quiet_train(data, straight[0], TrainConfig(**{**SMALL, "seed": 3}), resume=True)
+    with pytest.raises(InputError, match="nothing to resume"):
+        quiet_train(data, tmp_path / "none", TrainConfig(**SMALL), resume=True)
+    with pytest.raises(InputError, match="input"):
+        TrainConfig(input_kind="rgb").check()
+
+
+@pytest.mark.claim("claim1.step4.predict", "claim5.output_module")
+def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys):
+    run = straight[0]
+    images = sorted((data / "images").iterdir())[:2]
+    assert main(["predict", str(run), *map(str, images), "--out", str(tmp_path / "p")]) == 0
+    for image in images:
+        folder = tmp_path / "p" / image.stem
+        label = imageio.read_image(folder / "label.png").pixels
+        assert label.shape == (48, 160, 3)
+        colours = {tuple(c) for c in label.reshape(-1, 3).astype(int)}
+        assert colours <= {(255, 0, 0), (0, 255, 0), (0, 0, 255)}
+        assert json.loads((folder / "prediction.json").read_text())["seconds"] > 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), str(data), "--out", str(tmp_path / "e")]) == 0
+    table = capsys.readouterr().out
+    assert "| Res-Mobile Net, feature input" in table
+    scores = json.loads((tmp_path / "e" / "evaluation" / "scores.json").read_text())
+    assert 0 <= scores[0]["pixel_accuracy"] <= 1
+    assert main(["predict", str(tmp_path), str(images[0]), "--out", str(tmp_path / "q")]) == 2
+    assert "not a finished or checkpointed refseg run" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.claim("claim1.step2.dataset")
+@given(h=st.integers(3, 40), w=st.integers(3, 40), seed=st.integers(0, 2**16),
+       kind=st.sampled_from(["feature", "gray"]))
+def test_network_input_range_shape_and_labels(h, w, seed, kind):
+    rng = np.random.default_rng(seed)
+    rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    x = network_input(rgb, (32, 64), kind)
+    assert x.shape == (32, 64, 3) and x.dtype == np.float32
+    assert x.min() >= -1 and x.max() <= 1
+    np.testing.assert_array_equal(x[:, :, 0], x[:, :, 2])
+    classes = rng.integers(0, 3, (h, w), dtype=np.uint8)
+    resized = resize_labels(classes, (32, 64))
+    assert set(np.unique(resized)) <= set(np.unique(classes))
+
+
+@pytest.mark.claim("claim1.step2.dataset")
+def test_network_input_known_values():
+    flat = np.full((20, 30, 3), 90, np.uint8)  # no edges anywhere: an empty feature map
+    np.testing.assert_array_equal(network_input(flat, (32, 32), "feature"), -1)
+    np.testing.assert_allclose(network_input(flat, (32, 32), "gray"), 90 / 127.5 - 1,
+                               rtol=1e-6)
+    same = np.arange(32 * 64, dtype=np.uint8).reshape(32, 64) % 3
+    np.testing.assert_array_equal(resize_labels(same, (32, 64)), same)
