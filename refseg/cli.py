@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out", type=Path, default=Path("demo-out"), help="report folder")
     d.add_argument("--count", type=int, default=160, help="synthetic training welds")
     d.add_argument("--test-count", type=int, default=40, help="synthetic test welds")
-    d.add_argument("--epochs", type=int, default=6)
+    d.add_argument("--epochs", type=int, default=8)
     d.add_argument("--input-size", default="64x224", help="network input HxW")
     d.add_argument("--seed", type=int, default=0, help="seed of the first weld")
     d.add_argument("--jobs", type=int, default=None, help="extraction processes")

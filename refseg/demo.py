@@ -36,7 +36,7 @@ PATENT_ACCURACY, PATENT_SECONDS = 0.9741, 0.123
 class DemoSettings:
     count: int = 160
     test_count: int = 40
-    epochs: int = 6
+    epochs: int = 8
     batch_size: int = 8
     input_hw: tuple[int, int] = (64, 224)
     seed: int = 0
