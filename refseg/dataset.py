@@ -94,19 +94,10 @@ class Dataset(Sequence):
 
 # ------------------------------------------------------------------------------ labels
 def _decode_png(path: Path) -> Image.Image:
-    """Open and fully decode a label file; InputError naming it otherwise. The checks and
-    wording follow :func:`refseg.imageio.read_image`, but labels must be PNG and their alpha
+    """Open and fully decode a label file; InputError naming it otherwise. The file checks
+    are :func:`refseg.imageio.read_bytes`'s, but labels must be PNG and their alpha
     and palette are examined here, not dropped."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a folder, not a label file")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if not data:
-        raise InputError(f"{path}: empty file (0 bytes)")
+    data = imageio.read_bytes(path, "label file")
     if not data.startswith(_PNG_SIGNATURE):
         raise InputError(f"{path}: not a PNG file; labels must be PNG (lossless, exact colours)")
     try:

@@ -67,6 +67,25 @@ def _png_bit_depth(head: bytes) -> int | None:
 
 
 @implements("claim1.step1.acquire", "claim5.acquisition_module")
+def read_bytes(path, what: str = "file") -> bytes:
+    """The whole content of a file that must exist and be non-empty; InputError naming the
+    file otherwise (``what`` says what it should have been, e.g. "label file")."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a folder, not an {what}" if what[0] in "aeiou"
+                         else f"{p}: is a folder, not a {what}")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    if not data:
+        raise InputError(f"{p}: empty file (0 bytes)")
+    return data
+
+
+@implements("claim1.step1.acquire", "claim5.acquisition_module")
 def read_image(path) -> LoadedImage:
     """Read an image file for claim-1 feature extraction.
 
@@ -96,16 +115,7 @@ def read_image(path) -> LoadedImage:
     [0073]-[0074], [0201]-[0202], [0266]-[0267]; spec ``R-input``.
     """
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file")
-    if p.is_dir():
-        raise InputError(f"{p}: is a folder, not an image file")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{p}: cannot be read ({exc.strerror or exc})") from None
-    if not data:
-        raise InputError(f"{p}: empty file (0 bytes)")
+    data = read_bytes(p, "image file")
     ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:
         with Image.open(io.BytesIO(data)) as im:
