@@ -476,9 +476,9 @@ def test_canny_tie_rule_matches_opencv():
 #:     default mode "reflect" (edge repeated), so ring-1 NMS reads different ring-0 magnitudes.
 #:  4. sigma=0 adds no smoothing (scipy's gaussian_filter skips sigma <= 1e-15; asserted below).
 #: Measured F1 (refseg's automatic thresholds): astronaut 0.942, coffee 0.921, chelsea 0.920,
-#: rocket 0.945, camera 0.950, coins 0.954, page 0.954, weld 0.921. Floor = lowest (0.920) minus
+#: rocket 0.945, camera 0.950, coins 0.954, page 0.954, weld 0.929. Floor = lowest (0.920) minus
 #: 0.02 margin. For scale: scaling the thresholds by 1.1 gives 0.82-0.94 (below the floor on
-#: 5 of 8 images), by 0.9 0.80-0.94; an extra 3x3 blur gives 0.49-0.88.
+#: 5 of 8 images), by 0.9 0.81-0.92; an extra 3x3 blur gives 0.61-0.88.
 SKIMAGE_CANNY_F1_FLOOR = 0.90
 
 
@@ -519,8 +519,10 @@ CANNY_GRADIENT_SCALE = 32
 #: image units, which flips an NMS or threshold decision only where two compared values are that
 #: close, and one flip can add or cut a hysteresis chain. Measured F1: astronaut 0.99995,
 #: coffee 0.99984, chelsea 0.99929, rocket 1.0, camera 0.99981, coins 0.99976, page 1.0,
-#: weld 0.99902 (0-9 differing pixels). Floor 0.99: ten times the worst deficit, since chain
-#: effects make it heavy-tailed; a 2 % threshold error alone gives 0.972-0.995.
+#: weld 0.99577 (0-17 differing pixels). Floor 0.99: set at ten times the worst deficit measured
+#: then (0.00098, the weld of the earlier generator), since chain effects make it heavy-tailed;
+#: it now allows 2.4 times the current weld's deficit (0.00423). A 2 % threshold error alone
+#: gives 0.972-0.995.
 PIPELINE_CANNY_F1_FLOOR = 0.99
 
 
@@ -654,6 +656,6 @@ def test_extract_matches_independent_pipeline(load, name):
           + f"; differing map px {differing_per_map}; max |dw| {weight_diff.max():.3g} "
           f"(bound {tolerance.max():.3g}); feature map F1 {score:.5f}, "
           f"differing px {int(feature_differs.sum())}")
-    # Measured feature-map F1: 1.0 on 5 images, chelsea 0.99953, camera 0.99993, coins 0.99991,
-    # weld 0.99938 (<= 8 differing pixels). Same reasoning and margin as the Canny floor.
+    # Measured feature-map F1: 1.0 on 4 images, chelsea 0.99953, camera 0.99993, coins 0.99991,
+    # weld 0.99577 (<= 17 differing pixels). Same reasoning and floor as the Canny test.
     assert score >= PIPELINE_CANNY_F1_FLOOR, (name, score)
