@@ -13,6 +13,7 @@
 ``refseg train DATA --out RUN [...]``  train the fusion network on a data set (claims 1, 4)
 ``refseg predict RUN IMAGE... --out DIR``  label and overlay PNGs of images, and their times
 ``refseg evaluate RUN DATA [--compare RUN...]``  scores on a data set, runs side by side
+``refseg golden write DIR`` / ``golden check DIR CANDIDATE.npz``  golden-file bundles (issue 6)
 
 Bad input ends with one line on stderr naming the file and the problem, exit status 2, and no
 output left behind: results are staged in a hidden folder inside ``--out`` and renamed into
@@ -120,6 +121,21 @@ def _parser() -> argparse.ArgumentParser:
                     help="more runs to score side by side (branches alone, gray input)")
     ev.add_argument("--out", type=Path, default=None,
                     help="write table.md, scores.json and panel.png here")
+
+    go = sub.add_parser("golden", help="golden-file bundles for cross-checking other "
+                                       "implementations")
+    gsub = go.add_subparsers(dest="golden_command", required=True)
+    gw = gsub.add_parser("write", help="write DIR/manifest.json and DIR/arrays.npz")
+    gw.add_argument("folder", type=Path, help="bundle folder (created or replaced)")
+    gc = gsub.add_parser("check", help="compare a candidate .npz with a bundle")
+    gc.add_argument("folder", type=Path, help="bundle folder")
+    gc.add_argument("candidate", type=Path, help=".npz keyed by the manifest's array names")
+    gc.add_argument("--report", type=Path, default=None, help="write the rows as JSON here")
+    gc.add_argument("--select", action="append", default=None, metavar="PATTERN",
+                    help="check only arrays matching this shell pattern (repeatable)")
+    gx = gsub.add_parser("weights", help="regenerate the bundle's network weights as .npz")
+    gx.add_argument("folder", type=Path, help="bundle folder")
+    gx.add_argument("destination", type=Path, help="the .npz weight file to write")
     return p
 
 
@@ -398,6 +414,22 @@ def _evaluate(args) -> str:
     return table
 
 
+def _golden(args) -> tuple[str, int]:
+    from refseg import golden, imageio
+
+    if args.golden_command == "write":
+        done = golden.write_bundle(args.folder)
+        return (f"{done.folder}: {done.arrays} arrays, {golden.ARRAYS} "
+                f"{done.npz_bytes / 1e6:.1f} MB, in {done.seconds:.1f} s"), 0
+    if args.golden_command == "weights":
+        digest = golden.export_weights(args.folder, args.destination)
+        return f"{args.destination}: network weights, sha256 {digest}", 0
+    report = golden.check_bundle(args.folder, args.candidate, args.select)
+    if args.report is not None:
+        imageio.write_json(args.report, report.as_dict())
+    return report.text(), 0 if report.passed else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``refseg`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -427,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
             print(_predict(args))
         elif args.command == "evaluate":
             print(_evaluate(args))
+        elif args.command == "golden":
+            text, status = _golden(args)
+            print(text)
+            return status
     except InputError as exc:
         print(f"refseg: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
