@@ -207,3 +207,23 @@ def test_independent_opencv_implementation_passes_the_claim1_arrays(bundle, tmp_
     assert all(row["max_abs"] == 0 for row in rows if "/edges/" in row["name"]
                or row["name"].endswith("/feature_map"))
     assert max(row["max_rel"] for row in rows) < 1e-13
+
+
+@pytest.mark.claim("claim2.fusion")
+def test_golden_weights_regenerates_the_pinned_network(bundle, tmp_path, capsys):
+    """`refseg golden weights` writes the seeded network weights whose hash the manifest pins;
+    they load strictly into a network of the bundle's size."""
+    from refseg.cli import main
+    from refseg.models import ResMobileNet
+
+    folder, manifest, _, _ = bundle
+    out = tmp_path / "weights.npz"
+    assert main(["golden", "weights", str(folder), str(out)]) == 0
+    printed = capsys.readouterr().out
+    with np.load(out, allow_pickle=False) as npz:
+        weights = {k: npz[k] for k in npz.files}
+    digest = golden.weights_sha256(weights)
+    assert digest in printed and digest in json.dumps(manifest)
+    model = ResMobileNet(golden.NET_HW, seed=123)
+    report = model.set_weights(weights, strict=True, source=str(out))
+    assert not report.problems
