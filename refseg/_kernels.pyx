@@ -589,3 +589,176 @@ def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v,
             m[k] = mk
             v[k] = vk
             param[k] = <real> (param[k] - lr * (mk / bias1) / (sqrt(vk / bias2) + eps))
+
+
+# ------------------------------------------------------------------------------------------
+# Direct stride-1 convolution for few channels (the prediction layer: 3 -> 3 channels). There
+# im2col + GEMM is mostly copying (K = kh*kw*Cin = 27, N = Cout = 3), so these kernels compute
+# the sums themselves. The input is first copied to a zero-padded planar layout (one row of
+# each channel contiguous), so that the inner loops run over LANES neighbouring output pixels
+# with unit stride and the compiler keeps LANES accumulators in vector registers.
+
+cdef enum:
+    LANES = 16  # output pixels per block of accumulators
+
+
+cdef inline Py_ssize_t _round_up(Py_ssize_t n, Py_ssize_t to) noexcept nogil:
+    return (n + to - 1) // to * to
+
+
+cdef void _planar_padded(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl,
+                         Py_ssize_t rows, Py_ssize_t width, real *planes) noexcept nogil:
+    """planes[((n*rows + y)*C + c)*width + u] = x[n, y - pt, u - pl, c], 0 outside x: every
+    image padded to rows x width, each row stored channel by channel."""
+    cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t row, n, y, c, u, sy, u0, u1
+    cdef real *dst
+    u0 = min(max(pl, 0), width)            # first column holding input
+    u1 = max(min(wd + pl, width), u0)      # one past the last
+    for row in prange(n_img * rows, schedule="static",
+                      num_threads=_threads(n_img * rows * width * ch // 4)):
+        n = row // rows
+        y = row - n * rows
+        sy = y - pt
+        for c in range(ch):
+            dst = planes + (row * ch + c) * width
+            if sy < 0 or sy >= h:
+                memset(dst, 0, width * sizeof(real))
+                continue
+            for u in range(u0):
+                dst[u] = 0
+            for u in range(u0, u1):
+                dst[u] = x[n, sy, u - pl, c]
+            for u in range(u1, width):
+                dst[u] = 0
+
+
+cdef inline void _small_forward_row(const real *rows, const Py_ssize_t *offsets,
+                                    const real *wt, Py_ssize_t taps, Py_ssize_t cout,
+                                    Py_ssize_t wo, real *out) noexcept nogil:
+    """One output row: out[j*cout + o] = sum over t < taps of rows[offsets[t] + j] *
+    wt[o*taps + t], each sum from 0 in tap order, LANES pixels at a time. The taps are one flat
+    loop (not three nested ones) so that GCC vectorises the accumulators across it."""
+    cdef real acc[LANES]
+    cdef Py_ssize_t o, blk, j0, t, l
+    cdef const real *src
+    cdef const real *wo_t
+    cdef real wv
+    for o in range(cout):
+        wo_t = wt + o * taps
+        for blk in range(_round_up(wo, LANES) // LANES):
+            j0 = blk * LANES
+            for l in range(LANES):
+                acc[l] = 0
+            for t in range(taps):
+                wv = wo_t[t]
+                src = rows + offsets[t] + j0
+                for l in range(LANES):
+                    acc[l] = acc[l] + src[l] * wv
+            for l in range(min(LANES, wo - j0)):
+                out[(j0 + l) * cout + o] = acc[l]
+
+
+def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,
+                       Py_ssize_t kw, Py_ssize_t pt, Py_ssize_t pl, real[:, :, :, ::1] out):
+    """Stride-1 convolution: out[n, i, j, o] = sum over (a, b, c) row-major of
+    x[n, i - pt + a, j - pl + b, c] * w[(a*kw + b)*C + c, o] (x read as 0 outside), each sum
+    from 0 in that order. For few channels: the work per pixel is kh*kw*C*Cout products."""
+    cdef Py_ssize_t n_img = x.shape[0], ch = x.shape[3]
+    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
+    cdef Py_ssize_t rows = ho + kh - 1, taps = kh * kw * ch
+    # every block of LANES outputs reads LANES + kw - 1 columns: pad the width to whole blocks
+    cdef Py_ssize_t width = _round_up(wo, LANES) + kw - 1
+    cdef Py_ssize_t row, n, i, a, b, c, o
+    cdef real *planes = <real *> malloc(max(n_img * rows * ch * width, 1) * sizeof(real))
+    cdef real *wt = <real *> malloc(max(taps * cout, 1) * sizeof(real))
+    cdef Py_ssize_t *offsets = <Py_ssize_t *> malloc(max(taps, 1) * sizeof(Py_ssize_t))
+    if planes == NULL or wt == NULL or offsets == NULL:
+        free(planes)
+        free(wt)
+        free(offsets)
+        raise MemoryError("conv_small_forward: cannot allocate the scratch buffers")
+    try:
+        with nogil:
+            # tap t = (a*kw + b)*C + c reads row a, plane c, shifted by b; its weights per output
+            # channel contiguous
+            for a in range(kh):
+                for b in range(kw):
+                    for c in range(ch):
+                        offsets[(a * kw + b) * ch + c] = (a * ch + c) * width + b
+                        for o in range(cout):
+                            wt[o * taps + (a * kw + b) * ch + c] = w[(a * kw + b) * ch + c, o]
+            _planar_padded(x, pt, pl, rows, width, planes)
+            for row in prange(n_img * ho, schedule="static",
+                              num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
+                n = row // ho
+                i = row - n * ho
+                _small_forward_row(planes + (n * rows + i) * ch * width, offsets, wt, taps,
+                                   cout, wo, &out[n, i, 0, 0])
+    finally:
+        free(planes)
+        free(wt)
+        free(offsets)
+
+
+cdef inline double _small_dot(const real *a, const real *b, Py_ssize_t count) noexcept nogil:
+    """sum of a[u] * b[u], u < count (a multiple of LANES), in LANES partial sums of the
+    input's type (vector registers), added up in float64."""
+    cdef real part[LANES]
+    cdef Py_ssize_t u0, l
+    cdef double total = 0.0
+    for l in range(LANES):
+        part[l] = 0
+    for u0 in range(count // LANES):
+        for l in range(LANES):
+            part[l] = part[l] + a[u0 * LANES + l] * b[u0 * LANES + l]
+    for l in range(LANES):
+        total = total + part[l]
+    return total
+
+
+def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py_ssize_t kh,
+                      Py_ssize_t kw, Py_ssize_t pt, Py_ssize_t pl, double[:, ::1] dw):
+    """The kernel gradient of conv_small_forward: dw[(a*kw + b)*C + c, o] = sum over n, i, j of
+    x[n, i - pt + a, j - pl + b, c] * g[n, i, j, o] (x read as 0 outside). Each output row's
+    sums are taken in the input's precision (LANES partial sums over the row's pixels), the
+    rows are added in float64 in row order: independent of the thread count, and equal to the
+    twin's float64 sums to rounding (a reduction in another order)."""
+    cdef Py_ssize_t n_img = x.shape[0], ch = x.shape[3]
+    cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], cout = g.shape[3]
+    cdef Py_ssize_t rows = ho + kh - 1, width_g = _round_up(wo, LANES)
+    cdef Py_ssize_t width = width_g + kw - 1, taps = kh * kw * ch
+    cdef Py_ssize_t row, n, i, a, b, c, o, k
+    cdef real *planes = <real *> malloc(max(n_img * rows * ch * width, 1) * sizeof(real))
+    cdef real *gplanes = <real *> malloc(max(n_img * ho * cout * width_g, 1) * sizeof(real))
+    cdef double *partial = <double *> malloc(max(n_img * ho * taps * cout, 1) * sizeof(double))
+    if planes == NULL or gplanes == NULL or partial == NULL:
+        free(planes)
+        free(gplanes)
+        free(partial)
+        raise MemoryError("conv_small_weight: cannot allocate the scratch buffers")
+    try:
+        with nogil:
+            _planar_padded(x, pt, pl, rows, width, planes)
+            # g in the same planar layout, zero past column wo: those columns of x then add 0
+            _planar_padded(g, 0, 0, ho, width_g, gplanes)
+            for row in prange(n_img * ho, schedule="static",
+                              num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
+                n = row // ho
+                i = row - n * ho
+                for a in range(kh):
+                    for b in range(kw):
+                        for c in range(ch):
+                            for o in range(cout):
+                                partial[(row * taps + (a * kw + b) * ch + c) * cout + o] = \
+                                    _small_dot(planes + ((n * rows + i + a) * ch + c) * width + b,
+                                               gplanes + (row * cout + o) * width_g, width_g)
+            for k in range(taps * cout):
+                dw[k // cout, k % cout] = 0
+            for row in range(n_img * ho):
+                for k in range(taps * cout):
+                    dw[k // cout, k % cout] += partial[row * taps * cout + k]
+    finally:
+        free(planes)
+        free(gplanes)
+        free(partial)

@@ -227,3 +227,30 @@ def test_adam_update(dtype, values, t):
         results.append((p, m, v))
     for a, b in zip(*results):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 7), st.integers(1, 40),
+                                          st.integers(1, 3)), elements=st.floats(-10, 10)),
+       kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       pads=st.tuples(st.integers(-1, 3), st.integers(-1, 3)), cout=st.integers(1, 3))
+def test_conv_small_kernels(dtype, x, kernel, pads, cout):
+    """Direct stride-1 convolution. Forward: fixed-order sums, bit for bit (widths up to 40
+    cover whole and partial blocks of pixels). Kernel gradient: the kernel sums each row in the
+    input's precision, the twin everything in float64: equal to that precision's rounding."""
+    x = x.astype(dtype)
+    (kh, kw), (pt, pl) = kernel, pads
+    ho, wo = _geometry(x.shape[1], x.shape[2], kh, kw, 1, 1, pt, pl)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((kh * kw * x.shape[3], cout)).astype(dtype)
+    g = rng.standard_normal((x.shape[0], ho, wo, cout)).astype(dtype)
+    assert_same(both("conv_small_forward", x, w, kh, kw, pt, pl,
+                     outputs=[(g.shape, dtype)]))
+    fast_dw, slow_dw = both("conv_small_weight", x, g, kh, kw, pt, pl,
+                            outputs=[(w.shape, np.float64)])
+    # bound on the rounding: each sum's terms in absolute value, times the precision
+    taps = np.zeros((kh * kw * x.shape[3], cout))
+    twin.conv_small_weight(np.abs(x), np.abs(g), kh, kw, pt, pl, taps)
+    eps = 1e-6 if dtype == np.float32 else 1e-13
+    assert np.all(np.abs(fast_dw[0] - slow_dw[0]) <= eps * taps + 1e-300)
