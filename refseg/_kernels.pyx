@@ -634,11 +634,12 @@ cdef void _planar_padded(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t p
 
 
 cdef inline void _small_forward_row(const real *rows, const Py_ssize_t *offsets,
-                                    const real *wt, Py_ssize_t taps, Py_ssize_t cout,
-                                    Py_ssize_t wo, real *out) noexcept nogil:
-    """One output row: out[j*cout + o] = sum over t < taps of rows[offsets[t] + j] *
-    wt[o*taps + t], each sum from 0 in tap order, LANES pixels at a time. The taps are one flat
-    loop (not three nested ones) so that GCC vectorises the accumulators across it."""
+                                    const real *wt, const real *bias, Py_ssize_t taps,
+                                    Py_ssize_t cout, Py_ssize_t wo, real *out) noexcept nogil:
+    """One output row: out[j*cout + o] = (sum over t < taps of rows[offsets[t] + j] *
+    wt[o*taps + t]) + bias[o], each sum from 0 in tap order, LANES pixels at a time. The taps
+    are one flat loop (not three nested ones) so that GCC vectorises the accumulators across
+    it."""
     cdef real acc[LANES]
     cdef Py_ssize_t o, blk, j0, t, l
     cdef const real *src
@@ -656,14 +657,17 @@ cdef inline void _small_forward_row(const real *rows, const Py_ssize_t *offsets,
                 for l in range(LANES):
                     acc[l] = acc[l] + src[l] * wv
             for l in range(min(LANES, wo - j0)):
-                out[(j0 + l) * cout + o] = acc[l]
+                out[(j0 + l) * cout + o] = acc[l] + bias[o]
 
 
-def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,
-                       Py_ssize_t kw, Py_ssize_t pt, Py_ssize_t pl, real[:, :, :, ::1] out):
-    """Stride-1 convolution: out[n, i, j, o] = sum over (a, b, c) row-major of
-    x[n, i - pt + a, j - pl + b, c] * w[(a*kw + b)*C + c, o] (x read as 0 outside), each sum
-    from 0 in that order. For few channels: the work per pixel is kh*kw*C*Cout products."""
+def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, const real[::1] bias,
+                       Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t pt, Py_ssize_t pl,
+                       real[:, :, :, ::1] out):
+    """Stride-1 convolution plus bias: out[n, i, j, o] = (sum over (a, b, c) row-major of
+    x[n, i - pt + a, j - pl + b, c] * w[(a*kw + b)*C + c, o]) + bias[o] (x read as 0 outside),
+    each sum from 0 in that order. For few channels: kh*kw*C*Cout products per pixel. Rows are
+    handed out dynamically: on a shared machine a descheduled thread then delays only the rows
+    it holds, and each row is still computed by one thread in a fixed order."""
     cdef Py_ssize_t n_img = x.shape[0], ch = x.shape[3]
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
     cdef Py_ssize_t rows = ho + kh - 1, taps = kh * kw * ch
@@ -689,12 +693,12 @@ def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssiz
                         for o in range(cout):
                             wt[o * taps + (a * kw + b) * ch + c] = w[(a * kw + b) * ch + c, o]
             _planar_padded(x, pt, pl, rows, width, planes)
-            for row in prange(n_img * ho, schedule="static",
+            for row in prange(n_img * ho, schedule="dynamic", chunksize=4,
                               num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
                 n = row // ho
                 i = row - n * ho
-                _small_forward_row(planes + (n * rows + i) * ch * width, offsets, wt, taps,
-                                   cout, wo, &out[n, i, 0, 0])
+                _small_forward_row(planes + (n * rows + i) * ch * width, offsets, wt, &bias[0],
+                                   taps, cout, wo, &out[n, i, 0, 0])
     finally:
         free(planes)
         free(wt)
@@ -717,12 +721,29 @@ cdef inline double _small_dot(const real *a, const real *b, Py_ssize_t count) no
     return total
 
 
+cdef inline double _small_sum(const real *a, Py_ssize_t count) noexcept nogil:
+    """sum of a[u], u < count (a multiple of LANES), as _small_dot."""
+    cdef real part[LANES]
+    cdef Py_ssize_t u0, l
+    cdef double total = 0.0
+    for l in range(LANES):
+        part[l] = 0
+    for u0 in range(count // LANES):
+        for l in range(LANES):
+            part[l] = part[l] + a[u0 * LANES + l]
+    for l in range(LANES):
+        total = total + part[l]
+    return total
+
+
 def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py_ssize_t kh,
-                      Py_ssize_t kw, Py_ssize_t pt, Py_ssize_t pl, double[:, ::1] dw):
-    """The kernel gradient of conv_small_forward: dw[(a*kw + b)*C + c, o] = sum over n, i, j of
-    x[n, i - pt + a, j - pl + b, c] * g[n, i, j, o] (x read as 0 outside). Each output row's
-    sums are taken in the input's precision (LANES partial sums over the row's pixels), the
-    rows are added in float64 in row order: independent of the thread count, and equal to the
+                      Py_ssize_t kw, Py_ssize_t pt, Py_ssize_t pl, double[:, ::1] dw,
+                      double[::1] dbias):
+    """The kernel and bias gradients of conv_small_forward: dw[(a*kw + b)*C + c, o] = sum over
+    n, i, j of x[n, i - pt + a, j - pl + b, c] * g[n, i, j, o] (x read as 0 outside), and
+    dbias[o] = sum of g[..., o]. Each output row's sums are taken in the input's precision
+    (LANES partial sums over the row's pixels), the rows are added in float64 in row order:
+    independent of the thread count and of which thread took which row, and equal to the
     twin's float64 sums to rounding (a reduction in another order)."""
     cdef Py_ssize_t n_img = x.shape[0], ch = x.shape[3]
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], cout = g.shape[3]
@@ -731,7 +752,9 @@ def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py
     cdef Py_ssize_t row, n, i, a, b, c, o, k
     cdef real *planes = <real *> malloc(max(n_img * rows * ch * width, 1) * sizeof(real))
     cdef real *gplanes = <real *> malloc(max(n_img * ho * cout * width_g, 1) * sizeof(real))
-    cdef double *partial = <double *> malloc(max(n_img * ho * taps * cout, 1) * sizeof(double))
+    # per output row: the taps*cout kernel-gradient sums, then the cout bias-gradient sums
+    cdef Py_ssize_t per_row = (taps + 1) * cout
+    cdef double *partial = <double *> malloc(max(n_img * ho * per_row, 1) * sizeof(double))
     if planes == NULL or gplanes == NULL or partial == NULL:
         free(planes)
         free(gplanes)
@@ -742,7 +765,7 @@ def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py
             _planar_padded(x, pt, pl, rows, width, planes)
             # g in the same planar layout, zero past column wo: those columns of x then add 0
             _planar_padded(g, 0, 0, ho, width_g, gplanes)
-            for row in prange(n_img * ho, schedule="static",
+            for row in prange(n_img * ho, schedule="dynamic", chunksize=4,
                               num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
                 n = row // ho
                 i = row - n * ho
@@ -750,14 +773,21 @@ def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py
                     for b in range(kw):
                         for c in range(ch):
                             for o in range(cout):
-                                partial[(row * taps + (a * kw + b) * ch + c) * cout + o] = \
+                                partial[row * per_row + ((a * kw + b) * ch + c) * cout + o] = \
                                     _small_dot(planes + ((n * rows + i + a) * ch + c) * width + b,
                                                gplanes + (row * cout + o) * width_g, width_g)
+                for o in range(cout):
+                    partial[row * per_row + taps * cout + o] = _small_sum(
+                        gplanes + (row * cout + o) * width_g, width_g)
             for k in range(taps * cout):
                 dw[k // cout, k % cout] = 0
+            for o in range(cout):
+                dbias[o] = 0
             for row in range(n_img * ho):
                 for k in range(taps * cout):
-                    dw[k // cout, k % cout] += partial[row * taps * cout + k]
+                    dw[k // cout, k % cout] += partial[row * per_row + k]
+                for o in range(cout):
+                    dbias[o] += partial[row * per_row + taps * cout + o]
     finally:
         free(planes)
         free(gplanes)

@@ -237,20 +237,22 @@ def test_adam_update(dtype, values, t):
        pads=st.tuples(st.integers(-1, 3), st.integers(-1, 3)), cout=st.integers(1, 3))
 def test_conv_small_kernels(dtype, x, kernel, pads, cout):
     """Direct stride-1 convolution. Forward: fixed-order sums, bit for bit (widths up to 40
-    cover whole and partial blocks of pixels). Kernel gradient: the kernel sums each row in the
-    input's precision, the twin everything in float64: equal to that precision's rounding."""
+    cover whole and partial blocks of pixels). Kernel and bias gradients: the kernel sums each
+    row in the input's precision, the twin everything in float64: equal to that rounding."""
     x = x.astype(dtype)
     (kh, kw), (pt, pl) = kernel, pads
     ho, wo = _geometry(x.shape[1], x.shape[2], kh, kw, 1, 1, pt, pl)
     rng = np.random.default_rng(3)
     w = rng.standard_normal((kh * kw * x.shape[3], cout)).astype(dtype)
     g = rng.standard_normal((x.shape[0], ho, wo, cout)).astype(dtype)
-    assert_same(both("conv_small_forward", x, w, kh, kw, pt, pl,
+    bias = rng.standard_normal(cout).astype(dtype)
+    assert_same(both("conv_small_forward", x, w, bias, kh, kw, pt, pl,
                      outputs=[(g.shape, dtype)]))
-    fast_dw, slow_dw = both("conv_small_weight", x, g, kh, kw, pt, pl,
-                            outputs=[(w.shape, np.float64)])
+    fast, slow = both("conv_small_weight", x, g, kh, kw, pt, pl,
+                      outputs=[(w.shape, np.float64), (cout, np.float64)])
     # bound on the rounding: each sum's terms in absolute value, times the precision
-    taps = np.zeros((kh * kw * x.shape[3], cout))
-    twin.conv_small_weight(np.abs(x), np.abs(g), kh, kw, pt, pl, taps)
+    bounds = [np.zeros((kh * kw * x.shape[3], cout)), np.zeros(cout)]
+    twin.conv_small_weight(np.abs(x), np.abs(g), kh, kw, pt, pl, *bounds)
     eps = 1e-6 if dtype == np.float32 else 1e-13
-    assert np.all(np.abs(fast_dw[0] - slow_dw[0]) <= eps * taps + 1e-300)
+    for a, b, bound in zip(fast, slow, bounds):
+        assert np.all(np.abs(a - b) <= eps * bound)

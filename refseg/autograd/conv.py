@@ -85,11 +85,8 @@ class Conv2D(_Window):
         route = conv_route(x.shape, w.shape, self.strides, (pt, pl), (ho, wo))
         x = np.ascontiguousarray(x)
         if route == "direct":
-            out = np.empty((x.shape[0], ho, wo, cout), dtype=x.dtype)
-            kernels(self.backend).conv_small_forward(
-                x, np.ascontiguousarray(w.reshape(kh * kw * cin, cout)), kh, kw, pt, pl, out)
-            if b is not None:
-                out += b
+            out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
+                               (ho, wo), self.backend)
         elif route == "shifted":
             out = _shifted_conv(x, np.ascontiguousarray(w), (pt, pl), self.backend, bias=b)
         else:
@@ -110,10 +107,10 @@ class Conv2D(_Window):
         (pt, pl), out_hw = ctx.geometry
         kh, kw, cin, cout = w.shape
         g = np.ascontiguousarray(grad)
-        db = g.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
         if ctx.route == "direct":
-            return (*_direct_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0],
-                                      self.backend), db)
+            return _direct_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0], ctx.has_bias,
+                                    self.backend)
+        db = g.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
         if ctx.route == "shifted":
             return (*_shifted_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0],
                                        self.backend), db)
@@ -156,14 +153,10 @@ class Conv2DTranspose(_Window):
         if ctx.direct:
             # stride 1: the transposed convolution is the convolution with the kernel flipped
             # in space, padded k - 1 - crop before
-            out = np.empty((n, ho, wo, cout), dtype=x.dtype)
-            kernels(self.backend).conv_small_forward(
-                np.ascontiguousarray(x), _flipped(w).reshape(kh * kw * cin, cout), kh, kw,
-                kh - 1 - pt, kw - 1 - pl, out)
-            if b is not None:
-                out += b
-            ctx.save_for_backward(np.ascontiguousarray(x), w)
-            return out
+            x = np.ascontiguousarray(x)
+            ctx.save_for_backward(x, w)
+            return _direct_conv(x, _flipped(w).reshape(kh * kw * cin, cout), b, (kh, kw),
+                                (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend)
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
         cols = np.matmul(x2, w2.T, out=_workspace(n * h * wd * kh * kw * cout, x.dtype)
@@ -183,16 +176,13 @@ class Conv2DTranspose(_Window):
             # the convolution's forward (input gradient) and kernel gradient with the roles of
             # input and output exchanged: dw[(a, b, o), c] = sum g_padded[.. + (a, b), o] x[.., c]
             g = np.ascontiguousarray(grad)
-            k = kernels(self.backend)
             dx = None
             if ctx.needs_input_grad[0]:
-                dx = np.empty(x_shape, dtype=g.dtype)
-                k.conv_small_forward(g, np.ascontiguousarray(w.reshape(kh * kw * cout, cin)),
-                                     kh, kw, *pads, dx)
-            dw = np.empty((kh * kw * cout, cin), dtype=np.float64)
-            k.conv_small_weight(g, x2, kh, kw, *pads, dw)
+                dx = _direct_conv(g, w.reshape(kh * kw * cout, cin), None, (kh, kw), pads,
+                                  x_shape[1:3], self.backend)
+            dw, _ = _direct_weight_grad(g, x2, (kh, kw), pads, self.backend)
             db = g.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
-            return dx, dw.astype(g.dtype).reshape(w.shape), db
+            return dx, dw.reshape(w.shape), db
         gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
         w2 = w.reshape(kh * kw * cout, cin)
         dx = (gcols @ w2).reshape(x_shape) if ctx.needs_input_grad[0] else None
@@ -309,19 +299,34 @@ def _flipped(w) -> np.ndarray:
     return np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
 
 
-def _direct_backward(x, w, g, pads, needs_dx, backend):
-    """(dx, dw) of a stride-1 convolution by the direct kernels: dx is the convolution of g with
-    the flipped kernel, padded k - 1 - p before; dw is accumulated in float64."""
+def _direct_conv(x, w2, bias, kernel, pads, out_hw, backend):
+    """Stride-1 convolution (+ bias) of contiguous x by the direct kernel: w2 (kh*kw*C, Cout)."""
+    cout = w2.shape[1]
+    out = np.empty((x.shape[0], *out_hw, cout), dtype=x.dtype)
+    bias = np.zeros(cout, dtype=x.dtype) if bias is None else np.ascontiguousarray(bias)
+    kernels(backend).conv_small_forward(x, np.ascontiguousarray(w2), bias, *kernel, *pads, out)
+    return out
+
+
+def _direct_weight_grad(x, g, kernel, pads, backend):
+    """(dw (kh*kw*C, Cout), sums of g per channel) of a stride-1 convolution of x giving g, by
+    the direct kernel (float64 sums, returned in x's dtype / float64)."""
+    dw = np.empty((kernel[0] * kernel[1] * x.shape[3], g.shape[3]), dtype=np.float64)
+    g_sums = np.empty(g.shape[3], dtype=np.float64)
+    kernels(backend).conv_small_weight(x, g, *kernel, *pads, dw, g_sums)
+    return dw.astype(x.dtype), g_sums
+
+
+def _direct_backward(x, w, g, pads, needs_dx, needs_db, backend):
+    """(dx, dw, db) of a stride-1 convolution by the direct kernels: dx is the convolution of g
+    with the flipped kernel, padded k - 1 - p before."""
     kh, kw, cin, cout = w.shape
-    k = kernels(backend)
     dx = None
     if needs_dx:
-        dx = np.empty(x.shape, dtype=x.dtype)
-        k.conv_small_forward(g, _flipped(w).reshape(kh * kw * cout, cin), kh, kw,
-                             kh - 1 - pads[0], kw - 1 - pads[1], dx)
-    dw = np.empty((kh * kw * cin, cout), dtype=np.float64)
-    k.conv_small_weight(x, g, kh, kw, *pads, dw)
-    return dx, dw.astype(x.dtype).reshape(w.shape)
+        dx = _direct_conv(g, _flipped(w).reshape(kh * kw * cout, cin), None, (kh, kw),
+                          (kh - 1 - pads[0], kw - 1 - pads[1]), x.shape[1:3], backend)
+    dw, g_sums = _direct_weight_grad(x, g, (kh, kw), pads, backend)
+    return dx, dw.reshape(w.shape), g_sums.astype(g.dtype) if needs_db else None
 
 
 def _gemm(dtype):
