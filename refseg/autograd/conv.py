@@ -110,7 +110,7 @@ class Conv2D(_Window):
         if ctx.route == "direct":
             return _direct_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0], ctx.has_bias,
                                     self.backend)
-        db = g.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
+        db = _channel_sums(g) if ctx.has_bias else None
         if ctx.route == "shifted":
             return (*_shifted_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0],
                                        self.backend), db)
@@ -181,13 +181,13 @@ class Conv2DTranspose(_Window):
                 dx = _direct_conv(g, w.reshape(kh * kw * cout, cin), None, (kh, kw), pads,
                                   x_shape[1:3], self.backend)
             dw, _ = _direct_weight_grad(g, x2, (kh, kw), pads, self.backend)
-            db = g.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
+            db = _channel_sums(g) if ctx.has_bias else None
             return dx, dw.reshape(w.shape), db
         gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
         w2 = w.reshape(kh * kw * cout, cin)
         dx = (gcols @ w2).reshape(x_shape) if ctx.needs_input_grad[0] else None
         dw = (gcols.T @ x2).reshape(w.shape)
-        db = grad.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
+        db = _channel_sums(grad) if ctx.has_bias else None
         return dx, dw, db
 
 
@@ -424,6 +424,21 @@ def _shifted_backward(x, w, g, pads, needs_dx, backend):
                 gemm(1.0, g_block, x_grid[start + shift:stop + shift].T, beta=float(k > 0),
                      c=dw[a, b].T, trans_b=1, overwrite_c=1)
     return dx, dw
+
+
+_ONES: dict = {}
+
+
+def _channel_sums(g) -> np.ndarray:
+    """Sum of g (..., C) over all but the last axis: the bias gradient. As a matrix-vector
+    product with a vector of ones (BLAS gemv): NumPy's sum(axis=0) over rows of a few
+    channels runs a strided loop per channel, ten to twenty times slower at C = 3."""
+    rows = g.reshape(-1, g.shape[-1])
+    key = np.dtype(g.dtype)
+    ones = _ONES.get(key)
+    if ones is None or ones.size < rows.shape[0]:
+        ones = _ONES[key] = np.ones(rows.shape[0], dtype=key)
+    return ones[:rows.shape[0]] @ rows
 
 
 def _pointwise(kh, kw, strides, pads, in_hw, out_hw) -> bool:
