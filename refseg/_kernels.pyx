@@ -350,17 +350,39 @@ cdef inline void _add_run(real *out, const real *src, Py_ssize_t count) noexcept
         out[c] = out[c] + src[c]
 
 
+# Below this many values a run is copied or cleared by an inline loop: a call to memcpy or
+# memset costs more than moving a few values (3 channels: the decoder's last layers).
+cdef Py_ssize_t _SHORT_RUN = 16
+
+
+cdef inline void _copy_run(real *out, const real *src, Py_ssize_t count) noexcept nogil:
+    cdef Py_ssize_t c
+    if count >= _SHORT_RUN:
+        memcpy(out, src, count * sizeof(real))
+    else:
+        for c in range(count):
+            out[c] = src[c]
+
+
+cdef inline void _zero_run(real *out, Py_ssize_t count) noexcept nogil:
+    cdef Py_ssize_t c
+    if count >= _SHORT_RUN:
+        memset(out, 0, count * sizeof(real))
+    else:
+        for c in range(count):
+            out[c] = 0
+
+
 def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
            Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t ho, Py_ssize_t wo,
            Py_ssize_t row_start, real[:, ::1] cols):
     """For output rows r = row_start .. row_start + len(cols) / wo - 1 (r = n*ho + i):
     cols[(r - row_start)*wo + j, (a*kw + b)*C + c] = x[n, i*sh - pt + a, j*sw - pl + b, c]
-    (0 outside). Each (pixel, tap) is a contiguous run of C values in both arrays: one memcpy
-    or memset. A range of rows lets callers build the column matrix a cache-sized block at a
+    (0 outside). Each (pixel, tap) is a contiguous run of C values in both arrays: one copy
+    or clear. A range of rows lets callers build the column matrix a cache-sized block at a
     time."""
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], w = x.shape[2], ch = x.shape[3]
     cdef Py_ssize_t rows = cols.shape[0] // wo, k, row, n, i, j, a, b, y, xx
-    cdef size_t run = ch * sizeof(real)
     cdef real *dst
     with nogil:
         for k in prange(rows, schedule="static",
@@ -375,9 +397,9 @@ def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t 
                     for b in range(kw):
                         xx = j * sw - pl + b
                         if y < 0 or y >= h or xx < 0 or xx >= w:
-                            memset(dst + (a * kw + b) * ch, 0, run)
+                            _zero_run(dst + (a * kw + b) * ch, ch)
                         else:
-                            memcpy(dst + (a * kw + b) * ch, &x[n, y, xx, 0], run)
+                            _copy_run(dst + (a * kw + b) * ch, &x[n, y, xx, 0], ch)
 
 
 def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
@@ -394,7 +416,7 @@ def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
             y = row - n * h
             for xx in range(w):
                 dst = &out[n, y, xx, 0]
-                memset(dst, 0, ch * sizeof(real))
+                _zero_run(dst, ch)
                 for a in range(kh):
                     ti = y + pt - a
                     if ti < 0 or ti % sh != 0:
