@@ -9,17 +9,16 @@ the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is
 input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
 <x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``).
 
-Stride-1 convolutions take one of three routes (``conv_route``), all giving the same sums up
-to rounding:
-
-- "direct": few channels (kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS products per pixel, e.g. the
-  3 -> 3 prediction layer): compiled kernels that compute the sums themselves
-  (``conv_small_forward`` / ``conv_small_weight``); im2col + GEMM would be mostly copying there.
-  Also the stride-1 transposed convolution, which is a convolution with the flipped kernel.
-- "shifted": "same" geometry on images of at least SHIFTED_MIN_SIDE pixels a side: implicit
-  GEMM, kh*kw matrix products accumulated (beta = 1) over shifted views of a zero-padded copy
-  of the input, no column matrix (``_shifted_conv``, ``_shifted_weight_grad``).
-- "im2col": everything else, and every strided convolution.
+Stride-1 convolutions with few channels (kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS products per
+output pixel, e.g. the 3 -> 3 prediction layer) run on compiled direct kernels instead
+(``conv_small_forward`` / ``conv_small_weight``, see ``conv_route``): there im2col + GEMM is
+mostly copying. The stride-1 transposed convolution is the convolution with the flipped kernel
+and takes the same kernels. Measured and not kept: implicit GEMM ("shifted GEMMs", kh*kw
+products with beta = 1 over shifted views of a zero-padded input) was 1.0-1.5x slower than
+im2col forward and up to 2x slower forward + backward on the decoder's large layers with 2
+OpenBLAS threads (the products have K = Cin instead of kh*kw*Cin and re-read the output kh*kw
+times); running im2col on two OpenMP threads between GEMMs was ~10x slower (OpenBLAS's idle
+workers keep spinning on the cores).
 
 References: claims 2-4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0139] (depthwise, MobileNetV2),
 [0232]-[0236] (ResNet convolutions), [0129]-[0132] (backward).
@@ -27,7 +26,6 @@ References: claims 2-4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0139] (depthwi
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import blas
 
 from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.autograd.tensor import Op, Tensor, as_tensor
@@ -82,13 +80,11 @@ class Conv2D(_Window):
         _check_bias(b, cout, self.name)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
-        route = conv_route(x.shape, w.shape, self.strides, (pt, pl), (ho, wo))
+        route = conv_route(w.shape, self.strides)
         x = np.ascontiguousarray(x)
         if route == "direct":
             out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
                                (ho, wo), self.backend)
-        elif route == "shifted":
-            out = _shifted_conv(x, np.ascontiguousarray(w), (pt, pl), self.backend, bias=b)
         else:
             out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
                                 (pt, pl), (ho, wo), self.backend)
@@ -111,9 +107,6 @@ class Conv2D(_Window):
             return _direct_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0], ctx.has_bias,
                                     self.backend)
         db = _channel_sums(g) if ctx.has_bias else None
-        if ctx.route == "shifted":
-            return (*_shifted_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0],
-                                       self.backend), db)
         g2 = g.reshape(-1, cout)
         dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
                                   self.backend).reshape(w.shape)
@@ -148,8 +141,7 @@ class Conv2DTranspose(_Window):
         ctx.geometry = (x.shape, (pt, pl))
         ctx.has_bias = b is not None
         # the convolution this op is the adjoint of maps (ho, wo, cout) to (h, wd, cin)
-        ctx.direct = conv_route((n, ho, wo, cout), (kh, kw, cout, cin), self.strides, (pt, pl),
-                                (h, wd)) == "direct"
+        ctx.direct = conv_route((kh, kw, cout, cin), self.strides) == "direct"
         if ctx.direct:
             # stride 1: the transposed convolution is the convolution with the kernel flipped
             # in space, padded k - 1 - crop before
@@ -236,61 +228,44 @@ class DepthwiseConv2D(_Window):
 _WORKSPACE: dict = {}
 
 
-def _workspace(size, dtype, slot="columns") -> np.ndarray:
-    """A scratch vector of at least ``size`` elements, one per dtype and slot, grown as needed
-    and reused by every op: column matrices are temporaries, and writing into memory that is
-    already mapped avoids the page faults of a fresh allocation on every call. Only one op at a
-    time uses it (an op finishes with it before it returns); an op that needs several scratch
-    arrays at once takes them from different slots."""
-    key = (np.dtype(dtype), slot)
+def _workspace(size, dtype) -> np.ndarray:
+    """A scratch vector of at least ``size`` elements, one per dtype, grown as needed and reused
+    by every op: column matrices are temporaries, and writing into memory that is already
+    mapped avoids the page faults of a fresh allocation on every call. Only one op at a time
+    uses it (an op finishes with it before it returns)."""
+    key = np.dtype(dtype)
     buffer = _WORKSPACE.get(key)
     if buffer is None or buffer.size < size:
-        buffer = np.empty(max(size, 1), dtype=key[0])
+        buffer = np.empty(max(size, 1), dtype=key)
         _WORKSPACE[key] = buffer
     return buffer[:size]
 
 
 #: Largest kh*kw*Cin*Cout (products per output pixel) of a stride-1 convolution that the
-#: direct kernels compute: the 3 -> 3 prediction layer has 81. Measured on the decoder's
-#: shapes (benchmarks/bench_ops.py): below this im2col + GEMM spends most of its time copying.
+#: direct kernels compute: the 3 -> 3 prediction layer has 81. Below this im2col + GEMM spends
+#: most of its time copying (K = kh*kw*Cin and N = Cout are tiny); the next smallest decoder
+#: layers (64 -> 3, 96 -> 3) are stride 2 and stay on im2col.
 DIRECT_MAX_PRODUCTS = 256
 
-#: Smallest image side (output height and width) for the shifted-GEMM route: it computes every
-#: position of the zero-padded (H + kh - 1) x (W + kw - 1) grid and drops the border ones, a
-#: waste of about (kh - 1) / H + (kw - 1) / W that im2col does not have on small images.
-SHIFTED_MIN_SIDE = 28
-
-#: Bytes of one block of padded-grid rows (input rows plus output rows) that the shifted route
-#: multiplies at a time: the kh*kw products of a block reuse the same rows from cache.
-SHIFTED_BLOCK_BYTES = 2 << 20
-
-#: Forces one route for every stride-1 convolution ("direct", "shifted" or "im2col"), where
-#: its geometry allows it; None chooses by the rules above. For tests.
+#: Forces one route for every stride-1 convolution ("direct" or "im2col"); None chooses by
+#: DIRECT_MAX_PRODUCTS. For tests.
 FORCE_ROUTE = None
 
 
-def conv_route(x_shape, w_shape, strides, pads, out_hw) -> str:
-    """How conv2d computes a convolution of input ``x_shape`` with kernel ``w_shape`` (HWIO).
+def conv_route(w_shape, strides) -> str:
+    """How conv2d computes a convolution with kernel ``w_shape`` (kh, kw, Cin, Cout).
 
     Returns
     -------
-    {"direct", "shifted", "im2col"}
-        "direct" for stride 1 and kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS; "shifted" for stride
-        1, "same" geometry (output size = input size, padding before within the kernel) and
-        both output sides >= SHIFTED_MIN_SIDE; "im2col" otherwise (and for 1x1 kernels, whose
-        column matrix is the input itself). FORCE_ROUTE overrides where the geometry allows.
+    {"direct", "im2col"}
+        "direct" for stride 1 and kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS, or whenever
+        FORCE_ROUTE is "direct" and the stride is 1; "im2col" otherwise.
     """
-    kh, kw, cin, cout = w_shape
-    if strides != (1, 1) or (kh == kw == 1 and FORCE_ROUTE is None):
+    if strides != (1, 1):
         return "im2col"
-    same = (tuple(out_hw) == tuple(x_shape[1:3]) and 0 <= pads[0] < kh and 0 <= pads[1] < kw)
     if FORCE_ROUTE is not None:
-        return FORCE_ROUTE if (FORCE_ROUTE != "shifted" or same) else "im2col"
-    if kh * kw * cin * cout <= DIRECT_MAX_PRODUCTS:
-        return "direct"
-    if same and min(out_hw) >= SHIFTED_MIN_SIDE:
-        return "shifted"
-    return "im2col"
+        return FORCE_ROUTE
+    return "direct" if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS else "im2col"
 
 
 def _flipped(w) -> np.ndarray:
@@ -327,103 +302,6 @@ def _direct_backward(x, w, g, pads, needs_dx, needs_db, backend):
                           (kh - 1 - pads[0], kw - 1 - pads[1]), x.shape[1:3], backend)
     dw, g_sums = _direct_weight_grad(x, g, (kh, kw), pads, backend)
     return dx, dw.reshape(w.shape), g_sums.astype(g.dtype) if needs_db else None
-
-
-def _gemm(dtype):
-    """BLAS xGEMM for dtype (SciPy's wrapper: column-major, C = alpha op(A) op(B) + beta C)."""
-    return blas.sgemm if np.dtype(dtype) == np.float32 else blas.dgemm
-
-
-def _padded_grid(x, pads, grid_hw, slot, backend) -> np.ndarray:
-    """x (N, H, W, C) placed at (pads) in a zero grid (N, *grid_hw, C), in the workspace
-    ``slot``, as (N * gh * gw, C) rows (im2col with a 1x1 window writes exactly that)."""
-    n, _, _, c = x.shape
-    gh, gw = grid_hw
-    grid = _workspace(n * gh * gw * c, x.dtype, slot).reshape(n * gh * gw, c)
-    kernels(backend).im2col(x, 1, 1, 1, 1, *pads, gh, gw, 0, grid)
-    return grid
-
-
-def _row_ranges(start, stop, row_bytes):
-    """[start, stop) cut into ranges of rows of at most SHIFTED_BLOCK_BYTES."""
-    step = max(1, SHIFTED_BLOCK_BYTES // max(1, row_bytes))
-    return [(a, min(a + step, stop)) for a in range(start, stop, step)]
-
-
-def _shifted_products(src, w, grid_hw, out_grid):
-    """out_grid[p] = sum over taps (a, b) of src[p + a*gw + b] @ w[a, b], for the grid rows p
-    whose every tap lies inside src (all the rows of real output pixels).
-
-    src and out_grid are (N * gh * gw, C) and (N * gh * gw, Cout) rows of a row-major grid, so
-    the input of tap (a, b) for a block of output rows is the same block of rows of src shifted
-    by a*gw + b: a plain slice, no copy. Rows near the right and bottom edges mix neighbouring
-    image rows: they are outputs outside the image, which the caller drops.
-    """
-    kh, kw = w.shape[:2]
-    gw = grid_hw[1]
-    rows = src.shape[0] - ((kh - 1) * gw + kw - 1)
-    gemm = _gemm(src.dtype)
-    itemsize = src.dtype.itemsize
-    for start, stop in _row_ranges(0, rows, (src.shape[1] + w.shape[3]) * itemsize):
-        c_block = out_grid[start:stop].T  # column-major view: C^T = W^T X^T
-        for a in range(kh):
-            for b in range(kw):
-                shift = a * gw + b
-                gemm(1.0, w[a, b].T, src[start + shift:stop + shift].T,
-                     beta=0.0 if a == b == 0 else 1.0, c=c_block, overwrite_c=1)
-
-
-def _shifted_conv(x, w, pads, backend, bias=None, out=None):
-    """Stride-1 "same" convolution of x (N, H, W, C) with w (kh, kw, C, Cout) by kh*kw shifted
-    GEMMs over x zero-padded by (pads) before and (k - 1 - pads) after: (N, H, W, Cout)."""
-    n, h, wd, _ = x.shape
-    kh, kw, _, cout = w.shape
-    grid_hw = (h + kh - 1, wd + kw - 1)
-    src = _padded_grid(x, pads, grid_hw, "shift-in", backend)
-    out_grid = _workspace(src.shape[0] * cout, x.dtype, "shift-out").reshape(-1, cout)
-    _shifted_products(src, w, grid_hw, out_grid)
-    inside = out_grid.reshape(n, *grid_hw, cout)[:, :h, :wd]
-    if out is None:
-        out = np.empty((n, h, wd, cout), dtype=x.dtype)
-    if bias is None:
-        np.copyto(out, inside)
-    else:
-        np.add(inside, bias, out=out)
-    return out
-
-
-def _shifted_backward(x, w, g, pads, needs_dx, backend):
-    """(dx, dw) of a stride-1 "same" convolution by shifted GEMMs. g goes once into a zero grid
-    at (k - 1 - pads): dx is the shifted convolution of that grid with the flipped kernel, and
-    dw[a, b] = sum over pixels of x_grid[q + (a - qt)*gw + (b - ql)]^T g_grid[q], the grid rows
-    q running over those of g's pixels (the zeros around g cancel every other pixel)."""
-    n, h, wd, cin = x.shape
-    kh, kw, _, cout = w.shape
-    grid_hw = (h + kh - 1, wd + kw - 1)
-    gh, gw = grid_hw
-    qt, ql = kh - 1 - pads[0], kw - 1 - pads[1]
-    g_grid = _padded_grid(g, (qt, ql), grid_hw, "shift-grad", backend)
-    dx = None
-    if needs_dx:
-        flipped = _flipped(w)
-        out_grid = _workspace(g_grid.shape[0] * cin, x.dtype, "shift-out").reshape(-1, cin)
-        _shifted_products(g_grid, flipped, grid_hw, out_grid)
-        # a copy even where the view is contiguous: the workspace is reused by the next op
-        dx = out_grid.reshape(n, gh, gw, cin)[:, :h, :wd].copy()
-    x_grid = _padded_grid(x, pads, grid_hw, "shift-in", backend)
-    first = qt * gw + ql                                   # g's first pixel
-    last = ((n - 1) * gh + qt + h - 1) * gw + ql + wd      # one past its last
-    dw = np.empty(w.shape, dtype=x.dtype)
-    gemm = _gemm(x.dtype)
-    for k, (start, stop) in enumerate(_row_ranges(first, last, (cin + cout) * x.dtype.itemsize)):
-        g_block = g_grid[start:stop].T
-        for a in range(kh):
-            for b in range(kw):
-                shift = (a - qt) * gw + (b - ql)
-                # dw[a, b]^T (Cout, Cin) += g_block (Cout, rows) @ x_block (rows, Cin)
-                gemm(1.0, g_block, x_grid[start + shift:stop + shift].T, beta=float(k > 0),
-                     c=dw[a, b].T, trans_b=1, overwrite_c=1)
-    return dx, dw
 
 
 _ONES: dict = {}
