@@ -350,17 +350,39 @@ cdef inline void _add_run(real *out, const real *src, Py_ssize_t count) noexcept
         out[c] = out[c] + src[c]
 
 
+# Below this many values a run is copied or cleared by an inline loop: a call to memcpy or
+# memset costs more than moving a few values (3 channels: the decoder's last layers).
+cdef Py_ssize_t _SHORT_RUN = 16
+
+
+cdef inline void _copy_run(real *out, const real *src, Py_ssize_t count) noexcept nogil:
+    cdef Py_ssize_t c
+    if count >= _SHORT_RUN:
+        memcpy(out, src, count * sizeof(real))
+    else:
+        for c in range(count):
+            out[c] = src[c]
+
+
+cdef inline void _zero_run(real *out, Py_ssize_t count) noexcept nogil:
+    cdef Py_ssize_t c
+    if count >= _SHORT_RUN:
+        memset(out, 0, count * sizeof(real))
+    else:
+        for c in range(count):
+            out[c] = 0
+
+
 def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
            Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t ho, Py_ssize_t wo,
            Py_ssize_t row_start, real[:, ::1] cols):
     """For output rows r = row_start .. row_start + len(cols) / wo - 1 (r = n*ho + i):
     cols[(r - row_start)*wo + j, (a*kw + b)*C + c] = x[n, i*sh - pt + a, j*sw - pl + b, c]
-    (0 outside). Each (pixel, tap) is a contiguous run of C values in both arrays: one memcpy
-    or memset. A range of rows lets callers build the column matrix a cache-sized block at a
+    (0 outside). Each (pixel, tap) is a contiguous run of C values in both arrays: one copy
+    or clear. A range of rows lets callers build the column matrix a cache-sized block at a
     time."""
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], w = x.shape[2], ch = x.shape[3]
     cdef Py_ssize_t rows = cols.shape[0] // wo, k, row, n, i, j, a, b, y, xx
-    cdef size_t run = ch * sizeof(real)
     cdef real *dst
     with nogil:
         for k in prange(rows, schedule="static",
@@ -375,9 +397,9 @@ def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t 
                     for b in range(kw):
                         xx = j * sw - pl + b
                         if y < 0 or y >= h or xx < 0 or xx >= w:
-                            memset(dst + (a * kw + b) * ch, 0, run)
+                            _zero_run(dst + (a * kw + b) * ch, ch)
                         else:
-                            memcpy(dst + (a * kw + b) * ch, &x[n, y, xx, 0], run)
+                            _copy_run(dst + (a * kw + b) * ch, &x[n, y, xx, 0], ch)
 
 
 def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
@@ -394,7 +416,7 @@ def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
             y = row - n * h
             for xx in range(w):
                 dst = &out[n, y, xx, 0]
-                memset(dst, 0, ch * sizeof(real))
+                _zero_run(dst, ch)
                 for a in range(kh):
                     ti = y + pt - a
                     if ti < 0 or ti % sh != 0:
@@ -589,3 +611,346 @@ def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v,
             m[k] = mk
             v[k] = vk
             param[k] = <real> (param[k] - lr * (mk / bias1) / (sqrt(vk / bias2) + eps))
+
+
+# ------------------------------------------------------------------------------------------
+# Direct stride-1 convolution for few channels (the prediction layer: 3 -> 3 channels). There
+# im2col + GEMM is mostly copying (K = kh*kw*Cin = 27, N = Cout = 3), so these kernels compute
+# the sums themselves. The input is first copied to a zero-padded planar layout (one row of
+# each channel contiguous), so that the inner loops run over LANES neighbouring output pixels
+# with unit stride and the compiler keeps LANES accumulators in vector registers.
+
+cdef enum:
+    LANES = 16  # output pixels per block of accumulators
+
+
+cdef inline Py_ssize_t _round_up(Py_ssize_t n, Py_ssize_t to) noexcept nogil:
+    return (n + to - 1) // to * to
+
+
+cdef void _planar_padded(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl,
+                         Py_ssize_t rows, Py_ssize_t width, real *planes) noexcept nogil:
+    """planes[((n*rows + y)*C + c)*width + u] = x[n, y - pt, u - pl, c], 0 outside x: every
+    image padded to rows x width, each row stored channel by channel."""
+    cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t row, n, y, c, u, sy, u0, u1
+    cdef real *dst
+    u0 = min(max(pl, 0), width)            # first column holding input
+    u1 = max(min(wd + pl, width), u0)      # one past the last
+    for row in prange(n_img * rows, schedule="static",
+                      num_threads=_threads(n_img * rows * width * ch // 4)):
+        n = row // rows
+        y = row - n * rows
+        sy = y - pt
+        for c in range(ch):
+            dst = planes + (row * ch + c) * width
+            if sy < 0 or sy >= h:
+                memset(dst, 0, width * sizeof(real))
+                continue
+            for u in range(u0):
+                dst[u] = 0
+            for u in range(u0, u1):
+                dst[u] = x[n, sy, u - pl, c]
+            for u in range(u1, width):
+                dst[u] = 0
+
+
+# The float32 row loops of the direct kernels, also compiled for AVX-512 (GCC target attribute
+# and vector types) and chosen at run time where the CPU has it: 64 pixels per block in four
+# 16-wide accumulators. The plain build targets x86-64 (SSE2), where 16 pixels in four 4-wide
+# accumulators already cover the latency of the adds but each instruction does a quarter of
+# the work. Forward: the same multiplies and adds in the same order per output (no FMA:
+# -ffp-contract=off), so the same results bit for bit. Kernel gradient: 64 partial sums per
+# row instead of 16, so float32 results differ between AVX-512 and other machines by rounding
+# (as BLAS results do); each machine's results still do not depend on the thread count.
+cdef extern from *:
+    """
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    #define REFSEG_WIDE_LANES 64
+    /* GCC vector types: 16 floats, and the same with 4-byte alignment for unaligned loads */
+    typedef float refseg_v16 __attribute__((vector_size(64)));
+    typedef float refseg_v16u __attribute__((vector_size(64), aligned(4)));
+    __attribute__((target("avx512f")))
+    static void refseg_small_row_avx512(const float *rows, const Py_ssize_t *offsets,
+                                        const float *wt, const float *bias, Py_ssize_t taps,
+                                        Py_ssize_t cout, Py_ssize_t wo, float *out)
+    {
+        float acc[REFSEG_WIDE_LANES];
+        for (Py_ssize_t o = 0; o < cout; o++) {
+            const float *w_o = wt + o * taps;
+            for (Py_ssize_t j0 = 0; j0 < wo; j0 += REFSEG_WIDE_LANES) {
+                refseg_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+                for (Py_ssize_t t = 0; t < taps; t++) {
+                    const refseg_v16 wv = (refseg_v16){0} + w_o[t];
+                    const refseg_v16u *src = (const refseg_v16u *)(rows + offsets[t] + j0);
+                    a0 = a0 + src[0] * wv;
+                    a1 = a1 + src[1] * wv;
+                    a2 = a2 + src[2] * wv;
+                    a3 = a3 + src[3] * wv;
+                }
+                memcpy(acc, &a0, sizeof a0);
+                memcpy(acc + 16, &a1, sizeof a1);
+                memcpy(acc + 32, &a2, sizeof a2);
+                memcpy(acc + 48, &a3, sizeof a3);
+                Py_ssize_t n = wo - j0 < REFSEG_WIDE_LANES ? wo - j0 : REFSEG_WIDE_LANES;
+                for (Py_ssize_t l = 0; l < n; l++) out[(j0 + l) * cout + o] = acc[l] + bias[o];
+            }
+        }
+    }
+    /* sum of a[u] * b[u] (sum of a[u] if b is NULL), u < count (a multiple of 64): 64 partial
+       sums in float32, added pairwise into 16, then those in float64 in lane order */
+    __attribute__((target("avx512f")))
+    static inline double refseg_small_dot_avx512(const float *a, const float *b,
+                                                 Py_ssize_t count)
+    {
+        refseg_v16 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0};
+        float part[16];
+        double total = 0.0;
+        for (Py_ssize_t u = 0; u < count; u += REFSEG_WIDE_LANES) {
+            const refseg_v16u *x = (const refseg_v16u *)(a + u);
+            if (b) {
+                const refseg_v16u *y = (const refseg_v16u *)(b + u);
+                p0 = p0 + x[0] * y[0];
+                p1 = p1 + x[1] * y[1];
+                p2 = p2 + x[2] * y[2];
+                p3 = p3 + x[3] * y[3];
+            } else {
+                p0 = p0 + x[0];
+                p1 = p1 + x[1];
+                p2 = p2 + x[2];
+                p3 = p3 + x[3];
+            }
+        }
+        p0 = (p0 + p1) + (p2 + p3);
+        memcpy(part, &p0, sizeof p0);
+        for (int l = 0; l < 16; l++) total += part[l];
+        return total;
+    }
+    /* one output row of conv_small_weight: partial[t*cout + o] = dot of the row's tap-t input
+       (rows + offsets[t]) with output channel o of g (g_row + o*width), then the sums of g */
+    __attribute__((target("avx512f")))
+    static void refseg_small_weight_row_avx512(const float *rows, const Py_ssize_t *offsets,
+                                               Py_ssize_t taps, const float *g_row,
+                                               Py_ssize_t cout, Py_ssize_t width,
+                                               double *partial)
+    {
+        for (Py_ssize_t t = 0; t < taps; t++)
+            for (Py_ssize_t o = 0; o < cout; o++)
+                partial[t * cout + o] = refseg_small_dot_avx512(rows + offsets[t],
+                                                                g_row + o * width, width);
+        for (Py_ssize_t o = 0; o < cout; o++)
+            partial[taps * cout + o] = refseg_small_dot_avx512(g_row + o * width, NULL, width);
+    }
+    static int refseg_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+    #else
+    #define REFSEG_WIDE_LANES 64
+    static void refseg_small_row_avx512(const float *rows, const Py_ssize_t *offsets,
+                                        const float *wt, const float *bias, Py_ssize_t taps,
+                                        Py_ssize_t cout, Py_ssize_t wo, float *out) {}
+    static void refseg_small_weight_row_avx512(const float *rows, const Py_ssize_t *offsets,
+                                               Py_ssize_t taps, const float *g_row,
+                                               Py_ssize_t cout, Py_ssize_t width,
+                                               double *partial) {}
+    static int refseg_has_avx512(void) { return 0; }
+    #endif
+    """
+    int WIDE_LANES "REFSEG_WIDE_LANES"
+    void _small_row_avx512 "refseg_small_row_avx512"(
+        const float *rows, const Py_ssize_t *offsets, const float *wt, const float *bias,
+        Py_ssize_t taps, Py_ssize_t cout, Py_ssize_t wo, float *out) noexcept nogil
+    void _small_weight_row_avx512 "refseg_small_weight_row_avx512"(
+        const float *rows, const Py_ssize_t *offsets, Py_ssize_t taps, const float *g_row,
+        Py_ssize_t cout, Py_ssize_t width, double *partial) noexcept nogil
+    int _has_avx512 "refseg_has_avx512"() noexcept nogil
+
+
+cdef bint _AVX512 = _has_avx512()
+
+
+def use_avx512(bint enabled):
+    """Let the direct kernels use their AVX-512 float32 loops (where the CPU has AVX-512; on by
+    default) or not; returns the previous setting. For tests of both paths."""
+    global _AVX512
+    previous = _AVX512
+    _AVX512 = enabled and _has_avx512()
+    return previous
+
+
+cdef inline void _small_forward_row(const real *rows, const Py_ssize_t *offsets,
+                                    const real *wt, const real *bias, Py_ssize_t taps,
+                                    Py_ssize_t cout, Py_ssize_t wo, real *out) noexcept nogil:
+    """One output row: out[j*cout + o] = (sum over t < taps of rows[offsets[t] + j] *
+    wt[o*taps + t]) + bias[o], each sum from 0 in tap order, LANES pixels at a time. The taps
+    are one flat loop (not three nested ones) so that GCC vectorises the accumulators across
+    it."""
+    cdef real acc[LANES]
+    cdef Py_ssize_t o, blk, j0, t, l
+    cdef const real *src
+    cdef const real *wo_t
+    cdef real wv
+    for o in range(cout):
+        wo_t = wt + o * taps
+        for blk in range(_round_up(wo, LANES) // LANES):
+            j0 = blk * LANES
+            for l in range(LANES):
+                acc[l] = 0
+            for t in range(taps):
+                wv = wo_t[t]
+                src = rows + offsets[t] + j0
+                for l in range(LANES):
+                    acc[l] = acc[l] + src[l] * wv
+            for l in range(min(LANES, wo - j0)):
+                out[(j0 + l) * cout + o] = acc[l] + bias[o]
+
+
+def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, const real[::1] bias,
+                       Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t pt, Py_ssize_t pl,
+                       real[:, :, :, ::1] out):
+    """Stride-1 convolution plus bias: out[n, i, j, o] = (sum over (a, b, c) row-major of
+    x[n, i - pt + a, j - pl + b, c] * w[(a*kw + b)*C + c, o]) + bias[o] (x read as 0 outside),
+    each sum from 0 in that order. For few channels: kh*kw*C*Cout products per pixel. Rows are
+    handed out dynamically: on a shared machine a descheduled thread then delays only the rows
+    it holds, and each row is still computed by one thread in a fixed order."""
+    cdef Py_ssize_t n_img = x.shape[0], ch = x.shape[3]
+    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
+    cdef Py_ssize_t rows = ho + kh - 1, taps = kh * kw * ch
+    cdef bint wide = real is float and _AVX512
+    # every block of `lanes` outputs reads lanes + kw - 1 columns: pad the width to whole blocks
+    cdef Py_ssize_t width = _round_up(wo, WIDE_LANES if wide else LANES) + kw - 1
+    cdef Py_ssize_t row, n, i, a, b, c, o
+    cdef real *planes = <real *> malloc(max(n_img * rows * ch * width, 1) * sizeof(real))
+    cdef real *wt = <real *> malloc(max(taps * cout, 1) * sizeof(real))
+    cdef Py_ssize_t *offsets = <Py_ssize_t *> malloc(max(taps, 1) * sizeof(Py_ssize_t))
+    if planes == NULL or wt == NULL or offsets == NULL:
+        free(planes)
+        free(wt)
+        free(offsets)
+        raise MemoryError("conv_small_forward: cannot allocate the scratch buffers")
+    try:
+        with nogil:
+            # tap t = (a*kw + b)*C + c reads row a, plane c, shifted by b; its weights per output
+            # channel contiguous
+            for a in range(kh):
+                for b in range(kw):
+                    for c in range(ch):
+                        offsets[(a * kw + b) * ch + c] = (a * ch + c) * width + b
+                        for o in range(cout):
+                            wt[o * taps + (a * kw + b) * ch + c] = w[(a * kw + b) * ch + c, o]
+            _planar_padded(x, pt, pl, rows, width, planes)
+            for row in prange(n_img * ho, schedule="dynamic", chunksize=4,
+                              num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
+                n = row // ho
+                i = row - n * ho
+                if real is float:
+                    if wide:
+                        _small_row_avx512(planes + (n * rows + i) * ch * width, offsets, wt,
+                                          &bias[0], taps, cout, wo, &out[n, i, 0, 0])
+                        continue
+                _small_forward_row(planes + (n * rows + i) * ch * width, offsets, wt, &bias[0],
+                                   taps, cout, wo, &out[n, i, 0, 0])
+    finally:
+        free(planes)
+        free(wt)
+        free(offsets)
+
+
+cdef inline double _small_dot(const real *a, const real *b, Py_ssize_t count) noexcept nogil:
+    """sum of a[u] * b[u], u < count (a multiple of LANES), in LANES partial sums of the
+    input's type (vector registers), added up in float64."""
+    cdef real part[LANES]
+    cdef Py_ssize_t u0, l
+    cdef double total = 0.0
+    for l in range(LANES):
+        part[l] = 0
+    for u0 in range(count // LANES):
+        for l in range(LANES):
+            part[l] = part[l] + a[u0 * LANES + l] * b[u0 * LANES + l]
+    for l in range(LANES):
+        total = total + part[l]
+    return total
+
+
+cdef inline double _small_sum(const real *a, Py_ssize_t count) noexcept nogil:
+    """sum of a[u], u < count, as _small_dot."""
+    cdef real part[LANES]
+    cdef Py_ssize_t u0, l
+    cdef double total = 0.0
+    for l in range(LANES):
+        part[l] = 0
+    for u0 in range(count // LANES):
+        for l in range(LANES):
+            part[l] = part[l] + a[u0 * LANES + l]
+    for l in range(LANES):
+        total = total + part[l]
+    return total
+
+
+def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py_ssize_t kh,
+                      Py_ssize_t kw, Py_ssize_t pt, Py_ssize_t pl, double[:, ::1] dw,
+                      double[::1] dbias):
+    """The kernel and bias gradients of conv_small_forward: dw[(a*kw + b)*C + c, o] = sum over
+    n, i, j of x[n, i - pt + a, j - pl + b, c] * g[n, i, j, o] (x read as 0 outside), and
+    dbias[o] = sum of g[..., o]. Each output row's sums are taken in the input's precision
+    (LANES partial sums over the row's pixels, 64 for float32 on AVX-512, added up in float64),
+    the rows are added in float64 in row order:
+    independent of the thread count and of which thread took which row, and equal to the
+    twin's float64 sums to rounding (a reduction in another order)."""
+    cdef Py_ssize_t n_img = x.shape[0], ch = x.shape[3]
+    cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], cout = g.shape[3]
+    cdef Py_ssize_t rows = ho + kh - 1
+    cdef Py_ssize_t width_g = _round_up(wo, WIDE_LANES if (real is float and _AVX512) else LANES)
+    cdef Py_ssize_t width = width_g + kw - 1, taps = kh * kw * ch
+    cdef Py_ssize_t row, n, i, a, b, c, o, k
+    cdef Py_ssize_t *offsets = <Py_ssize_t *> malloc(max(taps, 1) * sizeof(Py_ssize_t))
+    cdef real *planes = <real *> malloc(max(n_img * rows * ch * width, 1) * sizeof(real))
+    cdef real *gplanes = <real *> malloc(max(n_img * ho * cout * width_g, 1) * sizeof(real))
+    # per output row: the taps*cout kernel-gradient sums, then the cout bias-gradient sums
+    cdef Py_ssize_t per_row = (taps + 1) * cout
+    cdef double *partial = <double *> malloc(max(n_img * ho * per_row, 1) * sizeof(double))
+    if planes == NULL or gplanes == NULL or partial == NULL or offsets == NULL:
+        free(planes)
+        free(gplanes)
+        free(partial)
+        free(offsets)
+        raise MemoryError("conv_small_weight: cannot allocate the scratch buffers")
+    try:
+        with nogil:
+            for a in range(kh):
+                for b in range(kw):
+                    for c in range(ch):
+                        offsets[(a * kw + b) * ch + c] = (a * ch + c) * width + b
+            _planar_padded(x, pt, pl, rows, width, planes)
+            # g in the same planar layout, zero past column wo: those columns of x then add 0
+            _planar_padded(g, 0, 0, ho, width_g, gplanes)
+            for row in prange(n_img * ho, schedule="dynamic", chunksize=4,
+                              num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
+                n = row // ho
+                i = row - n * ho
+                if real is float:
+                    if _AVX512:
+                        _small_weight_row_avx512(planes + (n * rows + i) * ch * width, offsets,
+                                                 taps, gplanes + row * cout * width_g, cout,
+                                                 width_g, partial + row * per_row)
+                        continue
+                for k in range(taps):
+                    for o in range(cout):
+                        partial[row * per_row + k * cout + o] = _small_dot(
+                            planes + (n * rows + i) * ch * width + offsets[k],
+                            gplanes + (row * cout + o) * width_g, width_g)
+                for o in range(cout):
+                    partial[row * per_row + taps * cout + o] = _small_sum(
+                        gplanes + (row * cout + o) * width_g, width_g)
+            for k in range(taps * cout):
+                dw[k // cout, k % cout] = 0
+            for o in range(cout):
+                dbias[o] = 0
+            for row in range(n_img * ho):
+                for k in range(taps * cout):
+                    dw[k // cout, k % cout] += partial[row * per_row + k]
+                for o in range(cout):
+                    dbias[o] += partial[row * per_row + taps * cout + o]
+    finally:
+        free(planes)
+        free(gplanes)
+        free(partial)
+        free(offsets)

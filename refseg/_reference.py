@@ -244,3 +244,31 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
     v[...] = vk
     step = lr * (mk.astype(np.float64) / bias1) / (np.sqrt(vk.astype(np.float64) / bias2) + eps)
     param[...] = (np.asarray(param, dtype=np.float64) - step).astype(dtype)
+
+
+def conv_small_forward(x, w, bias, kh, kw, pt, pl, out):
+    """Stride-1 convolution plus bias, each output a sum from 0 over (a, b, c) row-major, as
+    the kernel adds them (zero padding included as 0 * w terms, which leave every sum
+    unchanged), then + bias."""
+    x, w, out = np.asarray(x), np.asarray(w), np.asarray(out)
+    c = x.shape[3]
+    taps = _window_view(x, kh, kw, 1, 1, pt, pl, out.shape[1], out.shape[2])
+    acc = np.zeros(out.shape, dtype=out.dtype)
+    for a in range(kh):
+        for b in range(kw):
+            for ci in range(c):
+                acc = acc + taps[a, b][..., ci:ci + 1] * w[(a * kw + b) * c + ci]
+    out[...] = acc + np.asarray(bias)
+
+
+def conv_small_weight(x, g, kh, kw, pt, pl, dw, dbias):
+    """Summed in float64 by NumPy, not in the kernel's order (the kernel sums each row in the
+    input's precision): equal to the kernel to that rounding, not bit for bit."""
+    x, g = np.asarray(x, dtype=np.float64), np.asarray(g, dtype=np.float64)
+    c = x.shape[3]
+    taps = _window_view(x, kh, kw, 1, 1, pt, pl, g.shape[1], g.shape[2])
+    for a in range(kh):
+        for b in range(kw):
+            k = (a * kw + b) * c
+            dw[k:k + c] = np.einsum("nijc,nijo->co", taps[a, b], g)
+    dbias[...] = g.sum(axis=(0, 1, 2))

@@ -7,6 +7,8 @@ compares the analytic gradient of every element of every input with central diff
 error ~ 1e-16 |L| / h ~ 1e-10 |L|, so a relative error of 1e-6 of the largest gradient is a
 bound that only a wrong gradient breaks.
 """
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -94,6 +96,57 @@ def test_conv2d_transpose_gradients(backend, case, cout, bias):
         arrays.append(rng.standard_normal(cout))
     check_gradients(lambda *t: ag.conv2d_transpose(*t, strides=strides, padding=padding,
                                                    backend=backend), arrays, seed)
+
+
+ROUTES = ["im2col", "direct"]
+
+
+@contextlib.contextmanager
+def forced_route(route):
+    """Every stride-1 convolution inside takes ``route``."""
+    from refseg.autograd import conv
+
+    saved, conv.FORCE_ROUTE = conv.FORCE_ROUTE, route
+    try:
+        yield
+    finally:
+        conv.FORCE_ROUTE = saved
+
+
+@pytest.mark.claim("claim2.fusion")
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(n=st.integers(1, 2), h=st.integers(1, 6), w=st.integers(1, 6), cin=st.integers(1, 3),
+       cout=st.integers(1, 3), kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       padding=st.sampled_from(["valid", "same"]), bias=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_stride1_conv_routes(route, backend, n, h, w, cin, cout, kernel, padding, bias, seed):
+    """Each stride-1 route of conv2d and of the transposed convolution forced on drawn shapes:
+    gradient checks, and the same values as im2col to rounding."""
+    kh, kw = kernel
+    if padding == "valid":
+        h, w = max(h, kh), max(w, kw)
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal((n, h, w, cin)), rng.standard_normal((kh, kw, cin, cout))]
+    if bias:
+        arrays.append(rng.standard_normal(cout))
+    ho, wo = (conv_output(size, k, 1, padding, "t")[0] for size, k in ((h, kh), (w, kw)))
+    projection = rng.standard_normal((n, ho, wo, cout))
+    results = {}
+    for name in ("im2col", route):
+        with forced_route(name):
+            tensors = [ag.Tensor(a.copy(), requires_grad=True) for a in arrays]
+            y = ag.conv2d(*tensors, padding=padding, backend=backend)
+            y.backward(projection)
+            results[name] = [y.data] + [t.grad for t in tensors]
+    for a, b in zip(results[route], results["im2col"]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    transposed = [arrays[0], arrays[1].transpose(0, 1, 3, 2).copy(), *arrays[2:]]
+    with forced_route(route):
+        check_gradients(lambda *t: ag.conv2d(*t, padding=padding, backend=backend), arrays,
+                        seed)
+        check_gradients(lambda *t: ag.conv2d_transpose(*t, padding=padding, backend=backend),
+                        transposed, seed)
 
 
 @pytest.mark.claim("claim2.backbones")
@@ -293,6 +346,7 @@ def test_blocked_convolution_matches_one_block(monkeypatch, strides):
         y.backward(np.ones(y.shape))
         return y.data, xt.grad, wt.grad
 
+    monkeypatch.setattr(conv, "FORCE_ROUTE", "im2col")  # 3 -> 4 channels would run direct
     whole = run()
     monkeypatch.setattr(conv, "BLOCK_BYTES", 8 * 27 * 7)  # one image row of columns per block
     assert len(conv._row_blocks(2 * 9, 7, 27, 8)) == 18

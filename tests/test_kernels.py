@@ -6,7 +6,7 @@ a bug in one of them.
 """
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -227,3 +227,43 @@ def test_adam_update(dtype, values, t):
         results.append((p, m, v))
     for a, b in zip(*results):
         assert np.array_equal(a, b)
+
+
+@pytest.fixture(params=[True, False], ids=["avx512", "plain"])
+def avx512(request):
+    """Both row loops of the direct kernels: AVX-512 (where the CPU has it) and plain."""
+    previous = fast.use_avx512(request.param)
+    yield
+    fast.use_avx512(previous)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 7), st.integers(1, 70),
+                                          st.integers(1, 3)), elements=st.floats(-10, 10)),
+       kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       pads=st.tuples(st.integers(-1, 3), st.integers(-1, 3)), cout=st.integers(1, 3))
+def test_conv_small_kernels(avx512, dtype, x, kernel, pads, cout):
+    """Direct stride-1 convolution, both row loops (the fixture is the same for every drawn
+    input). Forward: fixed-order sums, bit for bit (widths up to 70 cover whole and partial
+    blocks of 16 and 64 pixels). Kernel and bias gradients: the kernel sums each
+    row in the input's precision, the twin everything in float64: equal to that rounding."""
+    x = x.astype(dtype)
+    (kh, kw), (pt, pl) = kernel, pads
+    ho, wo = _geometry(x.shape[1], x.shape[2], kh, kw, 1, 1, pt, pl)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((kh * kw * x.shape[3], cout)).astype(dtype)
+    g = rng.standard_normal((x.shape[0], ho, wo, cout)).astype(dtype)
+    bias = rng.standard_normal(cout).astype(dtype)
+    assert_same(both("conv_small_forward", x, w, bias, kh, kw, pt, pl,
+                     outputs=[(g.shape, dtype)]))
+    fast, slow = both("conv_small_weight", x, g, kh, kw, pt, pl,
+                      outputs=[(w.shape, np.float64), (cout, np.float64)])
+    # bound on the rounding: each sum's terms in absolute value, times the precision, plus
+    # the smallest normal number (products of subnormal inputs lose their relative precision)
+    bounds = [np.zeros((kh * kw * x.shape[3], cout)), np.zeros(cout)]
+    twin.conv_small_weight(np.abs(x), np.abs(g), kh, kw, pt, pl, *bounds)
+    eps = 1e-6 if dtype == np.float32 else 1e-13
+    for a, b, bound in zip(fast, slow, bounds):
+        assert np.all(np.abs(a - b) <= eps * bound + np.finfo(dtype).tiny)

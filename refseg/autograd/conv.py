@@ -9,6 +9,17 @@ the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is
 input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
 <x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``).
 
+Stride-1 convolutions with few channels (kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS products per
+output pixel, e.g. the 3 -> 3 prediction layer) run on compiled direct kernels instead
+(``conv_small_forward`` / ``conv_small_weight``, see ``conv_route``): there im2col + GEMM is
+mostly copying. The stride-1 transposed convolution is the convolution with the flipped kernel
+and takes the same kernels. Measured and not kept: implicit GEMM ("shifted GEMMs", kh*kw
+products with beta = 1 over shifted views of a zero-padded input) was 1.0-1.5x slower than
+im2col forward and up to 2x slower forward + backward on the decoder's large layers with 2
+OpenBLAS threads (the products have K = Cin instead of kh*kw*Cin and re-read the output kh*kw
+times); running im2col on two OpenMP threads between GEMMs was ~10x slower (OpenBLAS's idle
+workers keep spinning on the cores).
+
 References: claims 2-4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0139] (depthwise, MobileNetV2),
 [0232]-[0236] (ResNet convolutions), [0129]-[0132] (backward).
 """
@@ -69,14 +80,21 @@ class Conv2D(_Window):
         _check_bias(b, cout, self.name)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
-        out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides, (pt, pl),
-                            (ho, wo), self.backend)
-        if b is not None:
-            out += b
+        route = conv_route(w.shape, self.strides)
+        x = np.ascontiguousarray(x)
+        if route == "direct":
+            out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
+                               (ho, wo), self.backend)
+        else:
+            out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
+                                (pt, pl), (ho, wo), self.backend)
+            if b is not None:
+                out += b
         # the column matrix is never kept whole (it is kh*kw times the input): backward
         # rebuilds it block by block
         ctx.save_for_backward(x, w)
         ctx.geometry = ((pt, pl), (ho, wo))
+        ctx.route = route
         ctx.has_bias = b is not None
         return out.reshape(x.shape[0], ho, wo, cout)
 
@@ -84,7 +102,12 @@ class Conv2D(_Window):
         x, w = ctx.saved
         (pt, pl), out_hw = ctx.geometry
         kh, kw, cin, cout = w.shape
-        g2 = np.ascontiguousarray(grad).reshape(-1, cout)
+        g = np.ascontiguousarray(grad)
+        if ctx.route == "direct":
+            return _direct_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0], ctx.has_bias,
+                                    self.backend)
+        db = _channel_sums(g) if ctx.has_bias else None
+        g2 = g.reshape(-1, cout)
         dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
                                   self.backend).reshape(w.shape)
         dx = None
@@ -98,7 +121,6 @@ class Conv2D(_Window):
         elif ctx.needs_input_grad[0]:
             cols = g2 @ w.reshape(kh * kw * cin, cout).T
             dx = _col2im(cols, x.shape, kh, kw, self.strides, (pt, pl), out_hw, self.backend)
-        db = g2.sum(axis=0) if ctx.has_bias else None
         return dx, dw, db
 
 
@@ -116,6 +138,17 @@ class Conv2DTranspose(_Window):
         (ho, pt), (wo, pl) = (
             transpose_output(h, kh, self.strides[0], self.padding, self.name),
             transpose_output(wd, kw, self.strides[1], self.padding, self.name))
+        ctx.geometry = (x.shape, (pt, pl))
+        ctx.has_bias = b is not None
+        # the convolution this op is the adjoint of maps (ho, wo, cout) to (h, wd, cin)
+        ctx.direct = conv_route((kh, kw, cout, cin), self.strides) == "direct"
+        if ctx.direct:
+            # stride 1: the transposed convolution is the convolution with the kernel flipped
+            # in space, padded k - 1 - crop before
+            x = np.ascontiguousarray(x)
+            ctx.save_for_backward(x, w)
+            return _direct_conv(x, _flipped(w).reshape(kh * kw * cin, cout), b, (kh, kw),
+                                (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend)
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
         cols = np.matmul(x2, w2.T, out=_workspace(n * h * wd * kh * kw * cout, x.dtype)
@@ -125,19 +158,28 @@ class Conv2DTranspose(_Window):
         if b is not None:
             out += b
         ctx.save_for_backward(x2, w)
-        ctx.geometry = (x.shape, (pt, pl))
-        ctx.has_bias = b is not None
         return out
 
     def backward(self, ctx, grad):
         x2, w = ctx.saved
         x_shape, pads = ctx.geometry
         kh, kw, cout, cin = w.shape
+        if ctx.direct:
+            # the convolution's forward (input gradient) and kernel gradient with the roles of
+            # input and output exchanged: dw[(a, b, o), c] = sum g_padded[.. + (a, b), o] x[.., c]
+            g = np.ascontiguousarray(grad)
+            dx = None
+            if ctx.needs_input_grad[0]:
+                dx = _direct_conv(g, w.reshape(kh * kw * cout, cin), None, (kh, kw), pads,
+                                  x_shape[1:3], self.backend)
+            dw, _ = _direct_weight_grad(g, x2, (kh, kw), pads, self.backend)
+            db = _channel_sums(g) if ctx.has_bias else None
+            return dx, dw.reshape(w.shape), db
         gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
         w2 = w.reshape(kh * kw * cout, cin)
         dx = (gcols @ w2).reshape(x_shape) if ctx.needs_input_grad[0] else None
         dw = (gcols.T @ x2).reshape(w.shape)
-        db = grad.reshape(-1, cout).sum(axis=0) if ctx.has_bias else None
+        db = _channel_sums(grad) if ctx.has_bias else None
         return dx, dw, db
 
 
@@ -197,6 +239,84 @@ def _workspace(size, dtype) -> np.ndarray:
         buffer = np.empty(max(size, 1), dtype=key)
         _WORKSPACE[key] = buffer
     return buffer[:size]
+
+
+#: Largest kh*kw*Cin*Cout (products per output pixel) of a stride-1 convolution that the
+#: direct kernels compute: the 3 -> 3 prediction layer has 81. Below this im2col + GEMM spends
+#: most of its time copying (K = kh*kw*Cin and N = Cout are tiny); the next smallest decoder
+#: layers (64 -> 3, 96 -> 3) are stride 2 and stay on im2col.
+DIRECT_MAX_PRODUCTS = 256
+
+#: Forces one route for every stride-1 convolution ("direct" or "im2col"); None chooses by
+#: DIRECT_MAX_PRODUCTS. For tests.
+FORCE_ROUTE = None
+
+
+def conv_route(w_shape, strides) -> str:
+    """How conv2d computes a convolution with kernel ``w_shape`` (kh, kw, Cin, Cout).
+
+    Returns
+    -------
+    {"direct", "im2col"}
+        "direct" for stride 1 and kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS, or whenever
+        FORCE_ROUTE is "direct" and the stride is 1; "im2col" otherwise.
+    """
+    if strides != (1, 1):
+        return "im2col"
+    if FORCE_ROUTE is not None:
+        return FORCE_ROUTE
+    return "direct" if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS else "im2col"
+
+
+def _flipped(w) -> np.ndarray:
+    """The kernel of the adjoint stride-1 convolution: flipped in space, in and out exchanged
+    (contiguous, (kh, kw, out, in) for an (kh, kw, in, out) kernel)."""
+    return np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
+
+
+def _direct_conv(x, w2, bias, kernel, pads, out_hw, backend):
+    """Stride-1 convolution (+ bias) of contiguous x by the direct kernel: w2 (kh*kw*C, Cout)."""
+    cout = w2.shape[1]
+    out = np.empty((x.shape[0], *out_hw, cout), dtype=x.dtype)
+    bias = np.zeros(cout, dtype=x.dtype) if bias is None else np.ascontiguousarray(bias)
+    kernels(backend).conv_small_forward(x, np.ascontiguousarray(w2), bias, *kernel, *pads, out)
+    return out
+
+
+def _direct_weight_grad(x, g, kernel, pads, backend):
+    """(dw (kh*kw*C, Cout), sums of g per channel) of a stride-1 convolution of x giving g, by
+    the direct kernel (float64 sums, returned in x's dtype / float64)."""
+    dw = np.empty((kernel[0] * kernel[1] * x.shape[3], g.shape[3]), dtype=np.float64)
+    g_sums = np.empty(g.shape[3], dtype=np.float64)
+    kernels(backend).conv_small_weight(x, g, *kernel, *pads, dw, g_sums)
+    return dw.astype(x.dtype), g_sums
+
+
+def _direct_backward(x, w, g, pads, needs_dx, needs_db, backend):
+    """(dx, dw, db) of a stride-1 convolution by the direct kernels: dx is the convolution of g
+    with the flipped kernel, padded k - 1 - p before."""
+    kh, kw, cin, cout = w.shape
+    dx = None
+    if needs_dx:
+        dx = _direct_conv(g, _flipped(w).reshape(kh * kw * cout, cin), None, (kh, kw),
+                          (kh - 1 - pads[0], kw - 1 - pads[1]), x.shape[1:3], backend)
+    dw, g_sums = _direct_weight_grad(x, g, (kh, kw), pads, backend)
+    return dx, dw.reshape(w.shape), g_sums.astype(g.dtype) if needs_db else None
+
+
+_ONES: dict = {}
+
+
+def _channel_sums(g) -> np.ndarray:
+    """Sum of g (..., C) over all but the last axis: the bias gradient. As a matrix-vector
+    product with a vector of ones (BLAS gemv): NumPy's sum(axis=0) over rows of a few
+    channels runs a strided loop per channel, ten to twenty times slower at C = 3."""
+    rows = g.reshape(-1, g.shape[-1])
+    key = np.dtype(g.dtype)
+    ones = _ONES.get(key)
+    if ones is None or ones.size < rows.shape[0]:
+        ones = _ONES[key] = np.ones(rows.shape[0], dtype=key)
+    return ones[:rows.shape[0]] @ rows
 
 
 def _pointwise(kh, kw, strides, pads, in_hw, out_hw) -> bool:
