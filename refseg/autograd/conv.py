@@ -252,6 +252,7 @@ DIRECT_MAX_PRODUCTS = 256
 FORCE_ROUTE = None
 
 
+@implements("claim4.propagation")
 def conv_route(w_shape, strides) -> str:
     """How conv2d computes a convolution with kernel ``w_shape`` (kh, kw, Cin, Cout).
 
