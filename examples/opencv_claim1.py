@@ -106,4 +106,6 @@ def main(bundle, candidate):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python examples/opencv_claim1.py BUNDLE_DIR candidate.npz")
     main(*sys.argv[1:3])
