@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
 
     x = sub.add_parser("explain", help="explain one claim element")
     x.add_argument("element", help="claim-element ID, e.g. claim1.step2.cv")
+    x.add_argument("--golden", type=Path, default=None,
+                   help="a bundle of `refseg golden write`: also list the arrays pinning it")
 
     w = sub.add_parser("weights", help="convert and inspect backbone weight files")
     wsub = w.add_subparsers(dest="weights_command", required=True)
@@ -333,7 +335,7 @@ def _trace(write: bool) -> str:
     return f"wrote {registry.source / trace.MATRIX_FILE}"
 
 
-def _explain(element_id: str) -> str:
+def _explain(element_id: str, golden_dir: Path | None = None) -> str:
     from refseg import trace
 
     registry = trace.load_registry()
@@ -341,7 +343,15 @@ def _explain(element_id: str) -> str:
         raise InputError(f"{element_id}: no such claim element (see `refseg trace`)")
     tests_dir = registry.source.parent / "tests"
     tests = trace.scan_test_citations(tests_dir) if tests_dir.is_dir() else None
-    return trace.explain(registry, element_id, trace.code_citations(), tests)
+    text = trace.explain(registry, element_id, trace.code_citations(), tests)
+    if golden_dir is not None:
+        from refseg import golden
+
+        manifest, _ = golden.read_bundle(golden_dir)
+        names = golden.pinned_elements(manifest).get(element_id, [])
+        text += (f"\nGolden arrays in {golden_dir} ({len(names)}):\n"
+                 + ("\n".join(f"  {n}" for n in names) if names else "  none"))
+    return text
 
 
 def _weights(args) -> str:
@@ -442,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "trace":
             print(_trace(args.write))
         elif args.command == "explain":
-            print(_explain(args.element))
+            print(_explain(args.element, args.golden))
         elif args.command == "weights":
             print(_weights(args))
         elif args.command == "model":

@@ -173,7 +173,7 @@ class _Bundle:
     kept: dict = field(default_factory=dict)       # copies of summary-stored arrays
 
     def add(self, name, array, tolerance, *, claim, function, paragraphs="", params=None,
-            role="output", note=""):
+            role="output", note="", also=()):
         array = np.asarray(array)
         if name in self.entries:
             raise AssertionError(f"golden: duplicate array name {name}")
@@ -181,6 +181,10 @@ class _Bundle:
                  "sha256": array_sha256(array), "role": role,
                  "tolerance": tolerance, "claim": claim, "paragraphs": paragraphs,
                  "function": function}
+        if also:
+            # further claim elements this array pins: the result of a whole step (the feature
+            # map: the traversal, the extraction, the feature module), not only its last formula
+            entry["also_pins"] = list(also)
         if params:
             entry["params"] = params
         if note:
@@ -295,7 +299,8 @@ def _claim1(bundle: _Bundle, name: str, rgb: np.ndarray):
                        "non_edge_value": r.params["non_edge_value"],
                        "vote_offset": r.params["vote_offset"]})
     bundle.add(f"{p}/feature_map", r.feature_map, exact, claim=STEP_CLAIMS["feature_map"],
-               function=fn, paragraphs="[0117]-[0119]", params={"rule": "F >= 0 -> 1"})
+               function=fn, paragraphs="[0117]-[0119]", params={"rule": "F >= 0 -> 1"},
+               also=("claim1.step2.traverse", "claim1.step2.extract", "claim5.feature_module"))
 
 
 def _ops(bundle: _Bundle):
@@ -449,7 +454,8 @@ def _network(bundle: _Bundle, welds) -> dict:
     taps = model.taps(x)
     for name, value in taps.items():
         bundle.add(f"net/tap/{name}", value.astype(f32_), f32, claim="claim2.taps",
-                   function="refseg.models.ResMobileNet.taps", paragraphs="[0145], [0169]")
+                   function="refseg.models.ResMobileNet.taps", paragraphs="[0145], [0169]",
+                   also=("claim2.backbones",))
     names = [layer.name for layer in DECODER]
     with no_grad():
         given = {name: Tensor(taps[name]) for name in model.decoder_inputs}
@@ -464,7 +470,8 @@ def _network(bundle: _Bundle, welds) -> dict:
     bundle.add("net/prediction", outputs[model.OUTPUT].data.astype(f32_), f32,
                claim="claim2.fusion",
                function="refseg.models.ResMobileNet.decode", paragraphs="[0194]-[0195]",
-               params={"classes": ["contour", "inside", "outside"]})
+               params={"classes": ["contour", "inside", "outside"]},
+               also=("claim3.formula", "claim1.step4.predict", "claim5.output_module"))
 
     params = model.trainable_parameters()
     optimizer = Adam(params)
@@ -498,7 +505,8 @@ def _network(bundle: _Bundle, welds) -> dict:
                                paragraphs="[0246]-[0255]", params=hyper)
     bundle.add("net/adam/losses", np.array(losses, dtype=np.float32), f32,
                claim="claim4.update", function="refseg.optim.Adam.step",
-               paragraphs="[0242]-[0255]", note="loss before each Adam step, steps 1..3")
+               paragraphs="[0242]-[0255]", note="loss before each Adam step, steps 1..3",
+               also=("claim1.step3.train", "claim5.training_module"))
     return info
 
 
@@ -591,7 +599,8 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
     for name, rgb in images.items():
         bundle.add(f"input/{name}", rgb, _tol("exact"), claim="claim1.step1.acquire",
                    function="skimage.data" if name in photos else "refseg.synthetic.weld_image",
-                   role="input", paragraphs="[0076]", params=provenance[name])
+                   role="input", paragraphs="[0076]", params=provenance[name],
+                   also=("claim5.acquisition_module",))
         _claim1(bundle, name, rgb)
     if network_threads is None:
         network = _network(bundle, welds)
@@ -944,3 +953,13 @@ def export_weights(folder, out) -> str:
     write_npz(Path(out), **{k: np.ascontiguousarray(v) for k, v in weights.items()})
     return digest
 
+
+@implements("claim5.output_module")
+def pinned_elements(manifest: dict) -> dict[str, list[str]]:
+    """{claim element: the names of the arrays that pin it} of a bundle's manifest (each
+    array's ``claim`` and its ``also_pins``)."""
+    out: dict[str, list[str]] = {}
+    for name, entry in manifest["arrays"].items():
+        for claim in [entry["claim"], *entry.get("also_pins", [])]:
+            out.setdefault(claim, []).append(name)
+    return out

@@ -227,3 +227,18 @@ def test_golden_weights_regenerates_the_pinned_network(bundle, tmp_path, capsys)
     model = ResMobileNet(golden.NET_HW, seed=123)
     report = model.set_weights(weights, strict=True, source=str(out))
     assert not report.problems
+
+
+@pytest.mark.claim("claim5.output_module")
+def test_every_implemented_element_is_pinned_and_explain_lists_the_arrays(bundle, capsys):
+    from refseg.cli import main
+    from refseg.trace import load_registry
+
+    folder, manifest, _, _ = bundle
+    pinned = golden.pinned_elements(manifest)
+    implemented = [e for e, item in load_registry().elements.items()
+                   if item.status == "implemented"]
+    assert [e for e in implemented if not pinned.get(e)] == []
+    assert main(["explain", "claim1.step2.traverse", "--golden", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "Golden arrays in" in out and "claim1/weld0/feature_map" in out
