@@ -11,7 +11,8 @@ from refseg.models.graph import INPUT
 from refseg.models.mobilenetv2 import mobilenetv2_graph
 from refseg.models.resnet50v2 import resnet50v2_graph
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "keras_backbones_224.txt"
+# a copy of ../shared/reference/keras_backbones_224.txt, so that a clean clone has it
+REFERENCE = Path(__file__).resolve().parent / "data" / "keras_backbones_224.txt"
 LINE = re.compile(r"^(\S+) (\S+) (.*?)<- (\S*)\s+out=(\(.*\))$")
 
 
