@@ -19,14 +19,13 @@ missing folder. ``refseg synth`` writes data sets of this form.
 """
 from __future__ import annotations
 
-import io
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from refseg import imageio
 from refseg.errors import InputError
@@ -100,16 +99,7 @@ def _decode_png(path: Path) -> Image.Image:
     data = imageio.read_bytes(path, "label file")
     if not data.startswith(_PNG_SIGNATURE):
         raise InputError(f"{path}: not a PNG file; labels must be PNG (lossless, exact colours)")
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.load()
-            image = im.copy()
-    except UnidentifiedImageError:
-        raise InputError(f"{path}: not an image file Pillow can read") from None
-    except Image.DecompressionBombError as exc:
-        raise InputError(f"{path}: refused as a decompression bomb ({exc})") from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise InputError(f"{path}: truncated or corrupt image data ({exc})") from None
+    image = imageio.decode_image(data, path)
     if len(data) >= 26 and data[12:16] == b"IHDR" and data[24] == 16:
         # Pillow would keep only the high byte of each 16-bit sample: 65280 would read as 255
         raise InputError(f"{path}: 16-bit PNG; labels must be 8-bit RGB in the colours of "

@@ -86,6 +86,23 @@ def read_bytes(path, what: str = "file") -> bytes:
 
 
 @implements("claim1.step1.acquire", "claim5.acquisition_module")
+def decode_image(data: bytes, path) -> Image.Image:
+    """A fully decoded Pillow image from a file's bytes; InputError naming ``path`` when the
+    data is not an image, truncated, corrupt or a decompression bomb."""
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            return im.copy()
+    except UnidentifiedImageError:
+        raise InputError(f"{path}: not an image file Pillow can read") from None
+    except Image.DecompressionBombError as exc:
+        raise InputError(f"{path}: refused as a decompression bomb ({exc})") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise InputError(f"{path}: truncated or corrupt image data ({exc})") from None
+
+
+@implements("claim1.step1.acquire", "claim5.acquisition_module")
 def read_image(path) -> LoadedImage:
     """Read an image file for claim-1 feature extraction.
 
@@ -116,17 +133,7 @@ def read_image(path) -> LoadedImage:
     """
     p = Path(path)
     data = read_bytes(p, "image file")
-    ImageFile.LOAD_TRUNCATED_IMAGES = False
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.load()
-            image = im.copy()
-    except UnidentifiedImageError:
-        raise InputError(f"{p}: not an image file Pillow can read") from None
-    except Image.DecompressionBombError as exc:
-        raise InputError(f"{p}: refused as a decompression bomb ({exc})") from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise InputError(f"{p}: truncated or corrupt image data ({exc})") from None
+    image = decode_image(data, p)
     cols, rows = image.size
     if rows < MIN_SIZE or cols < MIN_SIZE:
         raise InputError(f"{p}: image is {cols}x{rows} pixels (width x height); "
