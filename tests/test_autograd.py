@@ -409,3 +409,21 @@ def test_inference_paths_equal_the_recording_paths(case):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(fast[3], slow[3], rtol=4 * np.finfo(float).eps,
                                atol=4 * np.finfo(float).eps * np.abs(slow[3]).max())
+
+
+@pytest.mark.claim("claim4.propagation")
+def test_pointwise_transposed_conv_output_survives_the_next_convolution():
+    """A 1x1 stride-1 transposed convolution's output is its column matrix; it must not be a
+    view of the shared im2col workspace that the next convolution overwrites."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 8, 8, 20)).astype(np.float32)
+    w = rng.standard_normal((1, 1, 24, 20)).astype(np.float32)
+    first = ag.conv2d_transpose(x, w, padding="same").data
+    kept = first.copy()
+    # a smaller column matrix than the first op's: it reuses the same workspace buffer
+    # (and enough products per pixel to take the im2col route, not the direct kernels)
+    ag.conv2d(rng.standard_normal((1, 4, 4, 4)).astype(np.float32),
+              rng.standard_normal((3, 3, 4, 8)).astype(np.float32), padding="same")
+    np.testing.assert_array_equal(first, kept)
+    np.testing.assert_allclose(first, np.einsum("nhwc,oc->nhwo", x, w[0, 0]), rtol=1e-5,
+                               atol=1e-5)

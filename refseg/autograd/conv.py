@@ -151,8 +151,13 @@ class Conv2DTranspose(_Window):
                                 (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend)
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
-        cols = np.matmul(x2, w2.T, out=_workspace(n * h * wd * kh * kw * cout, x.dtype)
-                         .reshape(n * h * wd, kh * kw * cout))
+        if _pointwise(kh, kw, self.strides, (pt, pl), (h, wd), (ho, wo)):
+            # the column matrix is the output itself: it must not live in the shared workspace,
+            # which the next convolution overwrites
+            cols = x2 @ w2.T
+        else:
+            cols = np.matmul(x2, w2.T, out=_workspace(n * h * wd * kh * kw * cout, x.dtype)
+                             .reshape(n * h * wd, kh * kw * cout))
         out = _col2im(cols, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
                       self.backend)
         if b is not None:
