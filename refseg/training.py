@@ -20,7 +20,7 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +54,6 @@ class TrainConfig:
     weights: str | None = None
     calibrate: bool = True
     calibration_images: int = 32
-    extra: dict = field(default_factory=dict)
 
     def check(self):
         if self.input_kind not in INPUT_KINDS:
@@ -167,13 +166,6 @@ def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
 
 
 # -------------------------------------------------------------------------------- training
-def _scores(probabilities, labels):
-    from refseg import metrics
-
-    cm = metrics.confusion_matrix(labels, probabilities.argmax(axis=-1))
-    return cm
-
-
 def _evaluate(model, cache) -> dict:
     from refseg import metrics
 
@@ -185,7 +177,7 @@ def _evaluate(model, cache) -> dict:
             p = model.decode({k: np.asarray(v[batch]) for k, v in cache["taps"].items()})
             y = labels[batch]
             total += float(ag.categorical_crossentropy(p, y).data) * y.size
-            cm += _scores(p.data, y)
+            cm += metrics.confusion_matrix(y, p.data.argmax(axis=-1))
     iou = metrics.class_iou(cm)
     return {"loss": total / labels.size, "pixel_accuracy": float(metrics.pixel_accuracy(cm)),
             "iou": [None if np.isnan(v) else float(v) for v in iou],
