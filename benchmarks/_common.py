@@ -8,3 +8,10 @@ def all_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def pin_threads(threads: int) -> None:
+    """Set every thread-count variable. OpenMP and OpenBLAS read them once, when they load:
+    call this before NumPy, refseg or torch is imported."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)

@@ -75,7 +75,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import all_cores
+from _common import all_cores, pin_threads
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results_model.md"
@@ -124,8 +124,7 @@ if __name__ == "__main__":
     ARGS = parse_args()
     # OpenMP and OpenBLAS read their thread counts once, when they load: set before NumPy,
     # refseg and torch are imported below. Keras must know its backend before its import.
-    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[_var] = str(ARGS.threads)
+    pin_threads(ARGS.threads)
     os.environ["KERAS_BACKEND"] = "torch"
 
 import numpy as np  # noqa: E402

@@ -99,7 +99,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import all_cores
+from _common import all_cores, pin_threads
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results_ops.md"
@@ -147,8 +147,7 @@ if __name__ == "__main__":
     ARGS = parse_args()
     # OpenMP and OpenBLAS read their thread counts once, when they load: these must be set
     # before NumPy, refseg and torch are imported below.
-    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[_var] = str(ARGS.threads)
+    pin_threads(ARGS.threads)
 
 import numpy as np  # noqa: E402
 

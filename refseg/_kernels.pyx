@@ -628,6 +628,17 @@ cdef inline Py_ssize_t _round_up(Py_ssize_t n, Py_ssize_t to) noexcept nogil:
     return (n + to - 1) // to * to
 
 
+cdef void _tap_offsets(Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ch, Py_ssize_t width,
+                       Py_ssize_t *offsets) noexcept nogil:
+    """Tap t = (a*kw + b)*C + c of a window reads row a, plane c of the planar layout,
+    shifted by b: its offset from the window's first element."""
+    cdef Py_ssize_t a, b, c
+    for a in range(kh):
+        for b in range(kw):
+            for c in range(ch):
+                offsets[(a * kw + b) * ch + c] = (a * ch + c) * width + b
+
+
 cdef void _planar_padded(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl,
                          Py_ssize_t rows, Py_ssize_t width, real *planes) noexcept nogil:
     """planes[((n*rows + y)*C + c)*width + u] = x[n, y - pt, u - pl, c], 0 outside x: every
@@ -817,7 +828,7 @@ def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, const r
     cdef bint wide = real is float and _AVX512
     # every block of `lanes` outputs reads lanes + kw - 1 columns: pad the width to whole blocks
     cdef Py_ssize_t width = _round_up(wo, WIDE_LANES if wide else LANES) + kw - 1
-    cdef Py_ssize_t row, n, i, a, b, c, o
+    cdef Py_ssize_t row, n, i, a, b, c, o, t
     cdef real *planes = <real *> malloc(max(n_img * rows * ch * width, 1) * sizeof(real))
     cdef real *wt = <real *> malloc(max(taps * cout, 1) * sizeof(real))
     cdef Py_ssize_t *offsets = <Py_ssize_t *> malloc(max(taps, 1) * sizeof(Py_ssize_t))
@@ -828,14 +839,11 @@ def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, const r
         raise MemoryError("conv_small_forward: cannot allocate the scratch buffers")
     try:
         with nogil:
-            # tap t = (a*kw + b)*C + c reads row a, plane c, shifted by b; its weights per output
-            # channel contiguous
-            for a in range(kh):
-                for b in range(kw):
-                    for c in range(ch):
-                        offsets[(a * kw + b) * ch + c] = (a * ch + c) * width + b
-                        for o in range(cout):
-                            wt[o * taps + (a * kw + b) * ch + c] = w[(a * kw + b) * ch + c, o]
+            _tap_offsets(kh, kw, ch, width, offsets)
+            # the weights of tap t per output channel contiguous
+            for t in range(taps):
+                for o in range(cout):
+                    wt[o * taps + t] = w[t, o]
             _planar_padded(x, pt, pl, rows, width, planes)
             for row in prange(n_img * ho, schedule="dynamic", chunksize=4,
                               num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
@@ -915,10 +923,7 @@ def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py
         raise MemoryError("conv_small_weight: cannot allocate the scratch buffers")
     try:
         with nogil:
-            for a in range(kh):
-                for b in range(kw):
-                    for c in range(ch):
-                        offsets[(a * kw + b) * ch + c] = (a * ch + c) * width + b
+            _tap_offsets(kh, kw, ch, width, offsets)
             _planar_padded(x, pt, pl, rows, width, planes)
             # g in the same planar layout, zero past column wo: those columns of x then add 0
             _planar_padded(g, 0, 0, ho, width_g, gplanes)
