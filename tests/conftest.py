@@ -58,4 +58,6 @@ from hypothesis import settings  # noqa: E402
 
 # No per-example deadline: the NumPy twins are deliberately slow, and this machine is noisy.
 settings.register_profile("refseg", deadline=None, max_examples=60)
-settings.load_profile("refseg")
+# A long hunt for rare failing draws, run by hand: REFSEG_HYPOTHESIS=soak python -m pytest ...
+settings.register_profile("soak", deadline=None, max_examples=1500)
+settings.load_profile(os.environ.get("REFSEG_HYPOTHESIS", "refseg"))

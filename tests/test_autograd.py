@@ -4,14 +4,16 @@ Each check draws shapes, strides and paddings with hypothesis (1x1 images, odd s
 on odd sizes, one channel), evaluates L = <op(inputs), R> for a fixed random R in float64, and
 compares the analytic gradient of every element of every input with central differences:
 (L(x + h e) - L(x - h e)) / 2h, h = 1e-6. Truncation error is O(h^2) ~ 1e-12 and rounding
-error ~ 1e-16 |L| / h ~ 1e-10 |L|, so a relative error of 1e-6 of the largest gradient is a
-bound that only a wrong gradient breaks.
+error ~ eps sum|op(x) R| / h, so the bound is 1e-6 of the largest gradient plus ten times that
+rounding term: only a wrong gradient breaks it. The rounding term matters where a gradient is
+nearly zero for every element, such as batch norm over two samples per channel (xhat = +-1 for any
+x up to epsilon), where the difference quotient is mostly rounding noise of L.
 """
 import contextlib
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from refseg import autograd as ag
@@ -53,10 +55,11 @@ def check_gradients(op, arrays, seed=0):
 
     tensors = [ag.Tensor(a.copy(), requires_grad=True) for a in arrays]
     op(*tensors).backward(projection)
+    rounding = 10 * np.finfo(np.float64).eps * np.abs(out.data * projection).sum() / STEP
     for i, t in enumerate(tensors):
         expected = numeric_gradient(loss_of, arrays, i)
         scale = max(np.abs(expected).max(), 1e-3)
-        np.testing.assert_allclose(t.grad, expected, rtol=0, atol=RTOL * scale,
+        np.testing.assert_allclose(t.grad, expected, rtol=0, atol=RTOL * scale + rounding,
                                    err_msg=f"input {i} of {out}")
 
 
@@ -180,6 +183,7 @@ def test_max_pool2d_gradients(backend, case):
 @pytest.mark.parametrize("training", [False, True])
 @given(n=st.integers(1, 2), h=st.integers(1, 4), w=st.integers(1, 4), c=st.integers(1, 3),
        seed=st.integers(0, 2**16))
+@example(n=1, h=1, w=2, c=2, seed=140)  # two samples per channel: the x gradient is rounding-sized
 def test_batch_norm_gradients(backend, training, n, h, w, c, seed):
     if training and n * h * w == 1:
         return  # one value per channel: the batch variance is 0 and xhat is 0 for any x
