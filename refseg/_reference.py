@@ -246,6 +246,19 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
     param[...] = (np.asarray(param, dtype=np.float64) - step).astype(dtype)
 
 
+def channel_affine(x, scale, shift, out):
+    out[...] = x * scale
+    out += shift
+
+
+def clamp(x, low, high, out):
+    out[...] = np.minimum(np.maximum(x, np.asarray(low, dtype=x.dtype)),
+                          np.asarray(high, dtype=x.dtype))
+
+
+def add_arrays(x, y, out):
+    np.add(x, y, out=out)
+
 def conv_small_forward(x, w, bias, kh, kw, pt, pl, out):
     """Stride-1 convolution plus bias, each output a sum from 0 over (a, b, c) row-major, as
     the kernel adds them (zero padding included as 0 * w terms, which leave every sum

@@ -388,31 +388,34 @@ def test_leaf_gradients_never_alias_each_other_or_the_seed():
 
 
 @pytest.mark.claim("claim2.backbones", "claim4.propagation")
+@pytest.mark.parametrize("backend", BACKENDS)
 @given(case=window_cases())
-def test_inference_paths_equal_the_recording_paths(case):
-    """Under no_grad, max pooling, batch norm and the ReLUs take shorter paths that keep
-    nothing for backward; they give the recording paths' values (batch norm's multiply-add
-    rounds differently: within 4 ulps of float64)."""
+def test_inference_paths_equal_the_recording_paths(backend, case):
+    """Under no_grad, max pooling, batch norm, the ReLUs and add take shorter paths that keep
+    nothing for backward (the last four in compiled elementwise kernels); they give the
+    recording paths' values (batch norm's multiply-add rounds differently: within 4 ulps of
+    float64)."""
     shape, pool, strides, padding, seed = case
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape) * 8
+    x, y = rng.standard_normal(shape) * 8, rng.standard_normal(shape)
     c = shape[3]
     gamma, beta = rng.uniform(0.5, 2, c), rng.standard_normal(c)
     mean, var = rng.standard_normal(c), rng.uniform(0.5, 2, c)
 
     def run(recording):
         t = ag.Tensor(x.copy(), requires_grad=recording)
-        return [ag.max_pool2d(t, pool, strides, padding).data, ag.relu(t).data,
-                ag.relu6(t).data,
-                ag.batch_norm(t, gamma, beta, mean, var, epsilon=1e-3).data]
+        return [ag.max_pool2d(t, pool, strides, padding, backend=backend).data,
+                ag.relu(t, backend=backend).data, ag.relu6(t, backend=backend).data,
+                ag.add(t, y, backend=backend).data,
+                ag.batch_norm(t, gamma, beta, mean, var, epsilon=1e-3, backend=backend).data]
 
     with ag.no_grad():
         fast = run(False)
     slow = run(True)
-    for a, b in zip(fast[:3], slow[:3]):
+    for a, b in zip(fast[:4], slow[:4]):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_allclose(fast[3], slow[3], rtol=4 * np.finfo(float).eps,
-                               atol=4 * np.finfo(float).eps * np.abs(slow[3]).max())
+    np.testing.assert_allclose(fast[4], slow[4], rtol=4 * np.finfo(float).eps,
+                               atol=4 * np.finfo(float).eps * np.abs(slow[4]).max())
 
 
 @pytest.mark.claim("claim4.propagation")

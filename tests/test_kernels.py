@@ -229,6 +229,45 @@ def test_adam_update(dtype, values, t):
         assert np.array_equal(a, b)
 
 
+def _with_specials(values, dtype):
+    """values with NaN, +-inf, -0.0 and 0.0 planted in the first elements."""
+    out = values.astype(dtype).reshape(-1)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0], dtype=dtype)
+    out[:min(out.size, specials.size)] = specials[:out.size]
+    return out.reshape(values.shape)
+
+
+#: Elements enough for the kernels' two-thread split (PARALLEL_MIN_PIXELS): hypothesis draws
+#: small arrays, which run on one thread.
+PARALLEL_ROWS = fast.PARALLEL_MIN_PIXELS // 4 + 7
+
+
+@pytest.mark.claim("claim2.backbones", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [None, PARALLEL_ROWS])
+@given(values=hnp.arrays(np.float64, st.tuples(st.integers(1, 40), st.integers(1, 4)),
+                         elements=st.floats(-10, 10)), seed=st.integers(0, 2**16))
+@settings(suppress_health_check=[HealthCheck.too_slow])
+def test_inference_elementwise(dtype, rows, values, seed):
+    """Batch-norm multiply-add, ReLU / ReLU6 clamps and the sum, with NaN, infinities and signed
+    zeros: bit for bit (NaN where the twin has NaN)."""
+    rng = np.random.default_rng(seed)
+    if rows is not None:
+        values = rng.uniform(-10, 10, (rows, values.shape[1]))
+    x = _with_specials(values, dtype)
+    c = x.shape[1]
+    scale, shift = (rng.uniform(-3, 3, c).astype(dtype) for _ in range(2))
+    pair = both("channel_affine", x, scale, shift, outputs=[(x.shape, dtype)])
+    np.testing.assert_array_equal(*pair[0] + pair[1])
+    flat, other = x.reshape(-1), rng.uniform(-10, 10, x.size).astype(dtype)
+    for high in (np.inf, 6.0):
+        pair = both("clamp", flat, 0.0, high, outputs=[(flat.shape, dtype)])
+        np.testing.assert_array_equal(*pair[0] + pair[1])
+        assert not np.signbit(pair[0][0][flat == 0]).any()  # -0.0 clamps to +0.0 as np.maximum
+    pair = both("add_arrays", flat, other, outputs=[(flat.shape, dtype)])
+    np.testing.assert_array_equal(*pair[0] + pair[1])
+
+
 @pytest.fixture(params=[True, False], ids=["avx512", "plain"])
 def avx512(request):
     """Both row loops of the direct kernels: AVX-512 (where the CPU has it) and plain."""

@@ -8,8 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from refseg.autograd.tensor import Op, Tensor, as_tensor
+from refseg.backend import kernels
 from refseg.errors import InputError
 from refseg.trace import implements
+
+
+def _flat(a) -> np.ndarray:
+    """a as a contiguous 1-D array (a view when it already is contiguous)."""
+    return np.ascontiguousarray(a).reshape(-1)
 
 
 @implements("claim2.fusion", "claim4.propagation")
@@ -18,10 +24,15 @@ class Add(Op):
 
     name = "add"
 
+    def __init__(self, backend="cython"):
+        self.backend = backend
+
     def forward(self, ctx, x, y):
         if x.shape != y.shape:
             raise InputError(f"add: shapes differ: {x.shape} and {y.shape}")
-        return x + y
+        out = np.empty(x.shape, dtype=x.dtype)
+        kernels(self.backend).add_arrays(_flat(x), _flat(y), out.reshape(-1))
+        return out
 
     def backward(self, ctx, grad):
         return grad, grad
@@ -34,14 +45,18 @@ class ReLU(Op):
 
     name = "relu"
 
-    def __init__(self, cap: float | None = None):
+    def __init__(self, cap: float | None = None, backend="cython"):
         self.cap = cap
+        self.backend = backend
         if cap is not None:
             self.name = "relu6" if cap == 6 else f"relu{cap:g}"
 
     def forward(self, ctx, x):
         if not ctx.recording:
-            return np.maximum(x, 0) if self.cap is None else np.clip(x, 0, self.cap)
+            out = np.empty(x.shape, dtype=x.dtype)
+            kernels(self.backend).clamp(_flat(x), 0.0, np.inf if self.cap is None else self.cap,
+                                        out.reshape(-1))
+            return out
         pass_through = x > 0
         if self.cap is not None:
             pass_through &= x < self.cap
@@ -101,21 +116,21 @@ class ZeroPad2D(Op):
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def add(x, y) -> Tensor:
+def add(x, y, *, backend="cython") -> Tensor:
     """Elementwise sum of two tensors of equal shape (multi-scale fusion, [0150])."""
-    return Add()(as_tensor(x, "x"), as_tensor(y, "y"))
+    return Add(backend)(as_tensor(x, "x"), as_tensor(y, "y"))
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def relu(x) -> Tensor:
+def relu(x, *, backend="cython") -> Tensor:
     """max(x, 0) (the decoder's activation, [0140], [0195])."""
-    return ReLU()(as_tensor(x, "x"))
+    return ReLU(backend=backend)(as_tensor(x, "x"))
 
 
 @implements("claim2.backbones", "claim4.propagation")
-def relu6(x) -> Tensor:
+def relu6(x, *, backend="cython") -> Tensor:
     """min(max(x, 0), 6) (MobileNetV2's activation, [0140], [0226]-[0229])."""
-    return ReLU(6.0)(as_tensor(x, "x"))
+    return ReLU(6.0, backend)(as_tensor(x, "x"))
 
 
 @implements("claim2.fusion", "claim4.propagation")

@@ -54,8 +54,10 @@ class BatchNorm(Op):
             # inference: one multiply-add per element, nothing kept (rounding differs from
             # the training path's (x - mean) * inv_std * gamma + beta by a few ulps)
             scale = inv_std * gamma
-            out = x2 * scale
-            out += beta - mean.astype(x.dtype) * scale
+            shift = beta - mean.astype(x.dtype) * scale
+            out = np.empty_like(x2)
+            kernels(self.backend).channel_affine(x2, np.ascontiguousarray(scale, dtype=x.dtype),
+                                                 np.ascontiguousarray(shift, dtype=x.dtype), out)
             return out.reshape(x.shape)
         xhat = (x2 - mean.astype(x.dtype)) * inv_std
         ctx.save_for_backward(xhat, inv_std, gamma)
