@@ -80,11 +80,13 @@ class Conv2D(_Window):
         _check_bias(b, cout, self.name)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
-        route = conv_route(w.shape, self.strides)
+        route = conv_route(w.shape, self.strides, x.dtype)
         x = np.ascontiguousarray(x)
         if route == "direct":
             out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
                                (ho, wo), self.backend)
+        elif route == "winograd":
+            out = _winograd_conv(x, w, False, b, (pt, pl), (ho, wo), self.backend)
         else:
             out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
                                 (pt, pl), (ho, wo), self.backend)
@@ -111,7 +113,12 @@ class Conv2D(_Window):
         dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
                                   self.backend).reshape(w.shape)
         dx = None
-        if ctx.needs_input_grad[0] and self.strides == (1, 1):
+        if ctx.needs_input_grad[0] and ctx.route == "winograd":
+            # the adjoint stride-1 convolution (flipped kernel, in and out exchanged, padded
+            # k - 1 - p before), by the same Winograd path
+            dx = _winograd_conv(g, w, True, None, (kh - 1 - pt, kw - 1 - pl), x.shape[1:3],
+                                self.backend)
+        elif ctx.needs_input_grad[0] and self.strides == (1, 1):
             # stride 1: dx is the correlation of grad with the kernel flipped in space and
             # transposed in channels, padded k - 1 - p before: the same blocked path as forward
             flipped = np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
@@ -141,14 +148,20 @@ class Conv2DTranspose(_Window):
         ctx.geometry = (x.shape, (pt, pl))
         ctx.has_bias = b is not None
         # the convolution this op is the adjoint of maps (ho, wo, cout) to (h, wd, cin)
-        ctx.direct = conv_route((kh, kw, cout, cin), self.strides) == "direct"
-        if ctx.direct:
+        ctx.route = conv_route((kh, kw, cout, cin), self.strides, x.dtype)
+        if ctx.route == "direct":
             # stride 1: the transposed convolution is the convolution with the kernel flipped
             # in space, padded k - 1 - crop before
             x = np.ascontiguousarray(x)
             ctx.save_for_backward(x, w)
             return _direct_conv(x, _flipped(w).reshape(kh * kw * cin, cout), b, (kh, kw),
                                 (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend)
+        if ctx.route == "winograd":
+            # the same convolution with the flipped kernel, by the Winograd path
+            x = np.ascontiguousarray(x)
+            ctx.save_for_backward(x, w)
+            return _winograd_conv(x, w, True, b, (kh - 1 - pt, kw - 1 - pl), (ho, wo),
+                                  self.backend)
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
         if _pointwise(kh, kw, self.strides, (pt, pl), (h, wd), (ho, wo)):
@@ -169,7 +182,7 @@ class Conv2DTranspose(_Window):
         x2, w = ctx.saved
         x_shape, pads = ctx.geometry
         kh, kw, cout, cin = w.shape
-        if ctx.direct:
+        if ctx.route == "direct":
             # the convolution's forward (input gradient) and kernel gradient with the roles of
             # input and output exchanged: dw[(a, b, o), c] = sum g_padded[.. + (a, b), o] x[.., c]
             g = np.ascontiguousarray(grad)
@@ -178,6 +191,16 @@ class Conv2DTranspose(_Window):
                 dx = _direct_conv(g, w.reshape(kh * kw * cout, cin), None, (kh, kw), pads,
                                   x_shape[1:3], self.backend)
             dw, _ = _direct_weight_grad(g, x2, (kh, kw), pads, self.backend)
+            db = _channel_sums(g) if ctx.has_bias else None
+            return dx, dw.reshape(w.shape), db
+        if ctx.route == "winograd":
+            # the same roles as above; the kernel gradient on the blocked im2col path
+            g = np.ascontiguousarray(grad)
+            dx = None
+            if ctx.needs_input_grad[0]:
+                dx = _winograd_conv(g, w, False, None, pads, x_shape[1:3], self.backend)
+            dw = _blocked_weight_grad(g, x2.reshape(-1, cin), kh, kw, (1, 1), pads,
+                                      x_shape[1:3], self.backend)
             db = _channel_sums(g) if ctx.has_bias else None
             return dx, dw.reshape(w.shape), db
         gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
@@ -233,15 +256,18 @@ class DepthwiseConv2D(_Window):
 _WORKSPACE: dict = {}
 
 
-def _workspace(size, dtype) -> np.ndarray:
-    """A scratch vector of at least ``size`` elements, one per dtype, grown as needed and reused
-    by every op: column matrices are temporaries, and writing into memory that is already
-    mapped avoids the page faults of a fresh allocation on every call. Only one op at a time
-    uses it (an op finishes with it before it returns)."""
-    key = np.dtype(dtype)
+def _workspace(size, dtype, slot="columns") -> np.ndarray:
+    """A scratch vector of at least ``size`` elements, one per dtype and slot, grown as needed
+    and reused by every op: column matrices are temporaries, and writing into memory that is
+    already mapped avoids the page faults of a fresh allocation on every call. Only one op at a
+    time uses it (an op finishes with it before it returns), so nothing an op returns may be a
+    view of it. Slots are buffers that one op uses at the same time: the Winograd path keeps
+    its transformed kernel ("winograd kernel") while it transforms blocks of tiles in
+    "columns"."""
+    key = (np.dtype(dtype), slot)
     buffer = _WORKSPACE.get(key)
     if buffer is None or buffer.size < size:
-        buffer = np.empty(max(size, 1), dtype=key)
+        buffer = np.empty(max(size, 1), dtype=key[0])
         _WORKSPACE[key] = buffer
     return buffer[:size]
 
@@ -252,32 +278,162 @@ def _workspace(size, dtype) -> np.ndarray:
 #: layers (64 -> 3, 96 -> 3) are stride 2 and stay on im2col.
 DIRECT_MAX_PRODUCTS = 256
 
-#: Forces one route for every stride-1 convolution ("direct" or "im2col"); None chooses by
-#: DIRECT_MAX_PRODUCTS. For tests.
+#: Fewest input and output channels (each) of a stride-1 3x3 float32 convolution that the
+#: Winograd path computes. MEASURED_BELOW.
+WINOGRAD_MIN_CHANNELS = 32
+
+#: Dtypes whose stride-1 3x3 convolutions take the Winograd route by default. MEASURED_BELOW.
+WINOGRAD_DTYPES = (np.dtype(np.float32),)
+
+#: Forces one route for every stride-1 convolution ("direct", "im2col" or "winograd"; a forced
+#: "winograd" applies to 3x3 kernels, the only size F(2x2, 3x3) computes, and other kernels take
+#: "im2col"); None chooses by DIRECT_MAX_PRODUCTS and WINOGRAD_MIN_CHANNELS. For tests.
 FORCE_ROUTE = None
 
 
 @implements("claim4.propagation")
-def conv_route(w_shape, strides) -> str:
+def conv_route(w_shape, strides, dtype=np.float32) -> str:
     """How conv2d computes a convolution with kernel ``w_shape`` (kh, kw, Cin, Cout).
+
+    Parameters
+    ----------
+    w_shape : tuple of int
+        (kh, kw, Cin, Cout).
+    strides : (int, int)
+    dtype : numpy dtype
+        The input's.
 
     Returns
     -------
-    {"direct", "im2col"}
-        "direct" for stride 1 and kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS, or whenever
-        FORCE_ROUTE is "direct" and the stride is 1; "im2col" otherwise.
+    {"direct", "winograd", "im2col"}
+        Stride 1 only, else "im2col". "direct" for kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS;
+        "winograd" for a 3x3 kernel with Cin and Cout >= WINOGRAD_MIN_CHANNELS and a dtype in
+        WINOGRAD_DTYPES; "im2col" otherwise. FORCE_ROUTE overrides the choice.
     """
+    kh, kw, cin, cout = w_shape
     if strides != (1, 1):
         return "im2col"
+    if FORCE_ROUTE == "winograd":
+        return "winograd" if (kh, kw) == (3, 3) else "im2col"
     if FORCE_ROUTE is not None:
         return FORCE_ROUTE
-    return "direct" if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS else "im2col"
+    if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS:
+        return "direct"
+    if ((kh, kw) == (3, 3) and min(cin, cout) >= WINOGRAD_MIN_CHANNELS
+            and np.dtype(dtype) in WINOGRAD_DTYPES):
+        return "winograd"
+    return "im2col"
 
 
 def _flipped(w) -> np.ndarray:
     """The kernel of the adjoint stride-1 convolution: flipped in space, in and out exchanged
     (contiguous, (kh, kw, out, in) for an (kh, kw, in, out) kernel)."""
     return np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
+
+
+#: Bytes of the transformed tiles that the Winograd path holds at a time, input (16 x tiles
+#: x Cin) and product (16 x tiles x Cout) together. MEASURED_BELOW.
+WINOGRAD_BLOCK_BYTES = 4 << 20
+
+#: Entry k = 4*xi + nu of the transform of the kernel flipped in space is entry
+#: 4*pi(xi) + pi(nu) of the kernel's own transform, pi swapping 0 and 3: reversing the columns
+#: of G reverses the order of its rows 0 and 3 and leaves rows 1 and 2 as they are.
+_FLIPPED_ENTRY = [4 * i + j for i in (3, 1, 2, 0) for j in (3, 1, 2, 0)]
+
+
+#: Distance in bytes, modulo 4096, between consecutive planes of the Winograd arrays. The
+#: transforms read or write all 16 planes of an array at once: planes a multiple of 4096 bytes
+#: apart would all fall into the same sets of the L1 cache (whose sets repeat every 4096
+#: bytes) and evict each other; 256 bytes apart, the 16 streams cover all of them. Measured:
+#: the input transform of 96 channels took 25 ms instead of 2 ms with contiguous planes of
+#: 3136 tiles (1204224 bytes, 294 x 4096).
+_PLANE_SKEW = 256
+
+
+def _plane_stride(rows, cols, dtype) -> int:
+    """Elements between the planes of a (16, rows, cols) Winograd array: rows*cols rounded up
+    to whole 4096-byte pages, plus _PLANE_SKEW bytes."""
+    itemsize = np.dtype(dtype).itemsize
+    pages = -(-rows * cols * itemsize // 4096)
+    return (pages * 4096 + _PLANE_SKEW) // itemsize
+
+
+def _planes_size(rows, cols, dtype) -> int:
+    """Elements of scratch that _planes needs for a (16, rows, cols) array."""
+    return 15 * _plane_stride(rows, cols, dtype) + rows * cols
+
+
+def _planes(scratch, rows, cols) -> np.ndarray:
+    """A (16, rows, cols) view of the vector ``scratch``: each plane C-contiguous, planes
+    _plane_stride elements apart."""
+    itemsize = scratch.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(
+        scratch, (16, rows, cols),
+        (_plane_stride(rows, cols, scratch.dtype) * itemsize, cols * itemsize, itemsize))
+
+
+@implements("claim4.propagation")
+def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend) -> np.ndarray:
+    """Stride-1 3x3 convolution (+ bias) by Winograd F(2x2, 3x3), a block of tiles at a time.
+
+    Parameters
+    ----------
+    x : ndarray of shape (N, H, W, C), C-contiguous
+    w : ndarray of shape (3, 3, A, B)
+    adjoint : bool
+        False: convolve with w (C = A, B output channels). True: with w flipped in space and
+        its channel axes exchanged, the kernel of the adjoint convolution (C = B, A output
+        channels) - the input gradient of a convolution, the forward of a transposed one.
+    bias : ndarray of shape (output channels,) or None
+    pads : (int, int)
+        Rows and columns of zeros before the input (negative: skipped input).
+    out_hw : (int, int)
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    ndarray of shape (N, Ho, Wo, output channels), a new array (never workspace).
+
+    Notes
+    -----
+    1. U = G g G^T of each input/output channel pair: (16, A, B), in the workspace slot
+       "winograd kernel".
+    2. For each block of tiles (2x2 output pixels each, WINOGRAD_BLOCK_BYTES of transformed
+       data): V = B^T d B of each tile's 4x4 input window, (16, tiles, C); the 16 products
+       M[k] = V[k] @ U[k] (BLAS); out = A^T M A + bias, cropped at the bottom and right edges.
+    The adjoint needs no transformed copy of the flipped kernel: its entry k is U[j].T for
+    j = _FLIPPED_ENTRY[k], a transposed view that BLAS reads as it is.
+
+    References
+    ----------
+    A. Lavin and S. Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016,
+    arXiv:1509.09308.
+    """
+    k = kernels(backend)
+    n, _, _, c = x.shape
+    ho, wo = out_hw
+    a_ch, b_ch = w.shape[2], w.shape[3]
+    cout = a_ch if adjoint else b_ch
+    u = _planes(_workspace(_planes_size(a_ch, b_ch, x.dtype), x.dtype, "winograd kernel"),
+                a_ch, b_ch)
+    k.winograd_kernel(np.ascontiguousarray(w, dtype=x.dtype), u)
+    factors = [u[j].T for j in _FLIPPED_ENTRY] if adjoint else list(u)
+    bias = np.zeros(cout, dtype=x.dtype) if bias is None else np.ascontiguousarray(bias)
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    tiles = n * th * tw
+    per_block = max(1, WINOGRAD_BLOCK_BYTES // (16 * (c + cout) * x.dtype.itemsize))
+    out = np.empty((n, ho, wo, cout), dtype=x.dtype)
+    for start in range(0, tiles, per_block):
+        count = min(per_block, tiles - start)
+        v_size = _planes_size(count, c, x.dtype)
+        scratch = _workspace(v_size + _planes_size(count, cout, x.dtype), x.dtype)
+        v = _planes(scratch[:v_size], count, c)
+        m = _planes(scratch[v_size:], count, cout)
+        k.winograd_input(x, *pads, th, tw, start, v)
+        for entry in range(16):
+            np.matmul(v[entry], factors[entry], out=m[entry])
+        k.winograd_output(m, bias, th, tw, start, out)
+    return out
 
 
 def _direct_conv(x, w2, bias, kernel, pads, out_hw, backend):
