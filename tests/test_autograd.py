@@ -519,3 +519,21 @@ def test_winograd_output_survives_the_next_convolution():
     with forced_route("im2col"):
         np.testing.assert_allclose(first, ag.conv2d(x, w, padding="same").data, rtol=0,
                                    atol=1e-5 * np.abs(first).max())
+
+
+@pytest.mark.claim("claim4.propagation")
+def test_default_routes_of_stride1_convolutions():
+    """Which route each kind of convolution takes by default (conv.py gives the measurements
+    behind each threshold): Winograd for float32 3x3 stride-1 convolutions with enough channels
+    and tiles, im2col for float64 (the reference), other kernels and strides, few tiles or few
+    channels, the direct kernels for tiny products."""
+    f32, f64 = np.float32, np.float64
+    assert conv_route((3, 3, 96, 64), (1, 1), f32, (1, 112, 112)) == "winograd"  # x9
+    assert conv_route((3, 3, 576, 576), (1, 1), f32, (1, 14, 14)) == "im2col"  # x13: 49 tiles
+    assert conv_route((3, 3, 576, 576), (1, 1), f32, (4, 14, 14)) == "winograd"
+    assert conv_route((3, 3, 512, 512), (1, 1), f32, (8, 7, 7)) == "im2col"  # conv5: 16 each
+    assert conv_route((3, 3, 96, 64), (1, 1), f64, (1, 112, 112)) == "im2col"
+    assert conv_route((3, 3, 96, 64), (2, 2), f32, (1, 56, 56)) == "im2col"
+    assert conv_route((1, 1, 96, 64), (1, 1), f32, (1, 112, 112)) == "im2col"
+    assert conv_route((3, 3, 8, 64), (1, 1), f32, (1, 112, 112)) == "im2col"
+    assert conv_route((3, 3, 3, 3), (1, 1), f32, (1, 224, 224)) == "direct"

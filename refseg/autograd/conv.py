@@ -80,7 +80,7 @@ class Conv2D(_Window):
         _check_bias(b, cout, self.name)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
-        route = conv_route(w.shape, self.strides, x.dtype)
+        route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo))
         x = np.ascontiguousarray(x)
         if route == "direct":
             out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
@@ -148,7 +148,7 @@ class Conv2DTranspose(_Window):
         ctx.geometry = (x.shape, (pt, pl))
         ctx.has_bias = b is not None
         # the convolution this op is the adjoint of maps (ho, wo, cout) to (h, wd, cin)
-        ctx.route = conv_route((kh, kw, cout, cin), self.strides, x.dtype)
+        ctx.route = conv_route((kh, kw, cout, cin), self.strides, x.dtype, (n, ho, wo))
         if ctx.route == "direct":
             # stride 1: the transposed convolution is the convolution with the kernel flipped
             # in space, padded k - 1 - crop before
@@ -278,11 +278,27 @@ def _workspace(size, dtype, slot="columns") -> np.ndarray:
 #: layers (64 -> 3, 96 -> 3) are stride 2 and stay on im2col.
 DIRECT_MAX_PRODUCTS = 256
 
-#: Fewest input and output channels (each) of a stride-1 3x3 float32 convolution that the
-#: Winograd path computes. MEASURED_BELOW.
-WINOGRAD_MIN_CHANNELS = 32
+#: Fewest input and output channels (each) of a stride-1 3x3 convolution that takes the
+#: Winograd route by default. Measured on 2 cores, 56x56, batch 1, forward: Winograd took 0.7
+#: (16 -> 16 and 32 -> 32 channels) to 0.8 (64 -> 64) times the im2col route's time; smaller
+#: products (K = Cin, N = Cout) were not measured below 16.
+WINOGRAD_MIN_CHANNELS = 16
 
-#: Dtypes whose stride-1 3x3 convolutions take the Winograd route by default. MEASURED_BELOW.
+#: Fewest 2x2 output tiles (N * ceil(Ho / 2) * ceil(Wo / 2)) of a convolution that takes the
+#: Winograd route by default: its 16 products have one row per tile, and OpenBLAS splits
+#: products of a few dozen rows poorly over two threads, while im2col's one product has 4
+#: rows per tile. Measured on 2 cores, forward, Winograd over im2col time: 512 -> 512 at 7x7
+#: 1.8-3.1 (16 tiles), 1.1-2.1 (64), 1.1-1.5 (128); 576 -> 576 at 14x14 1.1-1.9 (49 tiles),
+#: 0.85-1.4 (98); 256 -> 256 at 14x14 0.8-0.9 (196). The decoder's x13 and x2 (49 tiles
+#: per image) take Winograd from batch 4 on, ResNet50V2's conv5 (16 per image) never below
+#: batch 10.
+WINOGRAD_MIN_TILES = 160
+
+#: Dtypes whose stride-1 3x3 convolutions take the Winograd route by default. float64 stays on
+#: im2col although Winograd is as fast there (0.55-0.75 of im2col's time on the decoder's
+#: layers, 1 thread) and as accurate (1e-15): float64 is refseg's reference (gradient checks,
+#: the float64 network that float32 tolerances are measured against), and direct summation
+#: keeps it independent of the Winograd path it is used to check.
 WINOGRAD_DTYPES = (np.dtype(np.float32),)
 
 #: Forces one route for every stride-1 convolution ("direct", "im2col" or "winograd"; a forced
@@ -292,7 +308,7 @@ FORCE_ROUTE = None
 
 
 @implements("claim4.propagation")
-def conv_route(w_shape, strides, dtype=np.float32) -> str:
+def conv_route(w_shape, strides, dtype=np.float32, out_shape=None) -> str:
     """How conv2d computes a convolution with kernel ``w_shape`` (kh, kw, Cin, Cout).
 
     Parameters
@@ -302,13 +318,16 @@ def conv_route(w_shape, strides, dtype=np.float32) -> str:
     strides : (int, int)
     dtype : numpy dtype
         The input's.
+    out_shape : (int, int, int) or None
+        (N, Ho, Wo) of the output; None: not considered.
 
     Returns
     -------
     {"direct", "winograd", "im2col"}
         Stride 1 only, else "im2col". "direct" for kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS;
-        "winograd" for a 3x3 kernel with Cin and Cout >= WINOGRAD_MIN_CHANNELS and a dtype in
-        WINOGRAD_DTYPES; "im2col" otherwise. FORCE_ROUTE overrides the choice.
+        "winograd" for a 3x3 kernel with Cin and Cout >= WINOGRAD_MIN_CHANNELS, at least
+        WINOGRAD_MIN_TILES output tiles and a dtype in WINOGRAD_DTYPES; "im2col" otherwise.
+        FORCE_ROUTE overrides the choice.
     """
     kh, kw, cin, cout = w_shape
     if strides != (1, 1):
@@ -319,7 +338,10 @@ def conv_route(w_shape, strides, dtype=np.float32) -> str:
         return FORCE_ROUTE
     if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS:
         return "direct"
+    tiles = None if out_shape is None else \
+        out_shape[0] * ((out_shape[1] + 1) // 2) * ((out_shape[2] + 1) // 2)
     if ((kh, kw) == (3, 3) and min(cin, cout) >= WINOGRAD_MIN_CHANNELS
+            and (tiles is None or tiles >= WINOGRAD_MIN_TILES)
             and np.dtype(dtype) in WINOGRAD_DTYPES):
         return "winograd"
     return "im2col"
@@ -332,8 +354,11 @@ def _flipped(w) -> np.ndarray:
 
 
 #: Bytes of the transformed tiles that the Winograd path holds at a time, input (16 x tiles
-#: x Cin) and product (16 x tiles x Cout) together. MEASURED_BELOW.
-WINOGRAD_BLOCK_BYTES = 4 << 20
+#: x Cin) and products (16 x tiles x Cout) together: fewer, longer matrix products against
+#: data that stays in the caches (2 MB of L2 per core, a large shared L3 here). Measured on 2
+#: cores over x9, x13, x18 and x21 at batch 1 and 4 (forward): 4, 8, 16 and 32 MB within
+#: about 15% of each other in sum, 1 and 2 MB slower; 8 MB was best or near it in three runs.
+WINOGRAD_BLOCK_BYTES = 8 << 20
 
 #: Entry k = 4*xi + nu of the transform of the kernel flipped in space is entry
 #: 4*pi(xi) + pi(nu) of the kernel's own transform, pi swapping 0 and 3: reversing the columns
