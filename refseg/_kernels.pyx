@@ -1142,8 +1142,96 @@ cdef extern from *:
             u + 12 * stride, u + 13 * stride, u + 14 * stride, u + 15 * stride, e0, e1); \
     }
 
+    /* A (4 x 2) applied to two values: (d0, d0 + d1, d0 - d1, -d1); G^T (3 x 4) applied to four: \
+       (u0 + (u1 + u2) / 2, (u1 - u2) / 2, (u1 + u2) / 2 + u3) */
+    #define REFSEG_A(d0, d1, t) do { \
+        (t)[0] = (d0); (t)[1] = (d0) + (d1); (t)[2] = (d0) - (d1); (t)[3] = -(d1); \
+    } while (0)
+    #define REFSEG_GT(u0, u1, u2, u3, t, half) do { \
+        (t)[0] = (u0) + ((u1) + (u2)) * (half); (t)[1] = ((u1) - (u2)) * (half); \
+        (t)[2] = ((u1) + (u2)) * (half) + (u3); \
+    } while (0)
+
+    #define REFSEG_WINOGRAD_ADJOINT(T, SUFFIX) \
+    /* o_k[c] = (A dy A^T)[k / 4][k % 4], dy[u][v] = s_{2u + v}[c], c < ch */ \
+    static inline void refseg_winograd_ada_##SUFFIX( \
+            const T *restrict s0, const T *restrict s1, const T *restrict s2, \
+            const T *restrict s3, T *restrict o0, T *restrict o1, T *restrict o2, \
+            T *restrict o3, T *restrict o4, T *restrict o5, T *restrict o6, T *restrict o7, \
+            T *restrict o8, T *restrict o9, T *restrict o10, T *restrict o11, \
+            T *restrict o12, T *restrict o13, T *restrict o14, T *restrict o15, Py_ssize_t ch) \
+    { \
+        for (Py_ssize_t c = 0; c < ch; c++) { \
+            T c0[4], c1[4], v0[4], v1[4], v2[4], v3[4]; \
+            /* A dy down each column v: c_v[xi] */ \
+            REFSEG_A(s0[c], s2[c], c0); \
+            REFSEG_A(s1[c], s3[c], c1); \
+            /* (A dy) A^T along each row xi: v_xi[nu] */ \
+            REFSEG_A(c0[0], c1[0], v0); \
+            REFSEG_A(c0[1], c1[1], v1); \
+            REFSEG_A(c0[2], c1[2], v2); \
+            REFSEG_A(c0[3], c1[3], v3); \
+            o0[c] = v0[0]; o1[c] = v0[1]; o2[c] = v0[2]; o3[c] = v0[3]; \
+            o4[c] = v1[0]; o5[c] = v1[1]; o6[c] = v1[2]; o7[c] = v1[3]; \
+            o8[c] = v2[0]; o9[c] = v2[1]; o10[c] = v2[2]; o11[c] = v2[3]; \
+            o12[c] = v3[0]; o13[c] = v3[1]; o14[c] = v3[2]; o15[c] = v3[3]; \
+        } \
+    } \
+    /* dst[k*stride + c] = (A dy A^T)[k / 4][k % 4], dy[u][v] = src[2u + v][c], c < ch */ \
+    static void refseg_winograd_output_adjoint_##SUFFIX(const T *const *src, T *dst, \
+                                                        Py_ssize_t stride, Py_ssize_t ch) \
+    { \
+        refseg_winograd_ada_##SUFFIX( \
+            src[0], src[1], src[2], src[3], dst, dst + stride, dst + 2 * stride, \
+            dst + 3 * stride, dst + 4 * stride, dst + 5 * stride, dst + 6 * stride, \
+            dst + 7 * stride, dst + 8 * stride, dst + 9 * stride, dst + 10 * stride, \
+            dst + 11 * stride, dst + 12 * stride, dst + 13 * stride, dst + 14 * stride, \
+            dst + 15 * stride, ch); \
+    } \
+    /* g_{3a + b}[e] = (G^T dU G)[a][b], dU[xi][nu] = u_{4 xi + nu}[e], e0 <= e < e1 */ \
+    static inline void refseg_winograd_gug_##SUFFIX( \
+            const T *restrict u0, const T *restrict u1, const T *restrict u2, \
+            const T *restrict u3, const T *restrict u4, const T *restrict u5, \
+            const T *restrict u6, const T *restrict u7, const T *restrict u8, \
+            const T *restrict u9, const T *restrict u10, const T *restrict u11, \
+            const T *restrict u12, const T *restrict u13, const T *restrict u14, \
+            const T *restrict u15, T *restrict g0, T *restrict g1, T *restrict g2, \
+            T *restrict g3, T *restrict g4, T *restrict g5, T *restrict g6, T *restrict g7, \
+            T *restrict g8, Py_ssize_t e0, Py_ssize_t e1) \
+    { \
+        const T half = (T)0.5; \
+        for (Py_ssize_t e = e0; e < e1; e++) { \
+            T c0[3], c1[3], c2[3], c3[3], r0[3], r1[3], r2[3]; \
+            /* G^T dU down each column nu: c_nu[a] */ \
+            REFSEG_GT(u0[e], u4[e], u8[e], u12[e], c0, half); \
+            REFSEG_GT(u1[e], u5[e], u9[e], u13[e], c1, half); \
+            REFSEG_GT(u2[e], u6[e], u10[e], u14[e], c2, half); \
+            REFSEG_GT(u3[e], u7[e], u11[e], u15[e], c3, half); \
+            /* (G^T dU) G along each row a: r_a[b] */ \
+            REFSEG_GT(c0[0], c1[0], c2[0], c3[0], r0, half); \
+            REFSEG_GT(c0[1], c1[1], c2[1], c3[1], r1, half); \
+            REFSEG_GT(c0[2], c1[2], c2[2], c3[2], r2, half); \
+            g0[e] = r0[0]; g1[e] = r0[1]; g2[e] = r0[2]; \
+            g3[e] = r1[0]; g4[e] = r1[1]; g5[e] = r1[2]; \
+            g6[e] = r2[0]; g7[e] = r2[1]; g8[e] = r2[2]; \
+        } \
+    } \
+    /* w[(3a + b)*size + e] = (G^T dU G)[a][b], dU[xi][nu] = u[(4 xi + nu)*stride + e] */ \
+    static void refseg_winograd_kernel_adjoint_##SUFFIX(const T *u, Py_ssize_t stride, T *w, \
+                                                        Py_ssize_t size) \
+    { \
+        refseg_winograd_gug_##SUFFIX( \
+            u, u + stride, u + 2 * stride, u + 3 * stride, u + 4 * stride, u + 5 * stride, \
+            u + 6 * stride, u + 7 * stride, u + 8 * stride, u + 9 * stride, \
+            u + 10 * stride, u + 11 * stride, u + 12 * stride, u + 13 * stride, \
+            u + 14 * stride, u + 15 * stride, w, w + size, w + 2 * size, w + 3 * size, \
+            w + 4 * size, w + 5 * size, w + 6 * size, w + 7 * size, w + 8 * size, 0, size); \
+    }
+
     REFSEG_WINOGRAD(float, f)
     REFSEG_WINOGRAD(double, d)
+    REFSEG_WINOGRAD_ADJOINT(float, f)
+    REFSEG_WINOGRAD_ADJOINT(double, d)
     """
     void _winograd_input_f "refseg_winograd_input_f"(
         const float **src, float *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
@@ -1155,6 +1243,14 @@ cdef extern from *:
     void _winograd_output_d "refseg_winograd_output_d"(
         const double *m, Py_ssize_t stride, const double *bias, double **dst,
         Py_ssize_t cout) noexcept nogil
+    void _winograd_output_adjoint_f "refseg_winograd_output_adjoint_f"(
+        const float **src, float *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
+    void _winograd_output_adjoint_d "refseg_winograd_output_adjoint_d"(
+        const double **src, double *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
+    void _winograd_kernel_adjoint_f "refseg_winograd_kernel_adjoint_f"(
+        const float *u, Py_ssize_t stride, float *w, Py_ssize_t size) noexcept nogil
+    void _winograd_kernel_adjoint_d "refseg_winograd_kernel_adjoint_d"(
+        const double *u, Py_ssize_t stride, double *w, Py_ssize_t size) noexcept nogil
     void _winograd_kernel_f "refseg_winograd_kernel_f"(
         const float *w, Py_ssize_t size, float *u, Py_ssize_t stride, Py_ssize_t e0,
         Py_ssize_t e1) noexcept nogil
@@ -1276,3 +1372,72 @@ def winograd_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
             _winograd_kernel_f(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride, 0, size)
         else:
             _winograd_kernel_d(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride, 0, size)
+
+
+# The adjoints, for the kernel gradient: y = A^T M A gives dM = A dy A^T per tile (the
+# pixels of a partial tile past the output's edge have no gradient: 0), U = G g G^T gives
+# dg = G^T dU G, and dU[k] = V[k]^T dM[k] summed over tiles (matrix products, in conv.py).
+#
+#   A = [1  0]     G^T = [1  1/2  1/2  0]
+#       [1  1]           [0  1/2 -1/2  0]
+#       [1 -1]           [0  1/2  1/2  1]
+#       [0 -1]
+
+
+cdef inline void _winograd_output_adjoint_tile(const real *g, Py_ssize_t n, Py_ssize_t ho,
+                                               Py_ssize_t wo, Py_ssize_t ch, Py_ssize_t y0,
+                                               Py_ssize_t x0, const real *zeros, real *dst,
+                                               Py_ssize_t stride) noexcept nogil:
+    """The adjoint output transform of the tile whose outputs start at row y0, column x0 of
+    image n: its four gradient pixels (a row of zeros past the edges), then the C loop."""
+    cdef const real *src[4]
+    cdef Py_ssize_t u, v
+    for u in range(2):
+        for v in range(2):
+            if y0 + u < ho and x0 + v < wo:
+                src[2 * u + v] = g + ((n * ho + y0 + u) * wo + x0 + v) * ch
+            else:
+                src[2 * u + v] = zeros
+    if real is float:
+        _winograd_output_adjoint_f(src, dst, stride, ch)
+    else:
+        _winograd_output_adjoint_d(src, dst, stride, ch)
+
+
+def winograd_output_adjoint(const real[:, :, :, ::1] g, Py_ssize_t th, Py_ssize_t tw,
+                            Py_ssize_t tile_start, real[:, :, :] m):
+    """m[k, p, o] = (A dy A^T)[k // 4, k % 4] for tile t = tile_start + p, dy[u, v] =
+    g[n, 2ti + u, 2tj + v, o] (0 past the bottom or right edge of g): the gradient of
+    winograd_output's M given the gradient g of its output. Tiles run in parallel."""
+    cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], ch = g.shape[3]
+    cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
+    cdef Py_ssize_t p, t, n, ti, tj
+    _check_planes(m)
+    cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
+    if zeros == NULL:
+        raise MemoryError("winograd_output_adjoint: cannot allocate a row of zeros")
+    try:
+        with nogil:
+            for p in prange(tiles, schedule="static",
+                            num_threads=_threads(tiles * 16 * ch // 8)):
+                t = tile_start + p
+                n = t // (th * tw)
+                ti = (t - n * th * tw) // tw
+                tj = t - (n * th + ti) * tw
+                _winograd_output_adjoint_tile(&g[0, 0, 0, 0], n, ho, wo, ch, 2 * ti, 2 * tj,
+                                              zeros, &m[0, p, 0], stride)
+    finally:
+        free(zeros)
+
+
+def winograd_kernel_adjoint(const real[:, :, :] u, real[:, :, :, ::1] w):
+    """w[a, b, c, o] = (G^T dU G)[a, b] with dU[xi, nu] = u[4 xi + nu, c, o]: the gradient of
+    winograd_kernel's input given the gradient u of its output. On one thread, as
+    winograd_kernel."""
+    cdef Py_ssize_t size = w.shape[2] * w.shape[3], stride = u.strides[0] // sizeof(real)
+    _check_planes(u)
+    with nogil:
+        if real is float:
+            _winograd_kernel_adjoint_f(&u[0, 0, 0], stride, &w[0, 0, 0, 0], size)
+        else:
+            _winograd_kernel_adjoint_d(&u[0, 0, 0], stride, &w[0, 0, 0, 0], size)

@@ -338,3 +338,39 @@ def winograd_kernel(w, u):
         row = _g_combine(*(columns[b][xi] for b in range(3)))
         for nu in range(4):
             u[4 * xi + nu] = row[nu]
+
+
+def _a_combine(d0, d1):
+    """A (4 x 2) applied to two values (arrays): (d0, d0 + d1, d0 - d1, -d1)."""
+    return d0, d0 + d1, d0 - d1, -d1
+
+
+def winograd_output_adjoint(g, th, tw, tile_start, m):
+    g = np.asarray(g)
+    n_img, ho, wo, c = g.shape
+    # the gradient inside a zero frame covering every tile: pixels past the edges give 0
+    padded = np.zeros((n_img, 2 * th, 2 * tw, c), dtype=g.dtype)
+    padded[:, :ho, :wo] = g
+    n, ti, tj = _tile_coordinates(th, tw, tile_start, m.shape[1])
+    dy = [[padded[n, 2 * ti + u, 2 * tj + v] for v in range(2)] for u in range(2)]
+    columns = [_a_combine(dy[0][v], dy[1][v]) for v in range(2)]  # [v][xi]
+    for xi in range(4):
+        row = _a_combine(columns[0][xi], columns[1][xi])
+        for nu in range(4):
+            m[4 * xi + nu] = row[nu]
+
+
+def _gt_combine(u0, u1, u2, u3):
+    """G^T (3 x 4) applied to four values (arrays): (u0 + (u1 + u2) / 2, (u1 - u2) / 2,
+    (u1 + u2) / 2 + u3)."""
+    half = u0.dtype.type(0.5)
+    return u0 + (u1 + u2) * half, (u1 - u2) * half, (u1 + u2) * half + u3
+
+
+def winograd_kernel_adjoint(u, w):
+    u = np.asarray(u)
+    columns = [_gt_combine(*(u[4 * xi + nu] for xi in range(4))) for nu in range(4)]  # [nu][a]
+    for a in range(3):
+        row = _gt_combine(*(columns[nu][a] for nu in range(4)))
+        for b in range(3):
+            w[a, b] = row[b]

@@ -336,3 +336,47 @@ def test_winograd_kernels_refuse_planes_they_cannot_index():
     for bad in (planes[:, :, :2], planes[:, :2, ::2], np.zeros((15, 4, 2), np.float32)):
         with pytest.raises(ValueError, match="16 C-contiguous planes"):
             fast.winograd_input(x, 1, 1, 2, 2, 0, bad)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(g=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 9), st.integers(1, 9),
+                                          st.sampled_from([1, 2, 3, 20])),
+                    elements=st.floats(-10, 10)), cin=st.integers(1, 3))
+def test_winograd_adjoint_kernels(dtype, g, cin):
+    """The kernel-gradient transforms: bit for bit against their twins (all tiles and a block
+    from the middle; both plane layouts), and in float64 the adjoints of the forward
+    transforms: <winograd_output(M), g> = <M, winograd_output_adjoint(g)> and
+    <winograd_kernel(w), U> = <w, winograd_kernel_adjoint(U)>, to float64 rounding of sums
+    of a few hundred terms (1e-12 relative)."""
+    g = g.astype(dtype)
+    n, ho, wo, cout = g.shape
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    tiles = n * th * tw
+    for start in (0, tiles // 2):
+        m = [_winograd_layouts((16, tiles - start, cout), dtype) for _ in range(2)]
+        for module, layouts in zip((fast, twin), m):
+            for layout in layouts:
+                module.winograd_output_adjoint(g, th, tw, start, layout)
+        for a, b in zip(*m):
+            assert np.array_equal(a, b)
+    rng = np.random.default_rng(8)
+    u = rng.standard_normal((16, cin, cout)).astype(dtype)
+    w = [np.zeros((3, 3, cin, cout), dtype=dtype) for _ in range(2)]
+    for module, out in zip((fast, twin), w):
+        for layout in _winograd_layouts((16, cin, cout), dtype):
+            layout[...] = u
+            module.winograd_kernel_adjoint(layout, out)
+    assert np.array_equal(*w)
+    if dtype == np.float64:
+        mm = rng.standard_normal((16, tiles, cout))
+        y = np.zeros(g.shape)
+        fast.winograd_output(mm, np.zeros(cout), th, tw, 0, y)
+        adjoint = np.zeros((16, tiles, cout))
+        fast.winograd_output_adjoint(g, th, tw, 0, adjoint)
+        assert (y * g).sum() == pytest.approx((mm * adjoint).sum(), rel=1e-12, abs=1e-12)
+        kernel = rng.standard_normal((3, 3, cin, cout))
+        transformed = np.zeros((16, cin, cout))
+        fast.winograd_kernel(kernel, transformed)
+        assert (transformed * u).sum() == pytest.approx((kernel * w[0]).sum(), rel=1e-12,
+                                                        abs=1e-12)

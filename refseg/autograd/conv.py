@@ -9,6 +9,14 @@ the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is
 input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
 <x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``).
 
+Stride-1 3x3 float32 convolutions with enough channels and output tiles (the decoder's x5,
+x7b, x9, x18, x21, ResNet50V2's conv2-conv4 3x3 convolutions; x2 and x13 from batch 4) take
+Winograd F(2x2, 3x3) instead (``_winograd_conv``, ``_winograd_weight_grad``, see
+``conv_route``): 16 matrix products per block of 2x2 output tiles, 2.25 times fewer
+multiply-adds, for the forward, the input gradient (the adjoint convolution, through the same
+transformed kernel) and the kernel gradient (the adjoint transforms). The stride-1 transposed
+convolution takes it too.
+
 Stride-1 convolutions with few channels (kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS products per
 output pixel, e.g. the 3 -> 3 prediction layer) run on compiled direct kernels instead
 (``conv_small_forward`` / ``conv_small_weight``, see ``conv_route``): there im2col + GEMM is
@@ -19,6 +27,12 @@ im2col forward and up to 2x slower forward + backward on the decoder's large lay
 OpenBLAS threads (the products have K = Cin instead of kh*kw*Cin and re-read the output kh*kw
 times); running im2col on two OpenMP threads between GEMMs was ~10x slower (OpenBLAS's idle
 workers keep spinning on the cores).
+
+Measured and not changed: libgomp's workers keep spinning for a while after each parallel
+region (GOMP_SPINCOUNT, 300000 by default), on the cores OpenBLAS's threads need for the
+products that follow; with GOMP_SPINCOUNT=0 the Winograd layers ran up to 1.5-2x faster when
+they follow other OpenMP work (torch's in the benchmarks). That setting is the user's (it is
+read when libgomp loads, and torch shares the library in one process).
 
 References: claims 2-4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0139] (depthwise, MobileNetV2),
 [0232]-[0236] (ResNet convolutions), [0129]-[0132] (backward).
@@ -70,7 +84,8 @@ class _Window(Op):
 
 @implements("claim2.fusion", "claim4.propagation")
 class Conv2D(_Window):
-    """y = conv(x, W) + b, Keras Conv2D (cross-correlation), im2col + GEMM."""
+    """y = conv(x, W) + b, Keras Conv2D (cross-correlation): im2col + GEMM, Winograd or direct
+    (``conv_route``)."""
 
     name = "conv2d"
 
@@ -110,8 +125,11 @@ class Conv2D(_Window):
                                     self.backend)
         db = _channel_sums(g) if ctx.has_bias else None
         g2 = g.reshape(-1, cout)
-        dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
-                                  self.backend).reshape(w.shape)
+        if ctx.route == "winograd":
+            dw = _winograd_weight_grad(x, g, (pt, pl), self.backend)
+        else:
+            dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
+                                      self.backend).reshape(w.shape)
         dx = None
         if ctx.needs_input_grad[0] and ctx.route == "winograd":
             # the adjoint stride-1 convolution (flipped kernel, in and out exchanged, padded
@@ -194,15 +212,14 @@ class Conv2DTranspose(_Window):
             db = _channel_sums(g) if ctx.has_bias else None
             return dx, dw.reshape(w.shape), db
         if ctx.route == "winograd":
-            # the same roles as above; the kernel gradient on the blocked im2col path
+            # the same roles as above, by the Winograd path
             g = np.ascontiguousarray(grad)
             dx = None
             if ctx.needs_input_grad[0]:
                 dx = _winograd_conv(g, w, False, None, pads, x_shape[1:3], self.backend)
-            dw = _blocked_weight_grad(g, x2.reshape(-1, cin), kh, kw, (1, 1), pads,
-                                      x_shape[1:3], self.backend)
+            dw = _winograd_weight_grad(g, x2, pads, self.backend)
             db = _channel_sums(g) if ctx.has_bias else None
-            return dx, dw.reshape(w.shape), db
+            return dx, dw, db
         gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
         w2 = w.reshape(kh * kw * cout, cin)
         dx = (gcols @ w2).reshape(x_shape) if ctx.needs_input_grad[0] else None
@@ -459,6 +476,60 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend) -> np.ndarray:
             np.matmul(v[entry], factors[entry], out=m[entry])
         k.winograd_output(m, bias, th, tw, start, out)
     return out
+
+
+@implements("claim4.propagation")
+def _winograd_weight_grad(x, g, pads, backend) -> np.ndarray:
+    """Kernel gradient of a stride-1 3x3 convolution by the adjoint of Winograd F(2x2, 3x3).
+
+    Parameters
+    ----------
+    x : ndarray of shape (N, H, W, C), C-contiguous
+        The convolution's input.
+    g : ndarray of shape (N, Ho, Wo, Cout), C-contiguous
+        The gradient of its output.
+    pads : (int, int)
+        As for _winograd_conv.
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    ndarray of shape (3, 3, C, Cout), a new array.
+
+    Notes
+    -----
+    The forward is out = A^T M A per tile with M[k] = V[k] @ U[k] and U = G w G^T, so the
+    gradient of M is A dy A^T per tile (dy the tile's 2x2 block of g, 0 past the edges), that
+    of U is dU[k] = sum over tiles of V[k]^T dM[k], and that of w is G^T dU G. Block by block
+    (WINOGRAD_BLOCK_BYTES), dU summed over the blocks in order in x's dtype, as the blocked
+    im2col kernel gradient sums its blocks.
+    """
+    k = kernels(backend)
+    n, _, _, c = x.shape
+    _, ho, wo, cout = g.shape
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    tiles = n * th * tw
+    du = _planes(_workspace(_planes_size(c, cout, x.dtype), x.dtype, "winograd kernel"), c,
+                 cout)
+    product = _workspace(c * cout, x.dtype, "winograd product").reshape(c, cout)
+    per_block = max(1, WINOGRAD_BLOCK_BYTES // (16 * (c + cout) * x.dtype.itemsize))
+    for start in range(0, tiles, per_block):
+        count = min(per_block, tiles - start)
+        v_size = _planes_size(count, c, x.dtype)
+        scratch = _workspace(v_size + _planes_size(count, cout, x.dtype), x.dtype)
+        v = _planes(scratch[:v_size], count, c)
+        m = _planes(scratch[v_size:], count, cout)
+        k.winograd_input(x, *pads, th, tw, start, v)
+        k.winograd_output_adjoint(g, th, tw, start, m)
+        for entry in range(16):
+            if start == 0:
+                np.matmul(v[entry].T, m[entry], out=du[entry])
+            else:
+                np.matmul(v[entry].T, m[entry], out=product)
+                du[entry] += product
+    dw = np.empty((3, 3, c, cout), dtype=x.dtype)
+    k.winograd_kernel_adjoint(du, dw)
+    return dw
 
 
 def _direct_conv(x, w2, bias, kernel, pads, out_hw, backend):
