@@ -7,7 +7,8 @@ One network, 224x224x3 float32 input in [-1, 1], class probabilities out, at bat
 (``--batches``), three implementations in this one process with identical weights:
 
 * **refseg**: ``ResMobileNet((224, 224)).predict(x, batch_size=N)`` on NHWC NumPy arrays
-  (im2col + OpenBLAS sgemm convolutions, Cython/OpenMP window kernels, NumPy elementwise ops).
+  (im2col + OpenBLAS sgemm convolutions, Winograd F(2x2, 3x3) for the stride-1 3x3 ones with
+  enough output tiles, Cython/OpenMP window kernels, NumPy elementwise ops).
 * **torch**: ``benchmarks/_torch_net.py``, the network written as a plain ``torch.nn.Module``
   from refseg's weight dict (Keras semantics: asymmetric "same" padding, BN in inference mode
   with each backbone's epsilon and not folded, ReLU6, Keras' Conv2DTranspose crop), run under
@@ -37,7 +38,9 @@ bench_ops.py: on 2 cores one busy neighbour slows 2-thread OpenBLAS far more tha
 
 FLOPs: 2 x the multiply-accumulates of every Conv2D, DepthwiseConv2D and Conv2DTranspose of
 refseg's graph (``Layer.macs`` over ``graph.shapes((224, 224, 3))``, the layers the prediction
-needs); BN, activations, Adds and pooling are not counted. refseg's GFLOP/s is set against the
+needs); BN, activations, Adds and pooling are not counted. These are direct-convolution FLOPs
+for every implementation: where refseg (or torch) computes a 3x3 convolution by Winograd, which
+does fewer multiply-adds, its GFLOP/s is an effective rate. refseg's GFLOP/s is set against the
 float32 sgemm ceiling (``np.matmul``, square 1024 and 2048, median, the better of before and
 after the model timings), measured as bench_ops.py does.
 

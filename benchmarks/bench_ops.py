@@ -8,7 +8,10 @@ Every Conv2D / Conv2DTranspose layer of the Res-Mobile Net decoder at a 224x224 
 transposed convolutions stride 2 except the stride-1 prediction layer), at batch 1 and 4:
 
 * **refseg**: ``refseg.autograd.conv2d`` / ``conv2d_transpose`` on NHWC float32 (im2col /
-  col2im kernels in Cython + NumPy matrix products, i.e. OpenBLAS sgemm).
+  col2im kernels in Cython + NumPy matrix products, i.e. OpenBLAS sgemm; the stride-1 3x3
+  convolutions with enough output tiles, ``conv.conv_route``, take the Winograd F(2x2, 3x3)
+  route instead for their forward and input gradient: x5, x7b, x9, x18, x21 at both batch
+  sizes, x2 and x13 at batch 4).
 * **torch**: ``torch.nn.functional.conv2d`` / ``conv_transpose2d`` (oneDNN / MKL on this CPU),
   timed both in NCHW (its native layout) and in channels_last; each ratio is taken against the
   faster of the two, and the table says which one that was. Keras "same" for a stride-2
@@ -29,7 +32,10 @@ timings are of the same computation.
 
 FLOPs: a convolution is 2 N Ho Wo kh kw Cin Cout; a transposed convolution 2 N H W kh kw Cin
 Cout (H, W of its input); forward + backward counts 3x forward (input gradient and kernel
-gradient each cost one forward; bias terms are ignored). refseg's GFLOP/s is set against the
+gradient each cost one forward; bias terms are ignored). These are direct-convolution FLOPs
+for every route: on the Winograd route (forward and input gradient) refseg's GFLOP/s is an
+effective rate, since its matrix products do 16 multiply-adds per 2x2 output tile and channel
+pair where direct convolution does 36, and it can exceed the sgemm ceiling. refseg's GFLOP/s is set against the
 float32 matrix product (``np.matmul``, i.e. OpenBLAS sgemm) measured in the same run: square
 n = 1024 and 2048 (the larger median rate is "the sgemm ceiling"), and the forward GEMMs of the
 two largest layers (x7b, x21), measured before and after the layers.
@@ -52,12 +58,14 @@ from outside this virtual machine (its host) is not visible here: compare the sg
 measured before and after the layers.
 
 Where refseg's time goes (on by default, ``--no-profile`` skips it): each layer's forward +
-backward is split into the calls of refseg's compiled im2col / col2im kernels inside the op
+backward is split into the calls of refseg's compiled window kernels inside the op (im2col,
+col2im, and the Winograd input, output and kernel transforms)
 (timed by wrapping the attributes of ``refseg._kernels`` at run time; no file is modified),
 the same calls re-run alone, back to back, each into its own buffer written before (the
 difference shows what the surroundings cost them: cache state, and OpenBLAS worker threads
 that keep spinning after a GEMM and take the core the kernel's second OpenMP thread needs), the
-three matrix products of the im2col formulation timed alone at the layer's shapes, and the
+three matrix products of the im2col formulation timed alone at the layer's shapes (the same
+for Winograd layers, whose own products do 16/36 of those multiply-adds), and the
 rest (bias, bias gradient, allocation, leaf-gradient copies, Python); with the minor page
 faults per run. All parts are timed in the same interleaved rounds.
 
@@ -596,12 +604,13 @@ def benchmark_layer(layer: Layer, batch: int, repeat: int) -> LayerResult:
 # --- where refseg's time goes --------------------------------------------------------------
 
 class KernelTimer:
-    """Times refseg's compiled im2col / col2im kernels inside the ops. The ops look them up
+    """Times refseg's compiled window kernels inside the ops (im2col / col2im and the Winograd
+    transforms; each writes into its last argument). The ops look them up
     on the kernels module at every call (``kernels(backend).im2col(...)``), so replacing the
     module attributes with timing wrappers (in memory only, undone on exit) sees every call
     whatever the op's internals; each call's arguments are recorded for ``rerun_alone``."""
 
-    NAMES = ("im2col", "col2im")
+    NAMES = ("im2col", "col2im", "winograd_input", "winograd_output", "winograd_kernel")
 
     def __init__(self):
         self.seconds = 0.0
@@ -928,8 +937,8 @@ def torch_layout_lines(results: list[LayerResult]) -> list[str]:
 
 def breakdown_table(rows: list[Breakdown]) -> list[str]:
     lines = [
-        "| layer | batch | refseg f+b ms | 3 GEMMs alone ms | GEMM GFLOP/s | im2col+col2im in op "
-        "ms | same kernels re-run alone ms | rest ms | page faults / run | fwd ms | "
+        "| layer | batch | refseg f+b ms | 3 GEMMs alone ms | GEMM GFLOP/s | window kernels in "
+        "op ms | same kernels re-run alone ms | rest ms | page faults / run | fwd ms | "
         "fwd GEMM alone ms | other load |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for b in rows:
@@ -1041,7 +1050,8 @@ def main(args: argparse.Namespace) -> None:
         emit(f"## Layers, batch {batch}", "",
              "Medians of the interleaved rounds; ratio = refseg / faster torch layout (ratio of "
              "the fastest runs in brackets); f+b = forward + backward, counted as 3x the "
-             "forward FLOPs; (large) = at least 1 GFLOP forward per image. Targets: ratio "
+             "forward FLOPs (direct-convolution FLOPs: an effective rate on the Winograd route); "
+             "(large) = at least 1 GFLOP forward per image. Targets: ratio "
              "<= 1.5, large layers >= 50% of the sgemm ceiling. Other load: cores used by "
              "other processes meanwhile (above ~0.1 the numbers are disturbed).", "",
              *layer_table(results[batch], ceiling), "", *torch_layout_lines(results[batch]), "")
@@ -1057,8 +1067,10 @@ def main(args: argparse.Namespace) -> None:
                 rows.append(profile_layer(layer, batch, args.repeat))
         emit("## Where refseg's forward + backward time goes", "",
              "GEMMs alone: the three matrix products of the im2col formulation at the "
-             "layer's shapes (each allocating its output). im2col+col2im in op: the compiled "
-             "window kernels as called inside the op; re-run alone: the same calls back to "
+             "layer's shapes (each allocating its output; a Winograd layer's own products do "
+             "16/36 of those multiply-adds in its forward and input gradient). Window kernels "
+             "in op: the compiled im2col, col2im and Winograd transform kernels as called "
+             "inside the op; re-run alone: the same calls back to "
              "back, each into its own buffer written before (the gap shows cache state and "
              "OpenBLAS threads still spinning after a GEMM). Page faults: minor faults per "
              "forward+backward (they depend on what the allocator has cached). Rest: bias, "

@@ -14,7 +14,7 @@ NumPy ``np.pad(mode="reflect")``, SciPy ``mode="mirror"``). See spec ``R-border`
 cimport openmp
 from cython.parallel cimport prange
 from libc.math cimport sqrt
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -1002,3 +1002,485 @@ def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py
         free(gplanes)
         free(partial)
         free(offsets)
+
+
+
+# ------------------------------------------------------------------------------------------
+# Winograd F(2x2, 3x3) for stride-1 3x3 convolutions (Lavin and Gray, "Fast Algorithms for
+# Convolutional Neural Networks", CVPR 2016, arXiv:1509.09308). Each 2x2 block of outputs
+# ("tile") is A^T [sum over c of (G g G^T) * (B^T d B)] A, d the 4x4 input window of the tile
+# in channel c, g the 3x3 kernel from channel c, * the elementwise product: 16 matrix products
+# (tiles x Cin) @ (Cin x Cout), 16 multiply-adds per tile and channel pair instead of the 36 of
+# the direct sum, 2.25 times fewer.
+#
+#   B^T = [1  0 -1  0]     G = [ 1    0    0 ]     A^T = [1  1  1  0]
+#         [0  1  1  0]         [1/2  1/2  1/2]           [0  1 -1 -1]
+#         [0 -1  1  0]         [1/2 -1/2  1/2]
+#         [0  1  0 -1]         [ 0    0    1 ]
+#
+# The transformed arrays are (16, ., .): entry k = 4*xi + nu holds row xi, column nu of the 4x4
+# transform. Tile t = (n*th + ti)*tw + tj covers output rows 2ti, 2ti + 1 and columns 2tj,
+# 2tj + 1 of image n and reads input rows 2ti - pt + r, r = 0..3 (columns likewise), 0
+# outside. Every transformed value is computed by one thread in the fixed order written below
+# (the twins in _reference.py use the same order), so results do not depend on the thread
+# count.
+#
+# The per-tile loops are C (below), one body for float and double through a macro: every
+# source and destination row is a restrict pointer, which Cython cannot declare, and without
+# it the compiler does not vectorise a loop over channels that reads 16 rows and writes 16
+# (it would need run-time overlap checks between all of them). Only adds, subtractions and
+# exact halvings: vector width and contraction (off, setup.py) change no bit.
+
+
+
+cdef extern from *:
+    """
+    /* B^T (4 values) and A^T (4 -> 2) and G (3 -> 4): the order of operations is the twins' */
+    #define REFSEG_BT(d0, d1, d2, d3, t) do { \
+        (t)[0] = (d0) - (d2); (t)[1] = (d1) + (d2); (t)[2] = (d2) - (d1); (t)[3] = (d1) - (d3); \
+    } while (0)
+    #define REFSEG_AT(m0, m1, m2, m3, y) do { \
+        (y)[0] = ((m0) + (m1)) + (m2); (y)[1] = ((m1) - (m2)) - (m3); \
+    } while (0)
+    #define REFSEG_G(g0, g1, g2, t, half) do { \
+        (t)[0] = (g0); (t)[1] = (((g0) + (g1)) + (g2)) * (half); \
+        (t)[2] = (((g0) - (g1)) + (g2)) * (half); (t)[3] = (g2); \
+    } while (0)
+
+    #include <string.h>
+    /* channels of a partial output tile computed at a time, on the stack */
+    #define REFSEG_PART_LANES 64
+
+    #define REFSEG_WINOGRAD(T, SUFFIX) \
+    /* the (B^T d B) of one tile: o_k[c], k = 4 xi + nu, from d[r][s] = s_{4r + s}[c] */ \
+    static inline void refseg_winograd_bdb_##SUFFIX( \
+            const T *restrict s0, const T *restrict s1, const T *restrict s2, \
+            const T *restrict s3, const T *restrict s4, const T *restrict s5, \
+            const T *restrict s6, const T *restrict s7, const T *restrict s8, \
+            const T *restrict s9, const T *restrict s10, const T *restrict s11, \
+            const T *restrict s12, const T *restrict s13, const T *restrict s14, \
+            const T *restrict s15, T *restrict o0, T *restrict o1, T *restrict o2, \
+            T *restrict o3, T *restrict o4, T *restrict o5, T *restrict o6, T *restrict o7, \
+            T *restrict o8, T *restrict o9, T *restrict o10, T *restrict o11, \
+            T *restrict o12, T *restrict o13, T *restrict o14, T *restrict o15, Py_ssize_t ch) \
+    { \
+        for (Py_ssize_t c = 0; c < ch; c++) { \
+            T c0[4], c1[4], c2[4], c3[4], v0[4], v1[4], v2[4], v3[4]; \
+            /* B^T d down each column s: c_s[xi] */ \
+            REFSEG_BT(s0[c], s4[c], s8[c], s12[c], c0); \
+            REFSEG_BT(s1[c], s5[c], s9[c], s13[c], c1); \
+            REFSEG_BT(s2[c], s6[c], s10[c], s14[c], c2); \
+            REFSEG_BT(s3[c], s7[c], s11[c], s15[c], c3); \
+            /* (B^T d) B along each row xi: v_xi[nu] */ \
+            REFSEG_BT(c0[0], c1[0], c2[0], c3[0], v0); \
+            REFSEG_BT(c0[1], c1[1], c2[1], c3[1], v1); \
+            REFSEG_BT(c0[2], c1[2], c2[2], c3[2], v2); \
+            REFSEG_BT(c0[3], c1[3], c2[3], c3[3], v3); \
+            o0[c] = v0[0]; o1[c] = v0[1]; o2[c] = v0[2]; o3[c] = v0[3]; \
+            o4[c] = v1[0]; o5[c] = v1[1]; o6[c] = v1[2]; o7[c] = v1[3]; \
+            o8[c] = v2[0]; o9[c] = v2[1]; o10[c] = v2[2]; o11[c] = v2[3]; \
+            o12[c] = v3[0]; o13[c] = v3[1]; o14[c] = v3[2]; o15[c] = v3[3]; \
+        } \
+    } \
+    /* dst[k*stride + c] = (B^T d B)[k / 4][k % 4], d[r][s] = src[4r + s][c], c < ch */ \
+    static void refseg_winograd_input_##SUFFIX(const T *const *src, T *dst, \
+                                               Py_ssize_t stride, Py_ssize_t ch) \
+    { \
+        refseg_winograd_bdb_##SUFFIX( \
+            src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7], src[8], src[9], \
+            src[10], src[11], src[12], src[13], src[14], src[15], dst, dst + stride, \
+            dst + 2 * stride, dst + 3 * stride, dst + 4 * stride, dst + 5 * stride, \
+            dst + 6 * stride, dst + 7 * stride, dst + 8 * stride, dst + 9 * stride, \
+            dst + 10 * stride, dst + 11 * stride, dst + 12 * stride, dst + 13 * stride, \
+            dst + 14 * stride, dst + 15 * stride, ch); \
+    } \
+    /* y_{2u + v}[o] = (A^T M A)[u][v] + bias[o], M[k] = m_k[o], o in [o0, o1) */ \
+    static inline void refseg_winograd_ama_##SUFFIX( \
+            const T *restrict m, Py_ssize_t stride, const T *restrict bias, \
+            T *restrict y00, T *restrict y01, T *restrict y10, T *restrict y11, Py_ssize_t cout) \
+    { \
+        const T *restrict m0 = m, *restrict m1 = m + stride, *restrict m2 = m + 2 * stride; \
+        const T *restrict m3 = m + 3 * stride, *restrict m4 = m + 4 * stride; \
+        const T *restrict m5 = m + 5 * stride, *restrict m6 = m + 6 * stride; \
+        const T *restrict m7 = m + 7 * stride, *restrict m8 = m + 8 * stride; \
+        const T *restrict m9 = m + 9 * stride, *restrict m10 = m + 10 * stride; \
+        const T *restrict m11 = m + 11 * stride, *restrict m12 = m + 12 * stride; \
+        const T *restrict m13 = m + 13 * stride, *restrict m14 = m + 14 * stride; \
+        const T *restrict m15 = m + 15 * stride; \
+        for (Py_ssize_t o = 0; o < cout; o++) { \
+            T t0[2], t1[2], t2[2], t3[2], y0[2], y1[2]; \
+            /* A^T M down each column nu: t_nu[u] */ \
+            REFSEG_AT(m0[o], m4[o], m8[o], m12[o], t0); \
+            REFSEG_AT(m1[o], m5[o], m9[o], m13[o], t1); \
+            REFSEG_AT(m2[o], m6[o], m10[o], m14[o], t2); \
+            REFSEG_AT(m3[o], m7[o], m11[o], m15[o], t3); \
+            /* (A^T M) A along each row u: y_u[v] */ \
+            REFSEG_AT(t0[0], t1[0], t2[0], t3[0], y0); \
+            REFSEG_AT(t0[1], t1[1], t2[1], t3[1], y1); \
+            y00[o] = y0[0] + bias[o]; y01[o] = y0[1] + bias[o]; \
+            y10[o] = y1[0] + bias[o]; y11[o] = y1[1] + bias[o]; \
+        } \
+    } \
+    /* dst[2u + v][o] = (A^T M A)[u][v] + bias[o], M[k] = m[k*stride + o], o < cout; a tile \
+       with a NULL dst (past the output's edge) goes through a scratch tile on the stack, \
+       LANES channels at a time, and only its pixels inside the output are copied */ \
+    static void refseg_winograd_output_##SUFFIX(const T *m, Py_ssize_t stride, \
+                                                const T *bias, T *const *dst, \
+                                                Py_ssize_t cout) \
+    { \
+        if (dst[0] && dst[1] && dst[2] && dst[3]) { \
+            refseg_winograd_ama_##SUFFIX(m, stride, bias, dst[0], dst[1], dst[2], dst[3], \
+                                          cout); \
+            return; \
+        } \
+        T part[4][REFSEG_PART_LANES]; \
+        for (Py_ssize_t o0 = 0; o0 < cout; o0 += REFSEG_PART_LANES) { \
+            Py_ssize_t n = cout - o0 < REFSEG_PART_LANES ? cout - o0 : REFSEG_PART_LANES; \
+            refseg_winograd_ama_##SUFFIX(m + o0, stride, bias + o0, part[0], part[1], \
+                                          part[2], part[3], n); \
+            for (int k = 0; k < 4; k++) \
+                if (dst[k]) memcpy(dst[k] + o0, part[k], n * sizeof(T)); \
+        } \
+    } \
+    /* the (G g G^T) of kernel entries e0 <= e < e1: o_k[e], k = 4 xi + nu, from \
+       g[a][b] = g_{3a + b}[e] */ \
+    static inline void refseg_winograd_ggg_##SUFFIX( \
+            const T *restrict g0, const T *restrict g1, const T *restrict g2, \
+            const T *restrict g3, const T *restrict g4, const T *restrict g5, \
+            const T *restrict g6, const T *restrict g7, const T *restrict g8, \
+            T *restrict o0, T *restrict o1, T *restrict o2, T *restrict o3, T *restrict o4, \
+            T *restrict o5, T *restrict o6, T *restrict o7, T *restrict o8, T *restrict o9, \
+            T *restrict o10, T *restrict o11, T *restrict o12, T *restrict o13, \
+            T *restrict o14, T *restrict o15, Py_ssize_t e0, Py_ssize_t e1) \
+    { \
+        const T half = (T)0.5; \
+        for (Py_ssize_t e = e0; e < e1; e++) { \
+            T c0[4], c1[4], c2[4], v0[4], v1[4], v2[4], v3[4]; \
+            /* G g down each column b: c_b[xi] */ \
+            REFSEG_G(g0[e], g3[e], g6[e], c0, half); \
+            REFSEG_G(g1[e], g4[e], g7[e], c1, half); \
+            REFSEG_G(g2[e], g5[e], g8[e], c2, half); \
+            /* (G g) G^T along each row xi: v_xi[nu] */ \
+            REFSEG_G(c0[0], c1[0], c2[0], v0, half); \
+            REFSEG_G(c0[1], c1[1], c2[1], v1, half); \
+            REFSEG_G(c0[2], c1[2], c2[2], v2, half); \
+            REFSEG_G(c0[3], c1[3], c2[3], v3, half); \
+            o0[e] = v0[0]; o1[e] = v0[1]; o2[e] = v0[2]; o3[e] = v0[3]; \
+            o4[e] = v1[0]; o5[e] = v1[1]; o6[e] = v1[2]; o7[e] = v1[3]; \
+            o8[e] = v2[0]; o9[e] = v2[1]; o10[e] = v2[2]; o11[e] = v2[3]; \
+            o12[e] = v3[0]; o13[e] = v3[1]; o14[e] = v3[2]; o15[e] = v3[3]; \
+        } \
+    } \
+    /* u[k*stride + e] = (G g G^T)[k / 4][k % 4], g[a][b] = w[(3a + b)*size + e], \
+       e0 <= e < e1 */ \
+    static void refseg_winograd_kernel_##SUFFIX(const T *w, Py_ssize_t size, T *u, \
+                                                Py_ssize_t stride, Py_ssize_t e0, \
+                                                Py_ssize_t e1) \
+    { \
+        refseg_winograd_ggg_##SUFFIX( \
+            w, w + size, w + 2 * size, w + 3 * size, w + 4 * size, w + 5 * size, \
+            w + 6 * size, w + 7 * size, w + 8 * size, u, u + stride, u + 2 * stride, \
+            u + 3 * stride, u + 4 * stride, u + 5 * stride, u + 6 * stride, u + 7 * stride, \
+            u + 8 * stride, u + 9 * stride, u + 10 * stride, u + 11 * stride, \
+            u + 12 * stride, u + 13 * stride, u + 14 * stride, u + 15 * stride, e0, e1); \
+    }
+
+    /* A (4 x 2) applied to two values: (d0, d0 + d1, d0 - d1, -d1); G^T (3 x 4) applied to four: \
+       (u0 + (u1 + u2) / 2, (u1 - u2) / 2, (u1 + u2) / 2 + u3) */
+    #define REFSEG_A(d0, d1, t) do { \
+        (t)[0] = (d0); (t)[1] = (d0) + (d1); (t)[2] = (d0) - (d1); (t)[3] = -(d1); \
+    } while (0)
+    #define REFSEG_GT(u0, u1, u2, u3, t, half) do { \
+        (t)[0] = (u0) + ((u1) + (u2)) * (half); (t)[1] = ((u1) - (u2)) * (half); \
+        (t)[2] = ((u1) + (u2)) * (half) + (u3); \
+    } while (0)
+
+    #define REFSEG_WINOGRAD_ADJOINT(T, SUFFIX) \
+    /* o_k[c] = (A dy A^T)[k / 4][k % 4], dy[u][v] = s_{2u + v}[c], c < ch */ \
+    static inline void refseg_winograd_ada_##SUFFIX( \
+            const T *restrict s0, const T *restrict s1, const T *restrict s2, \
+            const T *restrict s3, T *restrict o0, T *restrict o1, T *restrict o2, \
+            T *restrict o3, T *restrict o4, T *restrict o5, T *restrict o6, T *restrict o7, \
+            T *restrict o8, T *restrict o9, T *restrict o10, T *restrict o11, \
+            T *restrict o12, T *restrict o13, T *restrict o14, T *restrict o15, Py_ssize_t ch) \
+    { \
+        for (Py_ssize_t c = 0; c < ch; c++) { \
+            T c0[4], c1[4], v0[4], v1[4], v2[4], v3[4]; \
+            /* A dy down each column v: c_v[xi] */ \
+            REFSEG_A(s0[c], s2[c], c0); \
+            REFSEG_A(s1[c], s3[c], c1); \
+            /* (A dy) A^T along each row xi: v_xi[nu] */ \
+            REFSEG_A(c0[0], c1[0], v0); \
+            REFSEG_A(c0[1], c1[1], v1); \
+            REFSEG_A(c0[2], c1[2], v2); \
+            REFSEG_A(c0[3], c1[3], v3); \
+            o0[c] = v0[0]; o1[c] = v0[1]; o2[c] = v0[2]; o3[c] = v0[3]; \
+            o4[c] = v1[0]; o5[c] = v1[1]; o6[c] = v1[2]; o7[c] = v1[3]; \
+            o8[c] = v2[0]; o9[c] = v2[1]; o10[c] = v2[2]; o11[c] = v2[3]; \
+            o12[c] = v3[0]; o13[c] = v3[1]; o14[c] = v3[2]; o15[c] = v3[3]; \
+        } \
+    } \
+    /* dst[k*stride + c] = (A dy A^T)[k / 4][k % 4], dy[u][v] = src[2u + v][c], c < ch */ \
+    static void refseg_winograd_output_adjoint_##SUFFIX(const T *const *src, T *dst, \
+                                                        Py_ssize_t stride, Py_ssize_t ch) \
+    { \
+        refseg_winograd_ada_##SUFFIX( \
+            src[0], src[1], src[2], src[3], dst, dst + stride, dst + 2 * stride, \
+            dst + 3 * stride, dst + 4 * stride, dst + 5 * stride, dst + 6 * stride, \
+            dst + 7 * stride, dst + 8 * stride, dst + 9 * stride, dst + 10 * stride, \
+            dst + 11 * stride, dst + 12 * stride, dst + 13 * stride, dst + 14 * stride, \
+            dst + 15 * stride, ch); \
+    } \
+    /* g_{3a + b}[e] = (G^T dU G)[a][b], dU[xi][nu] = u_{4 xi + nu}[e], e0 <= e < e1 */ \
+    static inline void refseg_winograd_gug_##SUFFIX( \
+            const T *restrict u0, const T *restrict u1, const T *restrict u2, \
+            const T *restrict u3, const T *restrict u4, const T *restrict u5, \
+            const T *restrict u6, const T *restrict u7, const T *restrict u8, \
+            const T *restrict u9, const T *restrict u10, const T *restrict u11, \
+            const T *restrict u12, const T *restrict u13, const T *restrict u14, \
+            const T *restrict u15, T *restrict g0, T *restrict g1, T *restrict g2, \
+            T *restrict g3, T *restrict g4, T *restrict g5, T *restrict g6, T *restrict g7, \
+            T *restrict g8, Py_ssize_t e0, Py_ssize_t e1) \
+    { \
+        const T half = (T)0.5; \
+        for (Py_ssize_t e = e0; e < e1; e++) { \
+            T c0[3], c1[3], c2[3], c3[3], r0[3], r1[3], r2[3]; \
+            /* G^T dU down each column nu: c_nu[a] */ \
+            REFSEG_GT(u0[e], u4[e], u8[e], u12[e], c0, half); \
+            REFSEG_GT(u1[e], u5[e], u9[e], u13[e], c1, half); \
+            REFSEG_GT(u2[e], u6[e], u10[e], u14[e], c2, half); \
+            REFSEG_GT(u3[e], u7[e], u11[e], u15[e], c3, half); \
+            /* (G^T dU) G along each row a: r_a[b] */ \
+            REFSEG_GT(c0[0], c1[0], c2[0], c3[0], r0, half); \
+            REFSEG_GT(c0[1], c1[1], c2[1], c3[1], r1, half); \
+            REFSEG_GT(c0[2], c1[2], c2[2], c3[2], r2, half); \
+            g0[e] = r0[0]; g1[e] = r0[1]; g2[e] = r0[2]; \
+            g3[e] = r1[0]; g4[e] = r1[1]; g5[e] = r1[2]; \
+            g6[e] = r2[0]; g7[e] = r2[1]; g8[e] = r2[2]; \
+        } \
+    } \
+    /* w[(3a + b)*size + e] = (G^T dU G)[a][b], dU[xi][nu] = u[(4 xi + nu)*stride + e] */ \
+    static void refseg_winograd_kernel_adjoint_##SUFFIX(const T *u, Py_ssize_t stride, T *w, \
+                                                        Py_ssize_t size) \
+    { \
+        refseg_winograd_gug_##SUFFIX( \
+            u, u + stride, u + 2 * stride, u + 3 * stride, u + 4 * stride, u + 5 * stride, \
+            u + 6 * stride, u + 7 * stride, u + 8 * stride, u + 9 * stride, \
+            u + 10 * stride, u + 11 * stride, u + 12 * stride, u + 13 * stride, \
+            u + 14 * stride, u + 15 * stride, w, w + size, w + 2 * size, w + 3 * size, \
+            w + 4 * size, w + 5 * size, w + 6 * size, w + 7 * size, w + 8 * size, 0, size); \
+    }
+
+    REFSEG_WINOGRAD(float, f)
+    REFSEG_WINOGRAD(double, d)
+    REFSEG_WINOGRAD_ADJOINT(float, f)
+    REFSEG_WINOGRAD_ADJOINT(double, d)
+    """
+    void _winograd_input_f "refseg_winograd_input_f"(
+        const float **src, float *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
+    void _winograd_input_d "refseg_winograd_input_d"(
+        const double **src, double *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
+    void _winograd_output_f "refseg_winograd_output_f"(
+        const float *m, Py_ssize_t stride, const float *bias, float **dst,
+        Py_ssize_t cout) noexcept nogil
+    void _winograd_output_d "refseg_winograd_output_d"(
+        const double *m, Py_ssize_t stride, const double *bias, double **dst,
+        Py_ssize_t cout) noexcept nogil
+    void _winograd_output_adjoint_f "refseg_winograd_output_adjoint_f"(
+        const float **src, float *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
+    void _winograd_output_adjoint_d "refseg_winograd_output_adjoint_d"(
+        const double **src, double *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
+    void _winograd_kernel_adjoint_f "refseg_winograd_kernel_adjoint_f"(
+        const float *u, Py_ssize_t stride, float *w, Py_ssize_t size) noexcept nogil
+    void _winograd_kernel_adjoint_d "refseg_winograd_kernel_adjoint_d"(
+        const double *u, Py_ssize_t stride, double *w, Py_ssize_t size) noexcept nogil
+    void _winograd_kernel_f "refseg_winograd_kernel_f"(
+        const float *w, Py_ssize_t size, float *u, Py_ssize_t stride, Py_ssize_t e0,
+        Py_ssize_t e1) noexcept nogil
+    void _winograd_kernel_d "refseg_winograd_kernel_d"(
+        const double *w, Py_ssize_t size, double *u, Py_ssize_t stride, Py_ssize_t e0,
+        Py_ssize_t e1) noexcept nogil
+
+
+cdef _check_planes(const real[:, :, :] a):
+    """The Winograd arrays are 16 planes, each C-contiguous, at any (whole-element) distance
+    from each other: the loops index a plane from its first element."""
+    cdef Py_ssize_t item = sizeof(real)
+    if (a.shape[0] != 16 or a.strides[2] != item or a.strides[1] != a.shape[2] * item
+            or a.strides[0] % item != 0):
+        raise ValueError("Winograd arrays must be 16 C-contiguous planes")
+
+
+cdef inline void _winograd_input_tile(const real *x, Py_ssize_t n, Py_ssize_t h,
+                                      Py_ssize_t w, Py_ssize_t ch, Py_ssize_t y0,
+                                      Py_ssize_t x0, const real *zeros, real *dst,
+                                      Py_ssize_t stride) noexcept nogil:
+    """The transform of the tile whose window starts at row y0, column x0 of image n: the
+    window's 16 pixel pointers (a row of zeros outside the input) in a stack array of this
+    call (tiles run in parallel), then the C loop."""
+    cdef const real *src[16]
+    cdef Py_ssize_t r, s, y, xx
+    for r in range(4):
+        y = y0 + r
+        for s in range(4):
+            xx = x0 + s
+            if y < 0 or y >= h or xx < 0 or xx >= w:
+                src[4 * r + s] = zeros
+            else:
+                src[4 * r + s] = x + ((n * h + y) * w + xx) * ch
+    if real is float:
+        _winograd_input_f(src, dst, stride, ch)
+    else:
+        _winograd_input_d(src, dst, stride, ch)
+
+
+def winograd_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t th,
+                   Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :] v):
+    """v[k, p, c] = (B^T d B)[k // 4, k % 4] for tile t = tile_start + p of a th x tw grid per
+    image, d[r, s] = x[n, 2ti - pt + r, 2tj - pl + s, c] (0 outside x). Tiles run in parallel;
+    a range of tiles lets callers transform a cache-sized block at a time."""
+    cdef Py_ssize_t h = x.shape[1], w = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t tiles = v.shape[1], stride = v.strides[0] // sizeof(real)
+    cdef Py_ssize_t p, t, n, ti, tj
+    _check_planes(v)
+    cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
+    if zeros == NULL:
+        raise MemoryError("winograd_input: cannot allocate a row of zeros")
+    try:
+        with nogil:
+            for p in prange(tiles, schedule="static",
+                            num_threads=_threads(tiles * 16 * ch // 8)):
+                t = tile_start + p
+                n = t // (th * tw)
+                ti = (t - n * th * tw) // tw
+                tj = t - (n * th + ti) * tw
+                _winograd_input_tile(&x[0, 0, 0, 0], n, h, w, ch, 2 * ti - pt, 2 * tj - pl,
+                                     zeros, &v[0, p, 0], stride)
+    finally:
+        free(zeros)
+
+
+cdef inline void _winograd_output_tile(const real *m, Py_ssize_t stride, const real *bias,
+                                       real *out, Py_ssize_t n, Py_ssize_t y0, Py_ssize_t x0,
+                                       Py_ssize_t ho, Py_ssize_t wo,
+                                       Py_ssize_t cout) noexcept nogil:
+    """The transform of the tile whose outputs start at row y0, column x0 of image n: its four
+    destination pixels (NULL past the edges) in a stack array of this call, then the C loop."""
+    cdef real *dst[4]
+    cdef Py_ssize_t u, v
+    for u in range(2):
+        for v in range(2):
+            if y0 + u < ho and x0 + v < wo:
+                dst[2 * u + v] = out + ((n * ho + y0 + u) * wo + x0 + v) * cout
+            else:
+                dst[2 * u + v] = NULL
+    if real is float:
+        _winograd_output_f(m, stride, bias, dst, cout)
+    else:
+        _winograd_output_d(m, stride, bias, dst, cout)
+
+
+def winograd_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
+                    Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :, ::1] out):
+    """out[n, 2ti + u, 2tj + v, o] = (A^T M A)[u, v] + bias[o] with M[k] = m[k, p, o], for
+    tile t = tile_start + p; the outputs of a partial tile past the bottom or right edge of
+    out are not written. Tiles run in parallel and write disjoint pixels."""
+    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
+    cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
+    cdef Py_ssize_t p, t, n, ti, tj
+    _check_planes(m)
+    with nogil:
+        for p in prange(tiles, schedule="static", num_threads=_threads(tiles * 16 * cout // 8)):
+            t = tile_start + p
+            n = t // (th * tw)
+            ti = (t - n * th * tw) // tw
+            tj = t - (n * th + ti) * tw
+            _winograd_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], n, 2 * ti,
+                                  2 * tj, ho, wo, cout)
+
+
+def winograd_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
+    """u[k, c, o] = (G g G^T)[k // 4, k % 4] for the 3x3 kernel g[a, b] = w[a, b, c, o]: G
+    down each column b of g, then along each row of G g.
+
+    On one thread: the 16 matrix products come right after it, and after a parallel region
+    libgomp's workers keep spinning for a while on the cores that OpenBLAS's threads then
+    need. Measured (2 cores, 256 -> 256 channels at 14x14, batch 4, forward): Winograd took
+    1.3-1.5 times the im2col route's time with this transform on two threads and 0.8 times
+    with it on one; the transform itself takes 1.5 ms instead of 0.9 ms at 576 -> 576."""
+    cdef Py_ssize_t size = w.shape[2] * w.shape[3], stride = u.strides[0] // sizeof(real)
+    _check_planes(u)
+    with nogil:
+        if real is float:
+            _winograd_kernel_f(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride, 0, size)
+        else:
+            _winograd_kernel_d(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride, 0, size)
+
+
+# The adjoints, for the kernel gradient: y = A^T M A gives dM = A dy A^T per tile (the
+# pixels of a partial tile past the output's edge have no gradient: 0), U = G g G^T gives
+# dg = G^T dU G, and dU[k] = V[k]^T dM[k] summed over tiles (matrix products, in conv.py).
+#
+#   A = [1  0]     G^T = [1  1/2  1/2  0]
+#       [1  1]           [0  1/2 -1/2  0]
+#       [1 -1]           [0  1/2  1/2  1]
+#       [0 -1]
+
+
+cdef inline void _winograd_output_adjoint_tile(const real *g, Py_ssize_t n, Py_ssize_t ho,
+                                               Py_ssize_t wo, Py_ssize_t ch, Py_ssize_t y0,
+                                               Py_ssize_t x0, const real *zeros, real *dst,
+                                               Py_ssize_t stride) noexcept nogil:
+    """The adjoint output transform of the tile whose outputs start at row y0, column x0 of
+    image n: its four gradient pixels (a row of zeros past the edges), then the C loop."""
+    cdef const real *src[4]
+    cdef Py_ssize_t u, v
+    for u in range(2):
+        for v in range(2):
+            if y0 + u < ho and x0 + v < wo:
+                src[2 * u + v] = g + ((n * ho + y0 + u) * wo + x0 + v) * ch
+            else:
+                src[2 * u + v] = zeros
+    if real is float:
+        _winograd_output_adjoint_f(src, dst, stride, ch)
+    else:
+        _winograd_output_adjoint_d(src, dst, stride, ch)
+
+
+def winograd_output_adjoint(const real[:, :, :, ::1] g, Py_ssize_t th, Py_ssize_t tw,
+                            Py_ssize_t tile_start, real[:, :, :] m):
+    """m[k, p, o] = (A dy A^T)[k // 4, k % 4] for tile t = tile_start + p, dy[u, v] =
+    g[n, 2ti + u, 2tj + v, o] (0 past the bottom or right edge of g): the gradient of
+    winograd_output's M given the gradient g of its output. Tiles run in parallel."""
+    cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], ch = g.shape[3]
+    cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
+    cdef Py_ssize_t p, t, n, ti, tj
+    _check_planes(m)
+    cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
+    if zeros == NULL:
+        raise MemoryError("winograd_output_adjoint: cannot allocate a row of zeros")
+    try:
+        with nogil:
+            for p in prange(tiles, schedule="static",
+                            num_threads=_threads(tiles * 16 * ch // 8)):
+                t = tile_start + p
+                n = t // (th * tw)
+                ti = (t - n * th * tw) // tw
+                tj = t - (n * th + ti) * tw
+                _winograd_output_adjoint_tile(&g[0, 0, 0, 0], n, ho, wo, ch, 2 * ti, 2 * tj,
+                                              zeros, &m[0, p, 0], stride)
+    finally:
+        free(zeros)
+
+
+def winograd_kernel_adjoint(const real[:, :, :] u, real[:, :, :, ::1] w):
+    """w[a, b, c, o] = (G^T dU G)[a, b] with dU[xi, nu] = u[4 xi + nu, c, o]: the gradient of
+    winograd_kernel's input given the gradient u of its output. On one thread, as
+    winograd_kernel."""
+    cdef Py_ssize_t size = w.shape[2] * w.shape[3], stride = u.strides[0] // sizeof(real)
+    _check_planes(u)
+    with nogil:
+        if real is float:
+            _winograd_kernel_adjoint_f(&u[0, 0, 0], stride, &w[0, 0, 0, 0], size)
+        else:
+            _winograd_kernel_adjoint_d(&u[0, 0, 0], stride, &w[0, 0, 0, 0], size)

@@ -285,3 +285,105 @@ def conv_small_weight(x, g, kh, kw, pt, pl, dw, dbias):
             k = (a * kw + b) * c
             dw[k:k + c] = np.einsum("nijc,nijo->co", taps[a, b], g)
     dbias[...] = g.sum(axis=(0, 1, 2))
+
+
+# ------------------------------------------------------------------------------------------
+# Winograd F(2x2, 3x3) transforms: the same combinations, in the same order, as _kernels.pyx.
+
+def _bt_combine(d0, d1, d2, d3):
+    """B^T applied to four values (arrays): (d0 - d2, d1 + d2, d2 - d1, d1 - d3)."""
+    return d0 - d2, d1 + d2, d2 - d1, d1 - d3
+
+
+def _tile_coordinates(th, tw, tile_start, tiles):
+    """(n, ti, tj) of tiles tile_start .. tile_start + tiles - 1, t = (n*th + ti)*tw + tj."""
+    t = np.arange(tile_start, tile_start + tiles)
+    return t // (th * tw), t % (th * tw) // tw, t % tw
+
+
+def winograd_input(x, pt, pl, th, tw, tile_start, v):
+    x = np.asarray(x)
+    n_img, h, w, c = x.shape
+    tiles = v.shape[1]
+    # the input inside a zero frame covering every window: padded[:, q] is row q - pt of x
+    padded = np.zeros((n_img, 2 * th + 2, 2 * tw + 2, c), dtype=x.dtype)
+    top, bottom = np.clip([pt, pt + h], 0, 2 * th + 2)
+    left, right = np.clip([pl, pl + w], 0, 2 * tw + 2)
+    padded[:, top:bottom, left:right] = x[:, top - pt:bottom - pt, left - pl:right - pl]
+    n, ti, tj = _tile_coordinates(th, tw, tile_start, tiles)
+    # d[r][s]: (tiles, C), window position (r, s) of each tile
+    d = [[padded[n, 2 * ti + r, 2 * tj + s] for s in range(4)] for r in range(4)]
+    columns = [_bt_combine(*(d[r][s] for r in range(4))) for s in range(4)]  # [s][xi]
+    for xi in range(4):
+        row = _bt_combine(*(columns[s][xi] for s in range(4)))
+        for nu in range(4):
+            v[4 * xi + nu] = row[nu]
+
+
+def _at_combine(m0, m1, m2, m3):
+    """A^T applied to four values (arrays): ((m0 + m1) + m2, (m1 - m2) - m3)."""
+    return (m0 + m1) + m2, (m1 - m2) - m3
+
+
+def winograd_output(m, bias, th, tw, tile_start, out):
+    m, out = np.asarray(m), np.asarray(out)
+    _, ho, wo, _ = out.shape
+    n, ti, tj = _tile_coordinates(th, tw, tile_start, m.shape[1])
+    columns = [_at_combine(*(m[4 * xi + nu] for xi in range(4))) for nu in range(4)]  # [nu][u]
+    for u in range(2):
+        row = _at_combine(*(columns[nu][u] for nu in range(4)))
+        for v in range(2):
+            y, x = 2 * ti + u, 2 * tj + v
+            inside = (y < ho) & (x < wo)  # a partial tile at the bottom or right edge
+            out[n[inside], y[inside], x[inside]] = row[v][inside] + np.asarray(bias)
+
+
+def _g_combine(g0, g1, g2):
+    """G applied to three values (arrays): (g0, ((g0 + g1) + g2) / 2, ((g0 - g1) + g2) / 2, g2)."""
+    half = g0.dtype.type(0.5)
+    return g0, ((g0 + g1) + g2) * half, ((g0 - g1) + g2) * half, g2
+
+
+def winograd_kernel(w, u):
+    w = np.asarray(w)
+    columns = [_g_combine(w[0, b], w[1, b], w[2, b]) for b in range(3)]  # [b][xi]
+    for xi in range(4):
+        row = _g_combine(*(columns[b][xi] for b in range(3)))
+        for nu in range(4):
+            u[4 * xi + nu] = row[nu]
+
+
+def _a_combine(d0, d1):
+    """A (4 x 2) applied to two values (arrays): (d0, d0 + d1, d0 - d1, -d1)."""
+    return d0, d0 + d1, d0 - d1, -d1
+
+
+def winograd_output_adjoint(g, th, tw, tile_start, m):
+    g = np.asarray(g)
+    n_img, ho, wo, c = g.shape
+    # the gradient inside a zero frame covering every tile: pixels past the edges give 0
+    padded = np.zeros((n_img, 2 * th, 2 * tw, c), dtype=g.dtype)
+    padded[:, :ho, :wo] = g
+    n, ti, tj = _tile_coordinates(th, tw, tile_start, m.shape[1])
+    dy = [[padded[n, 2 * ti + u, 2 * tj + v] for v in range(2)] for u in range(2)]
+    columns = [_a_combine(dy[0][v], dy[1][v]) for v in range(2)]  # [v][xi]
+    for xi in range(4):
+        row = _a_combine(columns[0][xi], columns[1][xi])
+        for nu in range(4):
+            m[4 * xi + nu] = row[nu]
+
+
+def _gt_combine(u0, u1, u2, u3):
+    """G^T (3 x 4) applied to four values (arrays): (u0 + (u1 + u2) / 2, (u1 - u2) / 2,
+    (u1 + u2) / 2 + u3)."""
+    half = u0.dtype.type(0.5)
+    return u0 + (u1 + u2) * half, (u1 - u2) * half, (u1 + u2) * half + u3
+
+
+def winograd_kernel_adjoint(u, w):
+    u = np.asarray(u)
+    columns = [_gt_combine(*(u[4 * xi + nu] for xi in range(4))) for nu in range(4)]  # [nu][a]
+    for a in range(3):
+        row = _gt_combine(*(columns[nu][a] for nu in range(4)))
+        for b in range(3):
+            w[a, b] = row[b]

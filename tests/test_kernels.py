@@ -306,3 +306,116 @@ def test_conv_small_kernels(avx512, dtype, x, kernel, pads, cout):
     eps = 1e-6 if dtype == np.float32 else 1e-13
     for a, b, bound in zip(fast, slow, bounds):
         assert np.all(np.abs(a - b) <= eps * bound + np.finfo(dtype).tiny)
+
+
+def _winograd_layouts(shape, dtype):
+    """Two empty (16, rows, cols) arrays: C-contiguous, and with planes skewed apart as
+    ``conv._planes`` lays them out (the kernels must read the plane distance, not assume it)."""
+    from refseg.autograd import conv
+
+    rows, cols = shape[1:]
+    return [np.zeros(shape, dtype=dtype),
+            conv._planes(np.zeros(conv._planes_size(rows, cols, dtype), dtype=dtype), rows, cols)]
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 9), st.integers(1, 9),
+                                          st.integers(1, 3)), elements=st.floats(-10, 10)),
+       pads=st.tuples(st.integers(-1, 3), st.integers(-1, 3)),
+       cout=st.sampled_from([1, 2, 3, 70]), same_size=st.booleans())
+def test_winograd_kernels(dtype, x, pads, cout, same_size):
+    """Winograd transforms: adds, subtractions and exact halvings in a fixed order, bit for
+    bit, in both plane layouts; for all tiles and for a block from the middle to the end.
+    Output sizes: the input's ("same" for pads of 1) or the "valid" geometry of the pads
+    (partial tiles at odd sizes); 70 output channels cover more than one stack block of a
+    partial tile (64 channels)."""
+    x = x.astype(dtype)
+    n, h, w, c = x.shape
+    pt, pl = pads
+    ho, wo = (h, w) if same_size else _geometry(h, w, 3, 3, 1, 1, pt, pl)
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    tiles = n * th * tw
+    rng = np.random.default_rng(4)
+    kernel = rng.standard_normal((3, 3, c, cout)).astype(dtype)
+    m = rng.standard_normal((16, tiles, cout)).astype(dtype)
+    bias = rng.standard_normal(cout).astype(dtype)
+    for start in (0, tiles // 2):
+        count = tiles - start
+        for v_fast, v_twin in zip(_winograd_layouts((16, count, c), dtype),
+                                  _winograd_layouts((16, count, c), dtype)):
+            fast.winograd_input(x, pt, pl, th, tw, start, v_fast)
+            twin.winograd_input(x, pt, pl, th, tw, start, v_twin)
+            assert np.array_equal(v_fast, v_twin)
+        outs = [np.full((n, ho, wo, cout), np.nan, dtype=dtype) for _ in range(2)]
+        for module, out in zip((fast, twin), outs):
+            for layout in _winograd_layouts((16, count, cout), dtype):
+                layout[...] = m[:, start:]
+                module.winograd_output(layout, bias, th, tw, start, out)
+        assert np.array_equal(outs[0], outs[1], equal_nan=True)
+        # exactly the pixels of the block's tiles are written (all channels)
+        expected = np.zeros((n, ho, wo, cout), dtype=bool)
+        for t in range(start, tiles):
+            i, j = t % (th * tw) // tw, t % tw
+            expected[t // (th * tw), 2 * i:2 * i + 2, 2 * j:2 * j + 2] = True
+        assert np.array_equal(~np.isnan(outs[0]), expected)
+    for u_fast, u_twin in zip(_winograd_layouts((16, c, cout), dtype),
+                              _winograd_layouts((16, c, cout), dtype)):
+        fast.winograd_kernel(kernel, u_fast)
+        twin.winograd_kernel(kernel, u_twin)
+        assert np.array_equal(u_fast, u_twin)
+
+
+@pytest.mark.claim("claim4.propagation")
+def test_winograd_kernels_refuse_planes_they_cannot_index():
+    """The kernels index each plane from its first element: a plane that is not C-contiguous
+    or a wrong number of planes raises instead of being read wrongly."""
+    x = np.zeros((1, 4, 4, 2), dtype=np.float32)
+    planes = np.zeros((16, 4, 4), np.float32)
+    for bad in (planes[:, :, :2], planes[:, :2, ::2], np.zeros((15, 4, 2), np.float32)):
+        with pytest.raises(ValueError, match="16 C-contiguous planes"):
+            fast.winograd_input(x, 1, 1, 2, 2, 0, bad)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(g=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 9), st.integers(1, 9),
+                                          st.sampled_from([1, 2, 3, 20])),
+                    elements=st.floats(-10, 10)), cin=st.integers(1, 3))
+def test_winograd_adjoint_kernels(dtype, g, cin):
+    """The kernel-gradient transforms: bit for bit against their twins (all tiles and a block
+    from the middle; both plane layouts), and in float64 the adjoints of the forward
+    transforms: <winograd_output(M), g> = <M, winograd_output_adjoint(g)> and
+    <winograd_kernel(w), U> = <w, winograd_kernel_adjoint(U)>, to float64 rounding of sums
+    of a few hundred terms (1e-12 relative)."""
+    g = g.astype(dtype)
+    n, ho, wo, cout = g.shape
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    tiles = n * th * tw
+    for start in (0, tiles // 2):
+        m = [_winograd_layouts((16, tiles - start, cout), dtype) for _ in range(2)]
+        for module, layouts in zip((fast, twin), m):
+            for layout in layouts:
+                module.winograd_output_adjoint(g, th, tw, start, layout)
+        for a, b in zip(*m):
+            assert np.array_equal(a, b)
+    rng = np.random.default_rng(8)
+    u = rng.standard_normal((16, cin, cout)).astype(dtype)
+    w = [np.zeros((3, 3, cin, cout), dtype=dtype) for _ in range(2)]
+    for module, out in zip((fast, twin), w):
+        for layout in _winograd_layouts((16, cin, cout), dtype):
+            layout[...] = u
+            module.winograd_kernel_adjoint(layout, out)
+    assert np.array_equal(*w)
+    if dtype == np.float64:
+        mm = rng.standard_normal((16, tiles, cout))
+        y = np.zeros(g.shape)
+        fast.winograd_output(mm, np.zeros(cout), th, tw, 0, y)
+        adjoint = np.zeros((16, tiles, cout))
+        fast.winograd_output_adjoint(g, th, tw, 0, adjoint)
+        assert (y * g).sum() == pytest.approx((mm * adjoint).sum(), rel=1e-12, abs=1e-12)
+        kernel = rng.standard_normal((3, 3, cin, cout))
+        transformed = np.zeros((16, cin, cout))
+        fast.winograd_kernel(kernel, transformed)
+        assert (transformed * u).sum() == pytest.approx((kernel * w[0]).sum(), rel=1e-12,
+                                                        abs=1e-12)

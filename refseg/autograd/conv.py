@@ -9,6 +9,14 @@ the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is
 input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
 <x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``).
 
+Stride-1 3x3 float32 convolutions with enough channels and output tiles (the decoder's x5,
+x7b, x9, x18, x21, ResNet50V2's conv2-conv4 3x3 convolutions; x2 and x13 from batch 4) take
+Winograd F(2x2, 3x3) instead (``_winograd_conv``, ``_winograd_weight_grad``, see
+``conv_route``): 16 matrix products per block of 2x2 output tiles, 2.25 times fewer
+multiply-adds, for the forward, the input gradient (the adjoint convolution, through the same
+transformed kernel) and the kernel gradient (the adjoint transforms). The stride-1 transposed
+convolution takes it too.
+
 Stride-1 convolutions with few channels (kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS products per
 output pixel, e.g. the 3 -> 3 prediction layer) run on compiled direct kernels instead
 (``conv_small_forward`` / ``conv_small_weight``, see ``conv_route``): there im2col + GEMM is
@@ -19,6 +27,12 @@ im2col forward and up to 2x slower forward + backward on the decoder's large lay
 OpenBLAS threads (the products have K = Cin instead of kh*kw*Cin and re-read the output kh*kw
 times); running im2col on two OpenMP threads between GEMMs was ~10x slower (OpenBLAS's idle
 workers keep spinning on the cores).
+
+Measured and not changed: libgomp's workers keep spinning for a while after each parallel
+region (GOMP_SPINCOUNT, 300000 by default), on the cores OpenBLAS's threads need for the
+products that follow; with GOMP_SPINCOUNT=0 the Winograd layers ran up to 1.5-2x faster when
+they follow other OpenMP work (torch's in the benchmarks). That setting is the user's (it is
+read when libgomp loads, and torch shares the library in one process).
 
 References: claims 2-4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0139] (depthwise, MobileNetV2),
 [0232]-[0236] (ResNet convolutions), [0129]-[0132] (backward).
@@ -70,7 +84,8 @@ class _Window(Op):
 
 @implements("claim2.fusion", "claim4.propagation")
 class Conv2D(_Window):
-    """y = conv(x, W) + b, Keras Conv2D (cross-correlation), im2col + GEMM."""
+    """y = conv(x, W) + b, Keras Conv2D (cross-correlation): im2col + GEMM, Winograd or direct
+    (``conv_route``)."""
 
     name = "conv2d"
 
@@ -80,11 +95,13 @@ class Conv2D(_Window):
         _check_bias(b, cout, self.name)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
-        route = conv_route(w.shape, self.strides)
+        route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo))
         x = np.ascontiguousarray(x)
         if route == "direct":
             out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
                                (ho, wo), self.backend)
+        elif route == "winograd":
+            out = _winograd_conv(x, w, False, b, (pt, pl), (ho, wo), self.backend)
         else:
             out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
                                 (pt, pl), (ho, wo), self.backend)
@@ -108,10 +125,18 @@ class Conv2D(_Window):
                                     self.backend)
         db = _channel_sums(g) if ctx.has_bias else None
         g2 = g.reshape(-1, cout)
-        dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
-                                  self.backend).reshape(w.shape)
+        if ctx.route == "winograd":
+            dw = _winograd_weight_grad(x, g, (pt, pl), self.backend)
+        else:
+            dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
+                                      self.backend).reshape(w.shape)
         dx = None
-        if ctx.needs_input_grad[0] and self.strides == (1, 1):
+        if ctx.needs_input_grad[0] and ctx.route == "winograd":
+            # the adjoint stride-1 convolution (flipped kernel, in and out exchanged, padded
+            # k - 1 - p before), by the same Winograd path
+            dx = _winograd_conv(g, w, True, None, (kh - 1 - pt, kw - 1 - pl), x.shape[1:3],
+                                self.backend)
+        elif ctx.needs_input_grad[0] and self.strides == (1, 1):
             # stride 1: dx is the correlation of grad with the kernel flipped in space and
             # transposed in channels, padded k - 1 - p before: the same blocked path as forward
             flipped = np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
@@ -141,14 +166,20 @@ class Conv2DTranspose(_Window):
         ctx.geometry = (x.shape, (pt, pl))
         ctx.has_bias = b is not None
         # the convolution this op is the adjoint of maps (ho, wo, cout) to (h, wd, cin)
-        ctx.direct = conv_route((kh, kw, cout, cin), self.strides) == "direct"
-        if ctx.direct:
+        ctx.route = conv_route((kh, kw, cout, cin), self.strides, x.dtype, (n, ho, wo))
+        if ctx.route == "direct":
             # stride 1: the transposed convolution is the convolution with the kernel flipped
             # in space, padded k - 1 - crop before
             x = np.ascontiguousarray(x)
             ctx.save_for_backward(x, w)
             return _direct_conv(x, _flipped(w).reshape(kh * kw * cin, cout), b, (kh, kw),
                                 (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend)
+        if ctx.route == "winograd":
+            # the same convolution with the flipped kernel, by the Winograd path
+            x = np.ascontiguousarray(x)
+            ctx.save_for_backward(x, w)
+            return _winograd_conv(x, w, True, b, (kh - 1 - pt, kw - 1 - pl), (ho, wo),
+                                  self.backend)
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
         if _pointwise(kh, kw, self.strides, (pt, pl), (h, wd), (ho, wo)):
@@ -169,7 +200,7 @@ class Conv2DTranspose(_Window):
         x2, w = ctx.saved
         x_shape, pads = ctx.geometry
         kh, kw, cout, cin = w.shape
-        if ctx.direct:
+        if ctx.route == "direct":
             # the convolution's forward (input gradient) and kernel gradient with the roles of
             # input and output exchanged: dw[(a, b, o), c] = sum g_padded[.. + (a, b), o] x[.., c]
             g = np.ascontiguousarray(grad)
@@ -180,6 +211,15 @@ class Conv2DTranspose(_Window):
             dw, _ = _direct_weight_grad(g, x2, (kh, kw), pads, self.backend)
             db = _channel_sums(g) if ctx.has_bias else None
             return dx, dw.reshape(w.shape), db
+        if ctx.route == "winograd":
+            # the same roles as above, by the Winograd path
+            g = np.ascontiguousarray(grad)
+            dx = None
+            if ctx.needs_input_grad[0]:
+                dx = _winograd_conv(g, w, False, None, pads, x_shape[1:3], self.backend)
+            dw = _winograd_weight_grad(g, x2, pads, self.backend)
+            db = _channel_sums(g) if ctx.has_bias else None
+            return dx, dw, db
         gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
         w2 = w.reshape(kh * kw * cout, cin)
         dx = (gcols @ w2).reshape(x_shape) if ctx.needs_input_grad[0] else None
@@ -233,15 +273,18 @@ class DepthwiseConv2D(_Window):
 _WORKSPACE: dict = {}
 
 
-def _workspace(size, dtype) -> np.ndarray:
-    """A scratch vector of at least ``size`` elements, one per dtype, grown as needed and reused
-    by every op: column matrices are temporaries, and writing into memory that is already
-    mapped avoids the page faults of a fresh allocation on every call. Only one op at a time
-    uses it (an op finishes with it before it returns)."""
-    key = np.dtype(dtype)
+def _workspace(size, dtype, slot="columns") -> np.ndarray:
+    """A scratch vector of at least ``size`` elements, one per dtype and slot, grown as needed
+    and reused by every op: column matrices are temporaries, and writing into memory that is
+    already mapped avoids the page faults of a fresh allocation on every call. Only one op at a
+    time uses it (an op finishes with it before it returns), so nothing an op returns may be a
+    view of it. Slots are buffers that one op uses at the same time: the Winograd path keeps
+    its transformed kernel ("winograd kernel") while it transforms blocks of tiles in
+    "columns"."""
+    key = (np.dtype(dtype), slot)
     buffer = _WORKSPACE.get(key)
     if buffer is None or buffer.size < size:
-        buffer = np.empty(max(size, 1), dtype=key)
+        buffer = np.empty(max(size, 1), dtype=key[0])
         _WORKSPACE[key] = buffer
     return buffer[:size]
 
@@ -252,32 +295,241 @@ def _workspace(size, dtype) -> np.ndarray:
 #: layers (64 -> 3, 96 -> 3) are stride 2 and stay on im2col.
 DIRECT_MAX_PRODUCTS = 256
 
-#: Forces one route for every stride-1 convolution ("direct" or "im2col"); None chooses by
-#: DIRECT_MAX_PRODUCTS. For tests.
+#: Fewest input and output channels (each) of a stride-1 3x3 convolution that takes the
+#: Winograd route by default. Measured on 2 cores, 56x56, batch 1, forward: Winograd took 0.7
+#: (16 -> 16 and 32 -> 32 channels) to 0.8 (64 -> 64) times the im2col route's time; smaller
+#: products (K = Cin, N = Cout) were not measured below 16.
+WINOGRAD_MIN_CHANNELS = 16
+
+#: Fewest 2x2 output tiles (N * ceil(Ho / 2) * ceil(Wo / 2)) of a convolution that takes the
+#: Winograd route by default: its 16 products have one row per tile, and OpenBLAS splits
+#: products of a few dozen rows poorly over two threads, while im2col's one product has 4
+#: rows per tile. Measured on 2 cores, forward, Winograd over im2col time: 512 -> 512 at 7x7
+#: 1.8-3.1 (16 tiles), 1.1-2.1 (64), 1.1-1.5 (128); 576 -> 576 at 14x14 1.1-1.9 (49 tiles),
+#: 0.85-1.4 (98); 256 -> 256 at 14x14 0.8-0.9 (196). The decoder's x13 and x2 (49 tiles
+#: per image) take Winograd from batch 4 on, ResNet50V2's conv5 (16 per image) never below
+#: batch 10.
+WINOGRAD_MIN_TILES = 160
+
+#: Dtypes whose stride-1 3x3 convolutions take the Winograd route by default. float64 stays on
+#: im2col although Winograd is as fast there (0.55-0.75 of im2col's time on the decoder's
+#: layers, 1 thread) and as accurate (1e-15): float64 is refseg's reference (gradient checks,
+#: the float64 network that float32 tolerances are measured against), and direct summation
+#: keeps it independent of the Winograd path it is used to check.
+WINOGRAD_DTYPES = (np.dtype(np.float32),)
+
+#: Forces one route for every stride-1 convolution ("direct", "im2col" or "winograd"; a forced
+#: "winograd" applies to 3x3 kernels, the only size F(2x2, 3x3) computes, and other kernels take
+#: "im2col"); None chooses by DIRECT_MAX_PRODUCTS and WINOGRAD_MIN_CHANNELS. For tests.
 FORCE_ROUTE = None
 
 
 @implements("claim4.propagation")
-def conv_route(w_shape, strides) -> str:
+def conv_route(w_shape, strides, dtype=np.float32, out_shape=None) -> str:
     """How conv2d computes a convolution with kernel ``w_shape`` (kh, kw, Cin, Cout).
+
+    Parameters
+    ----------
+    w_shape : tuple of int
+        (kh, kw, Cin, Cout).
+    strides : (int, int)
+    dtype : numpy dtype
+        The input's.
+    out_shape : (int, int, int) or None
+        (N, Ho, Wo) of the output; None: not considered.
 
     Returns
     -------
-    {"direct", "im2col"}
-        "direct" for stride 1 and kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS, or whenever
-        FORCE_ROUTE is "direct" and the stride is 1; "im2col" otherwise.
+    {"direct", "winograd", "im2col"}
+        Stride 1 only, else "im2col". "direct" for kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS;
+        "winograd" for a 3x3 kernel with Cin and Cout >= WINOGRAD_MIN_CHANNELS, at least
+        WINOGRAD_MIN_TILES output tiles and a dtype in WINOGRAD_DTYPES; "im2col" otherwise.
+        FORCE_ROUTE overrides the choice.
     """
+    kh, kw, cin, cout = w_shape
     if strides != (1, 1):
         return "im2col"
+    if FORCE_ROUTE == "winograd":
+        return "winograd" if (kh, kw) == (3, 3) else "im2col"
     if FORCE_ROUTE is not None:
         return FORCE_ROUTE
-    return "direct" if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS else "im2col"
+    if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS:
+        return "direct"
+    tiles = None if out_shape is None else \
+        out_shape[0] * ((out_shape[1] + 1) // 2) * ((out_shape[2] + 1) // 2)
+    if ((kh, kw) == (3, 3) and min(cin, cout) >= WINOGRAD_MIN_CHANNELS
+            and (tiles is None or tiles >= WINOGRAD_MIN_TILES)
+            and np.dtype(dtype) in WINOGRAD_DTYPES):
+        return "winograd"
+    return "im2col"
 
 
 def _flipped(w) -> np.ndarray:
     """The kernel of the adjoint stride-1 convolution: flipped in space, in and out exchanged
     (contiguous, (kh, kw, out, in) for an (kh, kw, in, out) kernel)."""
     return np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
+
+
+#: Bytes of the transformed tiles that the Winograd path holds at a time, input (16 x tiles
+#: x Cin) and products (16 x tiles x Cout) together: fewer, longer matrix products against
+#: data that stays in the caches (2 MB of L2 per core, a large shared L3 here). Measured on 2
+#: cores over x9, x13, x18 and x21 at batch 1 and 4 (forward): 4, 8, 16 and 32 MB within
+#: about 15% of each other in sum, 1 and 2 MB slower; 8 MB was best or near it in three runs.
+WINOGRAD_BLOCK_BYTES = 8 << 20
+
+#: Entry k = 4*xi + nu of the transform of the kernel flipped in space is entry
+#: 4*pi(xi) + pi(nu) of the kernel's own transform, pi swapping 0 and 3: reversing the columns
+#: of G reverses the order of its rows 0 and 3 and leaves rows 1 and 2 as they are.
+_FLIPPED_ENTRY = [4 * i + j for i in (3, 1, 2, 0) for j in (3, 1, 2, 0)]
+
+
+#: Distance in bytes, modulo 4096, between consecutive planes of the Winograd arrays. The
+#: transforms read or write all 16 planes of an array at once: planes a multiple of 4096 bytes
+#: apart would all fall into the same sets of the L1 cache (whose sets repeat every 4096
+#: bytes) and evict each other; 256 bytes apart, the 16 streams cover all of them. Measured:
+#: the input transform of 96 channels took 25 ms instead of 2 ms with contiguous planes of
+#: 3136 tiles (1204224 bytes, 294 x 4096).
+_PLANE_SKEW = 256
+
+
+def _plane_stride(rows, cols, dtype) -> int:
+    """Elements between the planes of a (16, rows, cols) Winograd array: rows*cols rounded up
+    to whole 4096-byte pages, plus _PLANE_SKEW bytes."""
+    itemsize = np.dtype(dtype).itemsize
+    pages = -(-rows * cols * itemsize // 4096)
+    return (pages * 4096 + _PLANE_SKEW) // itemsize
+
+
+def _planes_size(rows, cols, dtype) -> int:
+    """Elements of scratch that _planes needs for a (16, rows, cols) array."""
+    return 15 * _plane_stride(rows, cols, dtype) + rows * cols
+
+
+def _planes(scratch, rows, cols) -> np.ndarray:
+    """A (16, rows, cols) view of the vector ``scratch``: each plane C-contiguous, planes
+    _plane_stride elements apart."""
+    itemsize = scratch.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(
+        scratch, (16, rows, cols),
+        (_plane_stride(rows, cols, scratch.dtype) * itemsize, cols * itemsize, itemsize))
+
+
+@implements("claim4.propagation")
+def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend) -> np.ndarray:
+    """Stride-1 3x3 convolution (+ bias) by Winograd F(2x2, 3x3), a block of tiles at a time.
+
+    Parameters
+    ----------
+    x : ndarray of shape (N, H, W, C), C-contiguous
+    w : ndarray of shape (3, 3, A, B)
+    adjoint : bool
+        False: convolve with w (C = A, B output channels). True: with w flipped in space and
+        its channel axes exchanged, the kernel of the adjoint convolution (C = B, A output
+        channels) - the input gradient of a convolution, the forward of a transposed one.
+    bias : ndarray of shape (output channels,) or None
+    pads : (int, int)
+        Rows and columns of zeros before the input (negative: skipped input).
+    out_hw : (int, int)
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    ndarray of shape (N, Ho, Wo, output channels), a new array (never workspace).
+
+    Notes
+    -----
+    1. U = G g G^T of each input/output channel pair: (16, A, B), in the workspace slot
+       "winograd kernel".
+    2. For each block of tiles (2x2 output pixels each, WINOGRAD_BLOCK_BYTES of transformed
+       data): V = B^T d B of each tile's 4x4 input window, (16, tiles, C); the 16 products
+       M[k] = V[k] @ U[k] (BLAS); out = A^T M A + bias, cropped at the bottom and right edges.
+    The adjoint needs no transformed copy of the flipped kernel: its entry k is U[j].T for
+    j = _FLIPPED_ENTRY[k], a transposed view that BLAS reads as it is.
+
+    References
+    ----------
+    A. Lavin and S. Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016,
+    arXiv:1509.09308.
+    """
+    k = kernels(backend)
+    n, _, _, c = x.shape
+    ho, wo = out_hw
+    a_ch, b_ch = w.shape[2], w.shape[3]
+    cout = a_ch if adjoint else b_ch
+    u = _planes(_workspace(_planes_size(a_ch, b_ch, x.dtype), x.dtype, "winograd kernel"),
+                a_ch, b_ch)
+    k.winograd_kernel(np.ascontiguousarray(w, dtype=x.dtype), u)
+    factors = [u[j].T for j in _FLIPPED_ENTRY] if adjoint else list(u)
+    bias = np.zeros(cout, dtype=x.dtype) if bias is None else np.ascontiguousarray(bias)
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    tiles = n * th * tw
+    per_block = max(1, WINOGRAD_BLOCK_BYTES // (16 * (c + cout) * x.dtype.itemsize))
+    out = np.empty((n, ho, wo, cout), dtype=x.dtype)
+    for start in range(0, tiles, per_block):
+        count = min(per_block, tiles - start)
+        v_size = _planes_size(count, c, x.dtype)
+        scratch = _workspace(v_size + _planes_size(count, cout, x.dtype), x.dtype)
+        v = _planes(scratch[:v_size], count, c)
+        m = _planes(scratch[v_size:], count, cout)
+        k.winograd_input(x, *pads, th, tw, start, v)
+        for entry in range(16):
+            np.matmul(v[entry], factors[entry], out=m[entry])
+        k.winograd_output(m, bias, th, tw, start, out)
+    return out
+
+
+@implements("claim4.propagation")
+def _winograd_weight_grad(x, g, pads, backend) -> np.ndarray:
+    """Kernel gradient of a stride-1 3x3 convolution by the adjoint of Winograd F(2x2, 3x3).
+
+    Parameters
+    ----------
+    x : ndarray of shape (N, H, W, C), C-contiguous
+        The convolution's input.
+    g : ndarray of shape (N, Ho, Wo, Cout), C-contiguous
+        The gradient of its output.
+    pads : (int, int)
+        As for _winograd_conv.
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    ndarray of shape (3, 3, C, Cout), a new array.
+
+    Notes
+    -----
+    The forward is out = A^T M A per tile with M[k] = V[k] @ U[k] and U = G w G^T, so the
+    gradient of M is A dy A^T per tile (dy the tile's 2x2 block of g, 0 past the edges), that
+    of U is dU[k] = sum over tiles of V[k]^T dM[k], and that of w is G^T dU G. Block by block
+    (WINOGRAD_BLOCK_BYTES), dU summed over the blocks in order in x's dtype, as the blocked
+    im2col kernel gradient sums its blocks.
+    """
+    k = kernels(backend)
+    n, _, _, c = x.shape
+    _, ho, wo, cout = g.shape
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    tiles = n * th * tw
+    du = _planes(_workspace(_planes_size(c, cout, x.dtype), x.dtype, "winograd kernel"), c,
+                 cout)
+    product = _workspace(c * cout, x.dtype, "winograd product").reshape(c, cout)
+    per_block = max(1, WINOGRAD_BLOCK_BYTES // (16 * (c + cout) * x.dtype.itemsize))
+    for start in range(0, tiles, per_block):
+        count = min(per_block, tiles - start)
+        v_size = _planes_size(count, c, x.dtype)
+        scratch = _workspace(v_size + _planes_size(count, cout, x.dtype), x.dtype)
+        v = _planes(scratch[:v_size], count, c)
+        m = _planes(scratch[v_size:], count, cout)
+        k.winograd_input(x, *pads, th, tw, start, v)
+        k.winograd_output_adjoint(g, th, tw, start, m)
+        for entry in range(16):
+            if start == 0:
+                np.matmul(v[entry].T, m[entry], out=du[entry])
+            else:
+                np.matmul(v[entry].T, m[entry], out=product)
+                du[entry] += product
+    dw = np.empty((3, 3, c, cout), dtype=x.dtype)
+    k.winograd_kernel_adjoint(du, dw)
+    return dw
 
 
 def _direct_conv(x, w2, bias, kernel, pads, out_hw, backend):
