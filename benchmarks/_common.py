@@ -15,3 +15,6 @@ def pin_threads(threads: int) -> None:
     call this before NumPy, refseg or torch is imported."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
+    # the waiting policies refseg sets when it is imported first (refseg/__init__.py), here for
+    # the whole process whatever loads first; torch, in the same process, runs under them too
+    import refseg  # noqa: F401

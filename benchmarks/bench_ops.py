@@ -306,7 +306,9 @@ def environment_lines(threads: int) -> list[str]:
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
         f"torch.get_num_threads()={torch.get_num_threads() if torch else '-'}",
         "- OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "(unset)")
-        + ", OPENBLAS_L2_SIZE=" + os.environ.get("OPENBLAS_L2_SIZE", "(unset)"),
+        + ", OPENBLAS_L2_SIZE=" + os.environ.get("OPENBLAS_L2_SIZE", "(unset)")
+        + ", OPENBLAS_THREAD_TIMEOUT=" + os.environ.get("OPENBLAS_THREAD_TIMEOUT", "(unset)")
+        + ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "(unset)"),
     ]
     pools = blas_info()
     if pools:
