@@ -462,20 +462,25 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend) -> np.ndarray:
     factors = [u[j].T for j in _FLIPPED_ENTRY] if adjoint else list(u)
     bias = np.zeros(cout, dtype=x.dtype) if bias is None else np.ascontiguousarray(bias)
     th, tw = (ho + 1) // 2, (wo + 1) // 2
-    tiles = n * th * tw
-    per_block = max(1, WINOGRAD_BLOCK_BYTES // (16 * (c + cout) * x.dtype.itemsize))
     out = np.empty((n, ho, wo, cout), dtype=x.dtype)
-    for start in range(0, tiles, per_block):
-        count = min(per_block, tiles - start)
-        v_size = _planes_size(count, c, x.dtype)
-        scratch = _workspace(v_size + _planes_size(count, cout, x.dtype), x.dtype)
-        v = _planes(scratch[:v_size], count, c)
-        m = _planes(scratch[v_size:], count, cout)
+    for start, v, m in _tile_blocks(n * th * tw, c, cout, x.dtype):
         k.winograd_input(x, *pads, th, tw, start, v)
         for entry in range(16):
             np.matmul(v[entry], factors[entry], out=m[entry])
         k.winograd_output(m, bias, th, tw, start, out)
     return out
+
+
+def _tile_blocks(tiles, c, cout, dtype):
+    """(first tile, V planes (16, count, c), M planes (16, count, cout)) for each block of
+    ``tiles`` whose transformed data fit in WINOGRAD_BLOCK_BYTES; both in the workspace, valid
+    until the next block."""
+    per_block = max(1, WINOGRAD_BLOCK_BYTES // (16 * (c + cout) * np.dtype(dtype).itemsize))
+    for start in range(0, tiles, per_block):
+        count = min(per_block, tiles - start)
+        v_size = _planes_size(count, c, dtype)
+        scratch = _workspace(v_size + _planes_size(count, cout, dtype), dtype)
+        yield start, _planes(scratch[:v_size], count, c), _planes(scratch[v_size:], count, cout)
 
 
 @implements("claim4.propagation")
@@ -508,17 +513,10 @@ def _winograd_weight_grad(x, g, pads, backend) -> np.ndarray:
     n, _, _, c = x.shape
     _, ho, wo, cout = g.shape
     th, tw = (ho + 1) // 2, (wo + 1) // 2
-    tiles = n * th * tw
     du = _planes(_workspace(_planes_size(c, cout, x.dtype), x.dtype, "winograd kernel"), c,
                  cout)
     product = _workspace(c * cout, x.dtype, "winograd product").reshape(c, cout)
-    per_block = max(1, WINOGRAD_BLOCK_BYTES // (16 * (c + cout) * x.dtype.itemsize))
-    for start in range(0, tiles, per_block):
-        count = min(per_block, tiles - start)
-        v_size = _planes_size(count, c, x.dtype)
-        scratch = _workspace(v_size + _planes_size(count, cout, x.dtype), x.dtype)
-        v = _planes(scratch[:v_size], count, c)
-        m = _planes(scratch[v_size:], count, cout)
+    for start, v, m in _tile_blocks(n * th * tw, c, cout, x.dtype):
         k.winograd_input(x, *pads, th, tw, start, v)
         k.winograd_output_adjoint(g, th, tw, start, m)
         for entry in range(16):
