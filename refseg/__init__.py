@@ -16,7 +16,7 @@ import os
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # The other direction: libgomp's threads spin after every parallel region of refseg's kernels and
 # take the cores from the OpenBLAS threads of the next product. Passive waiting (sleep at once)
-# measured, 2 cores, ResMobileNet at 224x224: batch 1 475 -> 204 ms, batch 8 2124 -> 1407 ms.
+# measured, 2 cores, ResMobileNet at 224x224: batch 1 475 -> 225 ms, batch 8 2124 -> 1330 ms.
 # Like the line above it only takes effect if refseg loads libgomp first (before torch, say).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

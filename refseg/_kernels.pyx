@@ -1334,6 +1334,19 @@ cdef inline void _winograd_input_tile(const real *x, Py_ssize_t n, Py_ssize_t h,
         _winograd_input_d(src, dst, stride, ch)
 
 
+cdef struct TilePosition:
+    Py_ssize_t n, row, col  # image, tile row, tile column
+
+
+cdef inline TilePosition _tile_position(Py_ssize_t t, Py_ssize_t th, Py_ssize_t tw) noexcept nogil:
+    """Tile t of N images with th x tw tiles each, numbered image by image, row by row."""
+    cdef TilePosition at
+    at.n = t // (th * tw)
+    at.row = (t - at.n * th * tw) // tw
+    at.col = t - (at.n * th + at.row) * tw
+    return at
+
+
 def winograd_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t th,
                    Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :] v):
     """v[k, p, c] = (B^T d B)[k // 4, k % 4] for tile t = tile_start + p of a th x tw grid per
@@ -1341,7 +1354,8 @@ def winograd_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_
     a range of tiles lets callers transform a cache-sized block at a time."""
     cdef Py_ssize_t h = x.shape[1], w = x.shape[2], ch = x.shape[3]
     cdef Py_ssize_t tiles = v.shape[1], stride = v.strides[0] // sizeof(real)
-    cdef Py_ssize_t p, t, n, ti, tj
+    cdef Py_ssize_t p
+    cdef TilePosition at
     _check_planes(v)
     cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
     if zeros == NULL:
@@ -1350,12 +1364,9 @@ def winograd_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_
         with nogil:
             for p in prange(tiles, schedule="static",
                             num_threads=_threads(tiles * 16 * ch // 8)):
-                t = tile_start + p
-                n = t // (th * tw)
-                ti = (t - n * th * tw) // tw
-                tj = t - (n * th + ti) * tw
-                _winograd_input_tile(&x[0, 0, 0, 0], n, h, w, ch, 2 * ti - pt, 2 * tj - pl,
-                                     zeros, &v[0, p, 0], stride)
+                at = _tile_position(tile_start + p, th, tw)
+                _winograd_input_tile(&x[0, 0, 0, 0], at.n, h, w, ch, 2 * at.row - pt,
+                                     2 * at.col - pl, zeros, &v[0, p, 0], stride)
     finally:
         free(zeros)
 
@@ -1387,16 +1398,14 @@ def winograd_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
     out are not written. Tiles run in parallel and write disjoint pixels."""
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
     cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
-    cdef Py_ssize_t p, t, n, ti, tj
+    cdef Py_ssize_t p
+    cdef TilePosition at
     _check_planes(m)
     with nogil:
         for p in prange(tiles, schedule="static", num_threads=_threads(tiles * 16 * cout // 8)):
-            t = tile_start + p
-            n = t // (th * tw)
-            ti = (t - n * th * tw) // tw
-            tj = t - (n * th + ti) * tw
-            _winograd_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], n, 2 * ti,
-                                  2 * tj, ho, wo, cout)
+            at = _tile_position(tile_start + p, th, tw)
+            _winograd_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], at.n,
+                                  2 * at.row, 2 * at.col, ho, wo, cout)
 
 
 def winograd_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
@@ -1454,7 +1463,8 @@ def winograd_output_adjoint(const real[:, :, :, ::1] g, Py_ssize_t th, Py_ssize_
     winograd_output's M given the gradient g of its output. Tiles run in parallel."""
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], ch = g.shape[3]
     cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
-    cdef Py_ssize_t p, t, n, ti, tj
+    cdef Py_ssize_t p
+    cdef TilePosition at
     _check_planes(m)
     cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
     if zeros == NULL:
@@ -1463,12 +1473,9 @@ def winograd_output_adjoint(const real[:, :, :, ::1] g, Py_ssize_t th, Py_ssize_
         with nogil:
             for p in prange(tiles, schedule="static",
                             num_threads=_threads(tiles * 16 * ch // 8)):
-                t = tile_start + p
-                n = t // (th * tw)
-                ti = (t - n * th * tw) // tw
-                tj = t - (n * th + ti) * tw
-                _winograd_output_adjoint_tile(&g[0, 0, 0, 0], n, ho, wo, ch, 2 * ti, 2 * tj,
-                                              zeros, &m[0, p, 0], stride)
+                at = _tile_position(tile_start + p, th, tw)
+                _winograd_output_adjoint_tile(&g[0, 0, 0, 0], at.n, ho, wo, ch, 2 * at.row,
+                                              2 * at.col, zeros, &m[0, p, 0], stride)
     finally:
         free(zeros)
 
