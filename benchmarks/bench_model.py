@@ -7,8 +7,9 @@ One network, 224x224x3 float32 input in [-1, 1], class probabilities out, at bat
 (``--batches``), three implementations in this one process with identical weights:
 
 * **refseg**: ``ResMobileNet((224, 224)).predict(x, batch_size=N)`` on NHWC NumPy arrays
-  (im2col + OpenBLAS sgemm convolutions, Winograd F(2x2, 3x3) for the stride-1 3x3 ones with
-  enough output tiles, Cython/OpenMP window kernels, NumPy elementwise ops).
+  (im2col + OpenBLAS sgemm convolutions, Winograd F(4x4, 3x3) or F(2x2, 3x3) for the
+  stride-1 3x3 ones with enough output tiles, Cython/OpenMP window kernels, NumPy elementwise
+  ops).
 * **torch**: ``benchmarks/_torch_net.py``, the network written as a plain ``torch.nn.Module``
   from refseg's weight dict (Keras semantics: asymmetric "same" padding, BN in inference mode
   with each backbone's epsilon and not folded, ReLU6, Keras' Conv2DTranspose crop), run under

@@ -9,9 +9,10 @@ transposed convolutions stride 2 except the stride-1 prediction layer), at batch
 
 * **refseg**: ``refseg.autograd.conv2d`` / ``conv2d_transpose`` on NHWC float32 (im2col /
   col2im kernels in Cython + NumPy matrix products, i.e. OpenBLAS sgemm; the stride-1 3x3
-  convolutions with enough output tiles, ``conv.conv_route``, take the Winograd F(2x2, 3x3)
-  route instead for their forward and input gradient: x5, x7b, x9, x18, x21 at both batch
-  sizes, x2 and x13 at batch 4).
+  convolutions with enough output tiles, ``conv.conv_route``, take a Winograd route instead
+  for their forward and input gradient: F(4x4, 3x3) for x7b, x9, x18, x21 at both batch sizes
+  and x5 at batch 4, F(2x2, 3x3) for x5 at batch 1 and x2 and x13 at batch 4; kernel
+  gradients of both take F(2x2, 3x3)).
 * **torch**: ``torch.nn.functional.conv2d`` / ``conv_transpose2d`` (oneDNN / MKL on this CPU),
   timed both in NCHW (its native layout) and in channels_last; each ratio is taken against the
   faster of the two, and the table says which one that was. Keras "same" for a stride-2
@@ -65,7 +66,8 @@ the same calls re-run alone, back to back, each into its own buffer written befo
 difference shows what the surroundings cost them: cache state, and OpenBLAS worker threads
 that keep spinning after a GEMM and take the core the kernel's second OpenMP thread needs), the
 three matrix products of the im2col formulation timed alone at the layer's shapes (the same
-for Winograd layers, whose own products do 16/36 of those multiply-adds), and the
+for Winograd layers, whose own products do 16/36 (F(2x2, 3x3)) or 36/144 (F(4x4, 3x3)) of
+those multiply-adds), and the
 rest (bias, bias gradient, allocation, leaf-gradient copies, Python); with the minor page
 faults per run. All parts are timed in the same interleaved rounds.
 
@@ -612,7 +614,9 @@ class KernelTimer:
     module attributes with timing wrappers (in memory only, undone on exit) sees every call
     whatever the op's internals; each call's arguments are recorded for ``rerun_alone``."""
 
-    NAMES = ("im2col", "col2im", "winograd_input", "winograd_output", "winograd_kernel")
+    NAMES = ("im2col", "col2im", "winograd_input", "winograd_output", "winograd_kernel",
+             "winograd_output_adjoint", "winograd_kernel_adjoint", "winograd4_input",
+             "winograd4_output", "winograd4_kernel")
 
     def __init__(self):
         self.seconds = 0.0
@@ -1070,7 +1074,8 @@ def main(args: argparse.Namespace) -> None:
         emit("## Where refseg's forward + backward time goes", "",
              "GEMMs alone: the three matrix products of the im2col formulation at the "
              "layer's shapes (each allocating its output; a Winograd layer's own products do "
-             "16/36 of those multiply-adds in its forward and input gradient). Window kernels "
+             "16/36 (F(2x2, 3x3)) or 36/144 (F(4x4, 3x3)) of those multiply-adds in its "
+             "forward and input gradient). Window kernels "
              "in op: the compiled im2col, col2im and Winograd transform kernels as called "
              "inside the op; re-run alone: the same calls back to "
              "back, each into its own buffer written before (the gap shows cache state and "

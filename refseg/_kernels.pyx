@@ -1302,13 +1302,14 @@ cdef extern from *:
         Py_ssize_t e1) noexcept nogil
 
 
-cdef _check_planes(const real[:, :, :] a):
-    """The Winograd arrays are 16 planes, each C-contiguous, at any (whole-element) distance
-    from each other: the loops index a plane from its first element."""
+cdef _check_planes(const real[:, :, :] a, Py_ssize_t planes=16):
+    """The Winograd arrays are 16 (F(2x2, 3x3)) or 36 (F(4x4, 3x3)) planes, each
+    C-contiguous, at any (whole-element) distance from each other: the loops index a plane
+    from its first element."""
     cdef Py_ssize_t item = sizeof(real)
-    if (a.shape[0] != 16 or a.strides[2] != item or a.strides[1] != a.shape[2] * item
+    if (a.shape[0] != planes or a.strides[2] != item or a.strides[1] != a.shape[2] * item
             or a.strides[0] % item != 0):
-        raise ValueError("Winograd arrays must be 16 C-contiguous planes")
+        raise ValueError(f"Winograd arrays must be {planes} C-contiguous planes")
 
 
 cdef inline void _winograd_input_tile(const real *x, Py_ssize_t n, Py_ssize_t h,
@@ -1491,3 +1492,280 @@ def winograd_kernel_adjoint(const real[:, :, :] u, real[:, :, :, ::1] w):
             _winograd_kernel_adjoint_f(&u[0, 0, 0], stride, &w[0, 0, 0, 0], size)
         else:
             _winograd_kernel_adjoint_d(&u[0, 0, 0], stride, &w[0, 0, 0, 0], size)
+
+
+# Winograd F(4x4, 3x3): 4x4 output tiles from 6x6 input windows, 36 products per tile instead
+# of F(2x2, 3x3)'s 16 per 2x2 tile (2.25 instead of 4 multiplies per output), for the forward
+# and the input gradient of the larger layers; kernel gradients stay on F(2x2, 3x3). The
+# interpolation points are 0, 1, -1, 2, -2 and infinity:
+#
+#   B^T = [4  0 -5  0  1  0]   G = [ 1/4     0     0]   A^T = [1  1  1  1  1  0]
+#         [0 -4 -4  1  1  0]       [-1/6  -1/6  -1/6]         [0  1 -1  2 -2  0]
+#         [0  4 -4 -1  1  0]       [-1/6   1/6  -1/6]         [0  1  1  4  4  0]
+#         [0 -2 -1  2  1  0]       [1/24  1/12   1/6]         [0  1 -1  8 -8  1]
+#         [0  2 -1 -2  1  0]       [1/24 -1/12   1/6]
+#         [0  4  0 -5  0  1]       [   0     0     1]
+#
+# Each transform works on a block of channels copied into arrays on the stack, so that its
+# loops run over contiguous channels the compiler vectorises, whatever the 36 (or 16)
+# addresses of a tile are.
+cdef extern from *:
+    """
+    /* channels of one tile transformed at a time */
+    #define REFSEG_W4_LANES 32
+    /* B^T (6 values), A^T (6 -> 4) and G (3 -> 6): the order of operations is the twins' */
+    #define REFSEG_BT4(d0, d1, d2, d3, d4, d5, t, four, five, two) do { \
+        (t)[0] = ((d0) * (four) - (d2) * (five)) + (d4); \
+        (t)[1] = ((d3) + (d4)) - ((d1) + (d2)) * (four); \
+        (t)[2] = ((d4) - (d3)) + ((d1) - (d2)) * (four); \
+        (t)[3] = ((d4) - (d2)) + ((d3) - (d1)) * (two); \
+        (t)[4] = ((d4) - (d2)) - ((d3) - (d1)) * (two); \
+        (t)[5] = ((d1) * (four) - (d3) * (five)) + (d5); \
+    } while (0)
+    #define REFSEG_AT4(m0, m1, m2, m3, m4, m5, y, two, four, eight) do { \
+        (y)[0] = ((m0) + ((m1) + (m2))) + ((m3) + (m4)); \
+        (y)[1] = ((m1) - (m2)) + ((m3) - (m4)) * (two); \
+        (y)[2] = ((m1) + (m2)) + ((m3) + (m4)) * (four); \
+        (y)[3] = (((m1) - (m2)) + ((m3) - (m4)) * (eight)) + (m5); \
+    } while (0)
+    #define REFSEG_G4(g0, g1, g2, t, quarter, sixth, twelfth, twentyfourth) do { \
+        (t)[0] = (g0) * (quarter); \
+        (t)[1] = (((g0) + (g1)) + (g2)) * -(sixth); \
+        (t)[2] = (((g0) - (g1)) + (g2)) * -(sixth); \
+        (t)[3] = ((g0) * (twentyfourth) + (g1) * (twelfth)) + (g2) * (sixth); \
+        (t)[4] = ((g0) * (twentyfourth) - (g1) * (twelfth)) + (g2) * (sixth); \
+        (t)[5] = (g2); \
+    } while (0)
+
+    #define REFSEG_WINOGRAD4(T, SUFFIX) \
+    /* the transforms applied to n-vectors: out_i[c] = sum_j M[i][j] in_j[c]; restrict \
+       parameters let the compiler vectorise over c without checking for overlap */ \
+    static inline void refseg_bt4_##SUFFIX( \
+            const T *restrict d0, const T *restrict d1, const T *restrict d2, \
+            const T *restrict d3, const T *restrict d4, const T *restrict d5, \
+            T *restrict o0, T *restrict o1, T *restrict o2, T *restrict o3, \
+            T *restrict o4, T *restrict o5, Py_ssize_t n) \
+    { \
+        const T four = (T)4, five = (T)5, two = (T)2; \
+        for (Py_ssize_t c = 0; c < n; c++) { \
+            T t[6]; \
+            REFSEG_BT4(d0[c], d1[c], d2[c], d3[c], d4[c], d5[c], t, four, five, two); \
+            o0[c] = t[0]; o1[c] = t[1]; o2[c] = t[2]; o3[c] = t[3]; o4[c] = t[4]; o5[c] = t[5]; \
+        } \
+    } \
+    static inline void refseg_at4_##SUFFIX( \
+            const T *restrict m0, const T *restrict m1, const T *restrict m2, \
+            const T *restrict m3, const T *restrict m4, const T *restrict m5, \
+            const T *restrict bias, T *restrict y0, T *restrict y1, T *restrict y2, \
+            T *restrict y3, Py_ssize_t n) \
+    { \
+        const T two = (T)2, four = (T)4, eight = (T)8; \
+        if (bias) { \
+            for (Py_ssize_t c = 0; c < n; c++) { \
+                T t[4]; \
+                REFSEG_AT4(m0[c], m1[c], m2[c], m3[c], m4[c], m5[c], t, two, four, eight); \
+                y0[c] = t[0] + bias[c]; y1[c] = t[1] + bias[c]; \
+                y2[c] = t[2] + bias[c]; y3[c] = t[3] + bias[c]; \
+            } \
+        } else { \
+            for (Py_ssize_t c = 0; c < n; c++) { \
+                T t[4]; \
+                REFSEG_AT4(m0[c], m1[c], m2[c], m3[c], m4[c], m5[c], t, two, four, eight); \
+                y0[c] = t[0]; y1[c] = t[1]; y2[c] = t[2]; y3[c] = t[3]; \
+            } \
+        } \
+    } \
+    static inline void refseg_g4_##SUFFIX( \
+            const T *restrict g0, const T *restrict g1, const T *restrict g2, \
+            T *restrict o0, T *restrict o1, T *restrict o2, T *restrict o3, \
+            T *restrict o4, T *restrict o5, Py_ssize_t n) \
+    { \
+        const T quarter = (T)0.25, sixth = (T)(1.0 / 6), twelfth = (T)(1.0 / 12); \
+        const T twentyfourth = (T)(1.0 / 24); \
+        for (Py_ssize_t e = 0; e < n; e++) { \
+            T t[6]; \
+            REFSEG_G4(g0[e], g1[e], g2[e], t, quarter, sixth, twelfth, twentyfourth); \
+            o0[e] = t[0]; o1[e] = t[1]; o2[e] = t[2]; o3[e] = t[3]; o4[e] = t[4]; o5[e] = t[5]; \
+        } \
+    } \
+    /* dst[k*stride + c] = (B^T d B)[k / 6][k % 6], d[r][s] = src[6r + s][c], c < ch */ \
+    static void refseg_winograd4_input_##SUFFIX(const T *const *src, T *dst, \
+                                                Py_ssize_t stride, Py_ssize_t ch) \
+    { \
+        T t[36][REFSEG_W4_LANES]; \
+        for (Py_ssize_t c0 = 0; c0 < ch; c0 += REFSEG_W4_LANES) { \
+            Py_ssize_t n = ch - c0 < REFSEG_W4_LANES ? ch - c0 : REFSEG_W4_LANES; \
+            /* B^T d down each column s: t[6 xi + s] */ \
+            for (int s = 0; s < 6; s++) \
+                refseg_bt4_##SUFFIX(src[s] + c0, src[6 + s] + c0, src[12 + s] + c0, \
+                                    src[18 + s] + c0, src[24 + s] + c0, src[30 + s] + c0, \
+                                    t[s], t[6 + s], t[12 + s], t[18 + s], t[24 + s], \
+                                    t[30 + s], n); \
+            /* (B^T d) B along each row xi */ \
+            for (int xi = 0; xi < 6; xi++) { \
+                T *o = dst + 6 * xi * stride + c0; \
+                refseg_bt4_##SUFFIX(t[6 * xi], t[6 * xi + 1], t[6 * xi + 2], t[6 * xi + 3], \
+                                    t[6 * xi + 4], t[6 * xi + 5], o, o + stride, \
+                                    o + 2 * stride, o + 3 * stride, o + 4 * stride, \
+                                    o + 5 * stride, n); \
+            } \
+        } \
+    } \
+    /* dst[4u + v][o] = (A^T M A)[u][v] + bias[o], M[k] = m[k*stride + o], o < cout; \
+       pixels with a NULL dst (past the output's edge) are not written */ \
+    static void refseg_winograd4_output_##SUFFIX(const T *m, Py_ssize_t stride, \
+                                                 const T *bias, T *const *dst, \
+                                                 Py_ssize_t cout) \
+    { \
+        T t[24][REFSEG_W4_LANES], y[4][REFSEG_W4_LANES]; \
+        for (Py_ssize_t o0 = 0; o0 < cout; o0 += REFSEG_W4_LANES) { \
+            Py_ssize_t n = cout - o0 < REFSEG_W4_LANES ? cout - o0 : REFSEG_W4_LANES; \
+            /* A^T M down each column nu: t[6u + nu] */ \
+            for (int nu = 0; nu < 6; nu++) { \
+                const T *c = m + nu * stride + o0; \
+                refseg_at4_##SUFFIX(c, c + 6 * stride, c + 12 * stride, c + 18 * stride, \
+                                    c + 24 * stride, c + 30 * stride, NULL, t[nu], \
+                                    t[6 + nu], t[12 + nu], t[18 + nu], n); \
+            } \
+            /* (A^T M) A along each row u, plus the bias */ \
+            for (int u = 0; u < 4; u++) { \
+                refseg_at4_##SUFFIX(t[6 * u], t[6 * u + 1], t[6 * u + 2], t[6 * u + 3], \
+                                    t[6 * u + 4], t[6 * u + 5], bias + o0, y[0], y[1], \
+                                    y[2], y[3], n); \
+                for (int v = 0; v < 4; v++) \
+                    if (dst[4 * u + v]) memcpy(dst[4 * u + v] + o0, y[v], n * sizeof(T)); \
+            } \
+        } \
+    } \
+    /* u[k*stride + e] = (G g G^T)[k / 6][k % 6], g[a][b] = w[(3a + b)*size + e], e < size */ \
+    static void refseg_winograd4_kernel_##SUFFIX(const T *w, Py_ssize_t size, T *u, \
+                                                 Py_ssize_t stride) \
+    { \
+        T t[18][REFSEG_W4_LANES]; \
+        for (Py_ssize_t e0 = 0; e0 < size; e0 += REFSEG_W4_LANES) { \
+            Py_ssize_t n = size - e0 < REFSEG_W4_LANES ? size - e0 : REFSEG_W4_LANES; \
+            /* G g down each column b: t[3 xi + b] */ \
+            for (int b = 0; b < 3; b++) \
+                refseg_g4_##SUFFIX(w + b * size + e0, w + (3 + b) * size + e0, \
+                                   w + (6 + b) * size + e0, t[b], t[3 + b], t[6 + b], \
+                                   t[9 + b], t[12 + b], t[15 + b], n); \
+            /* (G g) G^T along each row xi */ \
+            for (int xi = 0; xi < 6; xi++) { \
+                T *o = u + 6 * xi * stride + e0; \
+                refseg_g4_##SUFFIX(t[3 * xi], t[3 * xi + 1], t[3 * xi + 2], o, o + stride, \
+                                   o + 2 * stride, o + 3 * stride, o + 4 * stride, \
+                                   o + 5 * stride, n); \
+            } \
+        } \
+    }
+
+    REFSEG_WINOGRAD4(float, f)
+    REFSEG_WINOGRAD4(double, d)
+    """
+    void _winograd4_input_f "refseg_winograd4_input_f"(
+        const float **src, float *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
+    void _winograd4_input_d "refseg_winograd4_input_d"(
+        const double **src, double *dst, Py_ssize_t stride, Py_ssize_t ch) noexcept nogil
+    void _winograd4_output_f "refseg_winograd4_output_f"(
+        const float *m, Py_ssize_t stride, const float *bias, float **dst,
+        Py_ssize_t cout) noexcept nogil
+    void _winograd4_output_d "refseg_winograd4_output_d"(
+        const double *m, Py_ssize_t stride, const double *bias, double **dst,
+        Py_ssize_t cout) noexcept nogil
+    void _winograd4_kernel_f "refseg_winograd4_kernel_f"(
+        const float *w, Py_ssize_t size, float *u, Py_ssize_t stride) noexcept nogil
+    void _winograd4_kernel_d "refseg_winograd4_kernel_d"(
+        const double *w, Py_ssize_t size, double *u, Py_ssize_t stride) noexcept nogil
+
+
+cdef inline void _winograd4_input_tile(const real *x, Py_ssize_t n, Py_ssize_t h,
+                                       Py_ssize_t w, Py_ssize_t ch, Py_ssize_t y0,
+                                       Py_ssize_t x0, const real *zeros, real *dst,
+                                       Py_ssize_t stride) noexcept nogil:
+    """As _winograd_input_tile, for the 6x6 window of an F(4x4, 3x3) tile."""
+    cdef const real *src[36]
+    cdef Py_ssize_t r, s, y, xx
+    for r in range(6):
+        y = y0 + r
+        for s in range(6):
+            xx = x0 + s
+            if y < 0 or y >= h or xx < 0 or xx >= w:
+                src[6 * r + s] = zeros
+            else:
+                src[6 * r + s] = x + ((n * h + y) * w + xx) * ch
+    if real is float:
+        _winograd4_input_f(src, dst, stride, ch)
+    else:
+        _winograd4_input_d(src, dst, stride, ch)
+
+
+def winograd4_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t th,
+                    Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :] v):
+    """v[k, p, c] = (B^T d B)[k // 6, k % 6] for tile t = tile_start + p of a th x tw grid per
+    image, d[r, s] = x[n, 4ti - pt + r, 4tj - pl + s, c] (0 outside x): F(4x4, 3x3)'s input
+    transform, as winograd_input is F(2x2, 3x3)'s."""
+    cdef Py_ssize_t h = x.shape[1], w = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t tiles = v.shape[1], stride = v.strides[0] // sizeof(real)
+    cdef Py_ssize_t p
+    cdef TilePosition at
+    _check_planes(v, 36)
+    cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
+    if zeros == NULL:
+        raise MemoryError("winograd4_input: cannot allocate a row of zeros")
+    try:
+        with nogil:
+            for p in prange(tiles, schedule="static",
+                            num_threads=_threads(tiles * 36 * ch // 8)):
+                at = _tile_position(tile_start + p, th, tw)
+                _winograd4_input_tile(&x[0, 0, 0, 0], at.n, h, w, ch, 4 * at.row - pt,
+                                      4 * at.col - pl, zeros, &v[0, p, 0], stride)
+    finally:
+        free(zeros)
+
+
+cdef inline void _winograd4_output_tile(const real *m, Py_ssize_t stride, const real *bias,
+                                        real *out, Py_ssize_t n, Py_ssize_t y0, Py_ssize_t x0,
+                                        Py_ssize_t ho, Py_ssize_t wo,
+                                        Py_ssize_t cout) noexcept nogil:
+    """As _winograd_output_tile, for the 16 pixels of an F(4x4, 3x3) tile."""
+    cdef real *dst[16]
+    cdef Py_ssize_t u, v
+    for u in range(4):
+        for v in range(4):
+            if y0 + u < ho and x0 + v < wo:
+                dst[4 * u + v] = out + ((n * ho + y0 + u) * wo + x0 + v) * cout
+            else:
+                dst[4 * u + v] = NULL
+    if real is float:
+        _winograd4_output_f(m, stride, bias, dst, cout)
+    else:
+        _winograd4_output_d(m, stride, bias, dst, cout)
+
+
+def winograd4_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
+                     Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :, ::1] out):
+    """out[n, 4ti + u, 4tj + v, o] = (A^T M A)[u, v] + bias[o] with M[k] = m[k, p, o], for
+    tile t = tile_start + p; outputs past the bottom or right edge of out are not written.
+    F(4x4, 3x3)'s output transform, as winograd_output is F(2x2, 3x3)'s."""
+    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
+    cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
+    cdef Py_ssize_t p
+    cdef TilePosition at
+    _check_planes(m, 36)
+    with nogil:
+        for p in prange(tiles, schedule="static", num_threads=_threads(tiles * 36 * cout // 8)):
+            at = _tile_position(tile_start + p, th, tw)
+            _winograd4_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], at.n,
+                                   4 * at.row, 4 * at.col, ho, wo, cout)
+
+
+def winograd4_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
+    """u[k, c, o] = (G g G^T)[k // 6, k % 6] for the 3x3 kernel g[a, b] = w[a, b, c, o]:
+    F(4x4, 3x3)'s kernel transform, on one thread as winograd_kernel."""
+    cdef Py_ssize_t size = w.shape[2] * w.shape[3], stride = u.strides[0] // sizeof(real)
+    _check_planes(u, 36)
+    with nogil:
+        if real is float:
+            _winograd4_kernel_f(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride)
+        else:
+            _winograd4_kernel_d(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride)

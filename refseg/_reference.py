@@ -387,3 +387,69 @@ def winograd_kernel_adjoint(u, w):
         row = _gt_combine(*(columns[nu][a] for nu in range(4)))
         for b in range(3):
             w[a, b] = row[b]
+
+
+# ------------------------------------------------------------------------------------------
+# Winograd F(4x4, 3x3) transforms: the same combinations, in the same order, as _kernels.pyx.
+
+def _bt4_combine(d0, d1, d2, d3, d4, d5):
+    """B^T (6 x 6) applied to six values (arrays)."""
+    four, five, two = (d0.dtype.type(c) for c in (4, 5, 2))
+    return (((d0 * four - d2 * five) + d4), ((d3 + d4) - (d1 + d2) * four),
+            ((d4 - d3) + (d1 - d2) * four), ((d4 - d2) + (d3 - d1) * two),
+            ((d4 - d2) - (d3 - d1) * two), ((d1 * four - d3 * five) + d5))
+
+
+def winograd4_input(x, pt, pl, th, tw, tile_start, v):
+    x = np.asarray(x)
+    n_img, h, w, c = x.shape
+    # the input inside a zero frame covering every 6x6 window: padded[:, q] is row q - pt
+    padded = np.zeros((n_img, 4 * th + 2, 4 * tw + 2, c), dtype=x.dtype)
+    top, bottom = np.clip([pt, pt + h], 0, 4 * th + 2)
+    left, right = np.clip([pl, pl + w], 0, 4 * tw + 2)
+    padded[:, top:bottom, left:right] = x[:, top - pt:bottom - pt, left - pl:right - pl]
+    n, ti, tj = _tile_coordinates(th, tw, tile_start, v.shape[1])
+    d = [[padded[n, 4 * ti + r, 4 * tj + s] for s in range(6)] for r in range(6)]
+    columns = [_bt4_combine(*(d[r][s] for r in range(6))) for s in range(6)]  # [s][xi]
+    for xi in range(6):
+        row = _bt4_combine(*(columns[s][xi] for s in range(6)))
+        for nu in range(6):
+            v[6 * xi + nu] = row[nu]
+
+
+def _at4_combine(m0, m1, m2, m3, m4, m5):
+    """A^T (4 x 6) applied to six values (arrays)."""
+    two, four, eight = (m0.dtype.type(c) for c in (2, 4, 8))
+    return (((m0 + (m1 + m2)) + (m3 + m4)), ((m1 - m2) + (m3 - m4) * two),
+            ((m1 + m2) + (m3 + m4) * four), (((m1 - m2) + (m3 - m4) * eight) + m5))
+
+
+def winograd4_output(m, bias, th, tw, tile_start, out):
+    m, out = np.asarray(m), np.asarray(out)
+    _, ho, wo, _ = out.shape
+    n, ti, tj = _tile_coordinates(th, tw, tile_start, m.shape[1])
+    columns = [_at4_combine(*(m[6 * xi + nu] for xi in range(6))) for nu in range(6)]
+    for u in range(4):
+        row = _at4_combine(*(columns[nu][u] for nu in range(6)))
+        for v in range(4):
+            y, x = 4 * ti + u, 4 * tj + v
+            inside = (y < ho) & (x < wo)  # a partial tile at the bottom or right edge
+            out[n[inside], y[inside], x[inside]] = row[v][inside] + np.asarray(bias)
+
+
+def _g4_combine(g0, g1, g2):
+    """G (6 x 3) applied to three values (arrays); the fractions rounded to g0's dtype."""
+    kind = g0.dtype.type
+    quarter, sixth, twelfth, twentyfourth = kind(0.25), kind(1 / 6), kind(1 / 12), kind(1 / 24)
+    return (g0 * quarter, ((g0 + g1) + g2) * -sixth, ((g0 - g1) + g2) * -sixth,
+            (g0 * twentyfourth + g1 * twelfth) + g2 * sixth,
+            (g0 * twentyfourth - g1 * twelfth) + g2 * sixth, g2)
+
+
+def winograd4_kernel(w, u):
+    w = np.asarray(w)
+    columns = [_g4_combine(w[0, b], w[1, b], w[2, b]) for b in range(3)]  # [b][xi]
+    for xi in range(6):
+        row = _g4_combine(*(columns[b][xi] for b in range(3)))
+        for nu in range(6):
+            u[6 * xi + nu] = row[nu]

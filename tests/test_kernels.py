@@ -6,7 +6,7 @@ a bug in one of them.
 """
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -309,61 +309,109 @@ def test_conv_small_kernels(avx512, dtype, x, kernel, pads, cout):
 
 
 def _winograd_layouts(shape, dtype):
-    """Two empty (16, rows, cols) arrays: C-contiguous, and with planes skewed apart as
+    """Two empty (planes, rows, cols) arrays: C-contiguous, and with planes skewed apart as
     ``conv._planes`` lays them out (the kernels must read the plane distance, not assume it)."""
     from refseg.autograd import conv
 
-    rows, cols = shape[1:]
+    planes, rows, cols = shape
     return [np.zeros(shape, dtype=dtype),
-            conv._planes(np.zeros(conv._planes_size(rows, cols, dtype), dtype=dtype), rows, cols)]
+            conv._planes(np.zeros(conv._planes_size(rows, cols, dtype, planes), dtype=dtype),
+                         rows, cols, planes)]
+
+
+#: The transforms of each Winograd variant by output tile side: F(2x2, 3x3) and F(4x4, 3x3).
+WINOGRAD_TRANSFORMS = {2: ("winograd_input", "winograd_output", "winograd_kernel"),
+                       4: ("winograd4_input", "winograd4_output", "winograd4_kernel")}
 
 
 @pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("tile", [2, 4])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 9), st.integers(1, 9),
-                                          st.integers(1, 3)), elements=st.floats(-10, 10)),
+                                          st.sampled_from([1, 2, 3, 33])),
+                    elements=st.floats(-10, 10)),
        pads=st.tuples(st.integers(-1, 3), st.integers(-1, 3)),
        cout=st.sampled_from([1, 2, 3, 70]), same_size=st.booleans())
-def test_winograd_kernels(dtype, x, pads, cout, same_size):
-    """Winograd transforms: adds, subtractions and exact halvings in a fixed order, bit for
-    bit, in both plane layouts; for all tiles and for a block from the middle to the end.
-    Output sizes: the input's ("same" for pads of 1) or the "valid" geometry of the pads
-    (partial tiles at odd sizes); 70 output channels cover more than one stack block of a
-    partial tile (64 channels)."""
+def test_winograd_kernels(tile, dtype, x, pads, cout, same_size):
+    """Winograd transforms: the same adds, subtractions and multiplications by constants in a
+    fixed order, bit for bit, in both plane layouts; for all tiles and for a block from the
+    middle to the end. Output sizes: the input's ("same" for pads of 1) or the "valid"
+    geometry of the pads (partial tiles at sizes that are not multiples of the tile); 33 input
+    and 70 output channels cover more than one stack block of channels (F(2x2): 64 output
+    channels of a partial tile; F(4x4): 32 channels)."""
     x = x.astype(dtype)
     n, h, w, c = x.shape
     pt, pl = pads
+    planes = (tile + 2) ** 2
+    transform_input, transform_output, transform_kernel = (
+        [getattr(module, name) for module in (fast, twin)] for name in WINOGRAD_TRANSFORMS[tile])
     ho, wo = (h, w) if same_size else _geometry(h, w, 3, 3, 1, 1, pt, pl)
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    th, tw = -(-ho // tile), -(-wo // tile)
     tiles = n * th * tw
     rng = np.random.default_rng(4)
     kernel = rng.standard_normal((3, 3, c, cout)).astype(dtype)
-    m = rng.standard_normal((16, tiles, cout)).astype(dtype)
+    m = rng.standard_normal((planes, tiles, cout)).astype(dtype)
     bias = rng.standard_normal(cout).astype(dtype)
     for start in (0, tiles // 2):
         count = tiles - start
-        for v_fast, v_twin in zip(_winograd_layouts((16, count, c), dtype),
-                                  _winograd_layouts((16, count, c), dtype)):
-            fast.winograd_input(x, pt, pl, th, tw, start, v_fast)
-            twin.winograd_input(x, pt, pl, th, tw, start, v_twin)
+        for v_fast, v_twin in zip(_winograd_layouts((planes, count, c), dtype),
+                                  _winograd_layouts((planes, count, c), dtype)):
+            transform_input[0](x, pt, pl, th, tw, start, v_fast)
+            transform_input[1](x, pt, pl, th, tw, start, v_twin)
             assert np.array_equal(v_fast, v_twin)
         outs = [np.full((n, ho, wo, cout), np.nan, dtype=dtype) for _ in range(2)]
-        for module, out in zip((fast, twin), outs):
-            for layout in _winograd_layouts((16, count, cout), dtype):
+        for transform, out in zip(transform_output, outs):
+            for layout in _winograd_layouts((planes, count, cout), dtype):
                 layout[...] = m[:, start:]
-                module.winograd_output(layout, bias, th, tw, start, out)
+                transform(layout, bias, th, tw, start, out)
         assert np.array_equal(outs[0], outs[1], equal_nan=True)
         # exactly the pixels of the block's tiles are written (all channels)
         expected = np.zeros((n, ho, wo, cout), dtype=bool)
         for t in range(start, tiles):
             i, j = t % (th * tw) // tw, t % tw
-            expected[t // (th * tw), 2 * i:2 * i + 2, 2 * j:2 * j + 2] = True
+            expected[t // (th * tw), tile * i:tile * (i + 1), tile * j:tile * (j + 1)] = True
         assert np.array_equal(~np.isnan(outs[0]), expected)
-    for u_fast, u_twin in zip(_winograd_layouts((16, c, cout), dtype),
-                              _winograd_layouts((16, c, cout), dtype)):
-        fast.winograd_kernel(kernel, u_fast)
-        twin.winograd_kernel(kernel, u_twin)
+    for u_fast, u_twin in zip(_winograd_layouts((planes, c, cout), dtype),
+                              _winograd_layouts((planes, c, cout), dtype)):
+        transform_kernel[0](kernel, u_fast)
+        transform_kernel[1](kernel, u_twin)
         assert np.array_equal(u_fast, u_twin)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 10),
+                                          st.integers(1, 10), st.integers(1, 3)),
+                    elements=st.floats(-10, 10)),
+       pads=st.tuples(st.integers(-1, 3), st.integers(-1, 3)), cout=st.integers(1, 3))
+def test_winograd4_computes_the_convolution(dtype, x, pads, cout):
+    """F(4x4, 3x3)'s three transforms with the 36 products between them give the correlation
+    of x (zero outside) with the kernel: to 1e-12 of the output's scale in float64, 2e-5 in
+    float32 (its constants 4, 5 and 8 scale rounding errors up; Barabasz et al. 2020 measure
+    F(4x4, 3x3) at about 10 times direct summation's error)."""
+    x = x.astype(dtype)
+    n, h, w, c = x.shape
+    pt, pl = pads
+    ho, wo = _geometry(h, w, 3, 3, 1, 1, pt, pl)
+    assume(ho > 0 and wo > 0)
+    th, tw = -(-ho // 4), -(-wo // 4)
+    rng = np.random.default_rng(6)
+    kernel = rng.standard_normal((3, 3, c, cout)).astype(dtype)
+    v = np.zeros((36, n * th * tw, c), dtype)
+    u = np.zeros((36, c, cout), dtype)
+    fast.winograd4_input(x, pt, pl, th, tw, 0, v)
+    fast.winograd4_kernel(kernel, u)
+    out = np.zeros((n, ho, wo, cout), dtype)
+    fast.winograd4_output(np.matmul(v, u), np.zeros(cout, dtype), th, tw, 0, out)
+    padded = np.zeros((n, ho + 2, wo + 2, c))
+    rows = slice(max(pt, 0), min(pt + h, ho + 2))
+    cols = slice(max(pl, 0), min(pl + w, wo + 2))
+    padded[:, rows, cols] = x[:, rows.start - pt:rows.stop - pt, cols.start - pl:cols.stop - pl]
+    expected = sum(padded[:, a:a + ho, b:b + wo] @ kernel[a, b].astype(np.float64)
+                   for a in range(3) for b in range(3))
+    scale = np.abs(padded).max() * np.abs(kernel).sum(axis=(0, 1, 2)).max() + 1e-300
+    bound = 1e-12 if dtype == np.float64 else 2e-5
+    assert np.abs(out - expected).max() <= bound * scale
 
 
 @pytest.mark.claim("claim4.propagation")
@@ -375,6 +423,9 @@ def test_winograd_kernels_refuse_planes_they_cannot_index():
     for bad in (planes[:, :, :2], planes[:, :2, ::2], np.zeros((15, 4, 2), np.float32)):
         with pytest.raises(ValueError, match="16 C-contiguous planes"):
             fast.winograd_input(x, 1, 1, 2, 2, 0, bad)
+    for bad in (np.zeros((16, 1, 2), np.float32), np.zeros((36, 4, 4), np.float32)[:, :1, ::2]):
+        with pytest.raises(ValueError, match="36 C-contiguous planes"):
+            fast.winograd4_input(x, 1, 1, 1, 1, 0, bad)
 
 
 @pytest.mark.claim("claim4.propagation", "claim2.fusion")

@@ -100,8 +100,9 @@ class Conv2D(_Window):
         if route == "direct":
             out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
                                (ho, wo), self.backend)
-        elif route == "winograd":
-            out = _winograd_conv(x, w, False, b, (pt, pl), (ho, wo), self.backend)
+        elif route in WINOGRAD_TILE:
+            out = _winograd_conv(x, w, False, b, (pt, pl), (ho, wo), self.backend,
+                                 WINOGRAD_TILE[route])
         else:
             out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
                                 (pt, pl), (ho, wo), self.backend)
@@ -125,17 +126,17 @@ class Conv2D(_Window):
                                     self.backend)
         db = _channel_sums(g) if ctx.has_bias else None
         g2 = g.reshape(-1, cout)
-        if ctx.route == "winograd":
+        if ctx.route in WINOGRAD_TILE:
             dw = _winograd_weight_grad(x, g, (pt, pl), self.backend)
         else:
             dw = _blocked_weight_grad(x, g2, kh, kw, self.strides, (pt, pl), out_hw,
                                       self.backend).reshape(w.shape)
         dx = None
-        if ctx.needs_input_grad[0] and ctx.route == "winograd":
+        if ctx.needs_input_grad[0] and ctx.route in WINOGRAD_TILE:
             # the adjoint stride-1 convolution (flipped kernel, in and out exchanged, padded
             # k - 1 - p before), by the same Winograd path
             dx = _winograd_conv(g, w, True, None, (kh - 1 - pt, kw - 1 - pl), x.shape[1:3],
-                                self.backend)
+                                self.backend, WINOGRAD_TILE[ctx.route])
         elif ctx.needs_input_grad[0] and self.strides == (1, 1):
             # stride 1: dx is the correlation of grad with the kernel flipped in space and
             # transposed in channels, padded k - 1 - p before: the same blocked path as forward
@@ -174,12 +175,12 @@ class Conv2DTranspose(_Window):
             ctx.save_for_backward(x, w)
             return _direct_conv(x, _flipped(w).reshape(kh * kw * cin, cout), b, (kh, kw),
                                 (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend)
-        if ctx.route == "winograd":
+        if ctx.route in WINOGRAD_TILE:
             # the same convolution with the flipped kernel, by the Winograd path
             x = np.ascontiguousarray(x)
             ctx.save_for_backward(x, w)
             return _winograd_conv(x, w, True, b, (kh - 1 - pt, kw - 1 - pl), (ho, wo),
-                                  self.backend)
+                                  self.backend, WINOGRAD_TILE[ctx.route])
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
         if _pointwise(kh, kw, self.strides, (pt, pl), (h, wd), (ho, wo)):
@@ -211,12 +212,13 @@ class Conv2DTranspose(_Window):
             dw, _ = _direct_weight_grad(g, x2, (kh, kw), pads, self.backend)
             db = _channel_sums(g) if ctx.has_bias else None
             return dx, dw.reshape(w.shape), db
-        if ctx.route == "winograd":
+        if ctx.route in WINOGRAD_TILE:
             # the same roles as above, by the Winograd path
             g = np.ascontiguousarray(grad)
             dx = None
             if ctx.needs_input_grad[0]:
-                dx = _winograd_conv(g, w, False, None, pads, x_shape[1:3], self.backend)
+                dx = _winograd_conv(g, w, False, None, pads, x_shape[1:3], self.backend,
+                                    WINOGRAD_TILE[ctx.route])
             dw = _winograd_weight_grad(g, x2, pads, self.backend)
             db = _channel_sums(g) if ctx.has_bias else None
             return dx, dw, db
@@ -318,9 +320,20 @@ WINOGRAD_MIN_TILES = 160
 #: keeps it independent of the Winograd path it is used to check.
 WINOGRAD_DTYPES = (np.dtype(np.float32),)
 
-#: Forces one route for every stride-1 convolution ("direct", "im2col" or "winograd"; a forced
-#: "winograd" applies to 3x3 kernels, the only size F(2x2, 3x3) computes, and other kernels take
-#: "im2col"); None chooses by DIRECT_MAX_PRODUCTS and WINOGRAD_MIN_CHANNELS. For tests.
+#: Output tile side of each Winograd route: F(2x2, 3x3) and F(4x4, 3x3).
+WINOGRAD_TILE = {"winograd": 2, "winograd4": 4}
+
+#: Fewest 4x4 output tiles (N * ceil(Ho / 4) * ceil(Wo / 4)) of a convolution that takes
+#: F(4x4, 3x3) instead of F(2x2, 3x3). It multiplies 2.25 times per output instead of 4, but
+#: in 36 products with one row per tile (a quarter of F(2x2, 3x3)'s rows) and with a kernel
+#: transform 2.25 times as large. Measured on 2 cores, batch 1, forward, F(4x4) over F(2x2)
+#: time: 0.65-0.75 at 112x112 (x9, x21: 784 tiles), 0.85-0.9 at 56x56 (x7b, x18: 196),
+#: 1.2-1.4 at 28x28 (x5: 49), 2-6 at 14x14 with 256-720 channels (16 tiles).
+WINOGRAD4_MIN_TILES = 160
+
+#: Forces one route for every stride-1 convolution ("direct", "im2col", "winograd" or
+#: "winograd4"; a forced Winograd route applies to 3x3 kernels, the only size they compute, and
+#: other kernels take "im2col"); None chooses as conv_route says. For tests.
 FORCE_ROUTE = None
 
 
@@ -340,26 +353,31 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None) -> str:
 
     Returns
     -------
-    {"direct", "winograd", "im2col"}
+    {"direct", "winograd4", "winograd", "im2col"}
         Stride 1 only, else "im2col". "direct" for kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS;
-        "winograd" for a 3x3 kernel with Cin and Cout >= WINOGRAD_MIN_CHANNELS, at least
-        WINOGRAD_MIN_TILES output tiles and a dtype in WINOGRAD_DTYPES; "im2col" otherwise.
-        FORCE_ROUTE overrides the choice.
+        for a 3x3 kernel with Cin and Cout >= WINOGRAD_MIN_CHANNELS and a dtype in
+        WINOGRAD_DTYPES, "winograd4" (F(4x4, 3x3)) with at least WINOGRAD4_MIN_TILES 4x4
+        output tiles, else "winograd" (F(2x2, 3x3)) with at least WINOGRAD_MIN_TILES 2x2 tiles
+        (or when out_shape is None); "im2col" otherwise. FORCE_ROUTE overrides the choice.
     """
     kh, kw, cin, cout = w_shape
     if strides != (1, 1):
         return "im2col"
-    if FORCE_ROUTE == "winograd":
-        return "winograd" if (kh, kw) == (3, 3) else "im2col"
+    if FORCE_ROUTE in WINOGRAD_TILE:
+        return FORCE_ROUTE if (kh, kw) == (3, 3) else "im2col"
     if FORCE_ROUTE is not None:
         return FORCE_ROUTE
     if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS:
         return "direct"
-    tiles = None if out_shape is None else \
-        out_shape[0] * ((out_shape[1] + 1) // 2) * ((out_shape[2] + 1) // 2)
-    if ((kh, kw) == (3, 3) and min(cin, cout) >= WINOGRAD_MIN_CHANNELS
-            and (tiles is None or tiles >= WINOGRAD_MIN_TILES)
+    if not ((kh, kw) == (3, 3) and min(cin, cout) >= WINOGRAD_MIN_CHANNELS
             and np.dtype(dtype) in WINOGRAD_DTYPES):
+        return "im2col"
+    if out_shape is None:
+        return "winograd"
+    n, ho, wo = out_shape
+    if n * -(-ho // 4) * -(-wo // 4) >= WINOGRAD4_MIN_TILES:
+        return "winograd4"
+    if n * -(-ho // 2) * -(-wo // 2) >= WINOGRAD_MIN_TILES:
         return "winograd"
     return "im2col"
 
@@ -400,23 +418,24 @@ def _plane_stride(rows, cols, dtype) -> int:
     return (pages * 4096 + _PLANE_SKEW) // itemsize
 
 
-def _planes_size(rows, cols, dtype) -> int:
-    """Elements of scratch that _planes needs for a (16, rows, cols) array."""
-    return 15 * _plane_stride(rows, cols, dtype) + rows * cols
+def _planes_size(rows, cols, dtype, planes=16) -> int:
+    """Elements of scratch that _planes needs for a (planes, rows, cols) array."""
+    return (planes - 1) * _plane_stride(rows, cols, dtype) + rows * cols
 
 
-def _planes(scratch, rows, cols) -> np.ndarray:
-    """A (16, rows, cols) view of the vector ``scratch``: each plane C-contiguous, planes
-    _plane_stride elements apart."""
+def _planes(scratch, rows, cols, planes=16) -> np.ndarray:
+    """A (planes, rows, cols) view of the vector ``scratch``: each plane C-contiguous, planes
+    _plane_stride elements apart (16 for F(2x2, 3x3), 36 for F(4x4, 3x3))."""
     itemsize = scratch.dtype.itemsize
     return np.lib.stride_tricks.as_strided(
-        scratch, (16, rows, cols),
+        scratch, (planes, rows, cols),
         (_plane_stride(rows, cols, scratch.dtype) * itemsize, cols * itemsize, itemsize))
 
 
 @implements("claim4.propagation")
-def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend) -> np.ndarray:
-    """Stride-1 3x3 convolution (+ bias) by Winograd F(2x2, 3x3), a block of tiles at a time.
+def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2) -> np.ndarray:
+    """Stride-1 3x3 convolution (+ bias) by Winograd F(2x2, 3x3) or F(4x4, 3x3), a block of
+    tiles at a time.
 
     Parameters
     ----------
@@ -431,6 +450,8 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend) -> np.ndarray:
         Rows and columns of zeros before the input (negative: skipped input).
     out_hw : (int, int)
     backend : {"cython", "numpy"}
+    tile : {2, 4}
+        Output tile size: F(2x2, 3x3) (16 products per tile) or F(4x4, 3x3) (36).
 
     Returns
     -------
@@ -438,13 +459,17 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend) -> np.ndarray:
 
     Notes
     -----
-    1. U = G g G^T of each input/output channel pair: (16, A, B), in the workspace slot
+    With a = tile + 2 (the input window's side) and P = a*a products per tile:
+    1. U = G g G^T of each input/output channel pair: (P, A, B), in the workspace slot
        "winograd kernel".
-    2. For each block of tiles (2x2 output pixels each, WINOGRAD_BLOCK_BYTES of transformed
-       data): V = B^T d B of each tile's 4x4 input window, (16, tiles, C); the 16 products
-       M[k] = V[k] @ U[k] (BLAS); out = A^T M A + bias, cropped at the bottom and right edges.
-    The adjoint needs no transformed copy of the flipped kernel: its entry k is U[j].T for
-    j = _FLIPPED_ENTRY[k], a transposed view that BLAS reads as it is.
+    2. For each block of tiles (tile x tile output pixels each, WINOGRAD_BLOCK_BYTES of
+       transformed data): V = B^T d B of each tile's a x a input window, (P, tiles, C); the P
+       products M[k] = V[k] @ U[k] (BLAS); out = A^T M A + bias, cropped at the bottom and
+       right edges.
+    For F(2x2, 3x3) the adjoint needs no transformed copy of the flipped kernel: its entry k
+    is U[j].T for j = _FLIPPED_ENTRY[k], a transposed view that BLAS reads as it is. F(4x4,
+    3x3)'s points (0, +-1, +-2, infinity) are not closed under p -> 1/p, which is what
+    flipping does to them: it transforms the flipped kernel itself.
 
     References
     ----------
@@ -456,31 +481,41 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend) -> np.ndarray:
     ho, wo = out_hw
     a_ch, b_ch = w.shape[2], w.shape[3]
     cout = a_ch if adjoint else b_ch
-    u = _planes(_workspace(_planes_size(a_ch, b_ch, x.dtype), x.dtype, "winograd kernel"),
-                a_ch, b_ch)
-    k.winograd_kernel(np.ascontiguousarray(w, dtype=x.dtype), u)
+    planes = (tile + 2) ** 2
+    if tile == 2:
+        transform_kernel, transform_input, transform_output = (
+            k.winograd_kernel, k.winograd_input, k.winograd_output)
+    else:
+        transform_kernel, transform_input, transform_output = (
+            k.winograd4_kernel, k.winograd4_input, k.winograd4_output)
+        if adjoint:
+            w, adjoint = _flipped(w), False
+    u = _planes(_workspace(_planes_size(*w.shape[2:], x.dtype, planes), x.dtype,
+                           "winograd kernel"), *w.shape[2:], planes)
+    transform_kernel(np.ascontiguousarray(w, dtype=x.dtype), u)
     factors = [u[j].T for j in _FLIPPED_ENTRY] if adjoint else list(u)
     bias = np.zeros(cout, dtype=x.dtype) if bias is None else np.ascontiguousarray(bias)
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    th, tw = -(-ho // tile), -(-wo // tile)
     out = np.empty((n, ho, wo, cout), dtype=x.dtype)
-    for start, v, m in _tile_blocks(n * th * tw, c, cout, x.dtype):
-        k.winograd_input(x, *pads, th, tw, start, v)
-        for entry in range(16):
+    for start, v, m in _tile_blocks(n * th * tw, c, cout, x.dtype, planes):
+        transform_input(x, *pads, th, tw, start, v)
+        for entry in range(planes):
             np.matmul(v[entry], factors[entry], out=m[entry])
-        k.winograd_output(m, bias, th, tw, start, out)
+        transform_output(m, bias, th, tw, start, out)
     return out
 
 
-def _tile_blocks(tiles, c, cout, dtype):
-    """(first tile, V planes (16, count, c), M planes (16, count, cout)) for each block of
-    ``tiles`` whose transformed data fit in WINOGRAD_BLOCK_BYTES; both in the workspace, valid
-    until the next block."""
-    per_block = max(1, WINOGRAD_BLOCK_BYTES // (16 * (c + cout) * np.dtype(dtype).itemsize))
+def _tile_blocks(tiles, c, cout, dtype, planes=16):
+    """(first tile, V planes (planes, count, c), M planes (planes, count, cout)) for each
+    block of ``tiles`` whose transformed data fit in WINOGRAD_BLOCK_BYTES; both in the
+    workspace, valid until the next block."""
+    per_block = max(1, WINOGRAD_BLOCK_BYTES // (planes * (c + cout) * np.dtype(dtype).itemsize))
     for start in range(0, tiles, per_block):
         count = min(per_block, tiles - start)
-        v_size = _planes_size(count, c, dtype)
-        scratch = _workspace(v_size + _planes_size(count, cout, dtype), dtype)
-        yield start, _planes(scratch[:v_size], count, c), _planes(scratch[v_size:], count, cout)
+        v_size = _planes_size(count, c, dtype, planes)
+        scratch = _workspace(v_size + _planes_size(count, cout, dtype, planes), dtype)
+        yield (start, _planes(scratch[:v_size], count, c, planes),
+               _planes(scratch[v_size:], count, cout, planes))
 
 
 @implements("claim4.propagation")
@@ -581,8 +616,10 @@ def _pointwise(kh, kw, strides, pads, in_hw, out_hw) -> bool:
 
 
 #: Bytes of the column-matrix block that blocked convolution builds at a time: small enough to
-#: stay in cache between im2col and the matrix product, large enough for an efficient GEMM.
-BLOCK_BYTES = 4 << 20
+#: stay in cache between im2col and the matrix product (2 MiB of L2 per core and a large shared
+#: L3 here), large enough for an efficient GEMM. 4 MiB split x2 at batch 1 (14x14, K = 6480)
+#: into products of 154 and 42 rows: 5.0-5.1 ms forward against 4.4-4.5 ms in one block.
+BLOCK_BYTES = 8 << 20
 
 
 def _row_blocks(total_rows, row_pixels, k, itemsize):
