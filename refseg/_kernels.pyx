@@ -714,6 +714,10 @@ cdef void _planar_band(const real[:, :, :, ::1] x, Py_ssize_t n, Py_ssize_t y0,
         dst = dst + u0
         if ch == 3:
             # the prediction layer's case, with the channel count known to the compiler
+            if real is float:
+                if _AVX512:
+                    _planes3_avx512(src, u1 - u0, dst, dst + width, dst + 2 * width)
+                    continue
             for u in range(u1 - u0):
                 dst[u] = src[3 * u]
                 dst[width + u] = src[3 * u + 1]
@@ -756,7 +760,7 @@ cdef extern from *:
                 refseg_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
                 if (wo - j0 > 32) {
                     for (Py_ssize_t t = 0; t < taps; t++) {
-                        const refseg_v16 wv = (refseg_v16){0} + w_o[t];
+                        const float wv = w_o[t];  /* vector * scalar: wv in every lane */
                         const refseg_v16u *src = (const refseg_v16u *)(rows + offsets[t] + j0);
                         a0 = a0 + src[0] * wv;
                         a1 = a1 + src[1] * wv;
@@ -765,7 +769,7 @@ cdef extern from *:
                     }
                 } else {
                     for (Py_ssize_t t = 0; t < taps; t++) {
-                        const refseg_v16 wv = (refseg_v16){0} + w_o[t];
+                        const float wv = w_o[t];
                         const refseg_v16u *src = (const refseg_v16u *)(rows + offsets[t] + j0);
                         a0 = a0 + src[0] * wv;
                         a1 = a1 + src[1] * wv;
@@ -838,6 +842,37 @@ cdef extern from *:
         for (Py_ssize_t o = 0; o < cout; o++)
             refseg_small_dot_avx512(g_row + o * width, NULL, wo, lanes + (taps * cout + o) * 8);
     }
+    /* d0[u], d1[u], d2[u] = src[3u], src[3u + 1], src[3u + 2] for u < count (a row of three
+       channels into three planes), 16 pixels at a time: two two-vector permutations per
+       plane (the pixels in the first two loaded vectors, then those in the third) */
+    __attribute__((target("avx512f")))
+    static void refseg_planes3_avx512(const float *src, Py_ssize_t count, float *d0,
+                                      float *d1, float *d2)
+    {
+        typedef int refseg_i16 __attribute__((vector_size(64)));
+        static const refseg_i16 first[3] = {
+            {0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 0, 0, 0, 0, 0},
+            {1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 0, 0, 0, 0, 0},
+            {2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 0, 0, 0, 0, 0, 0}};
+        static const refseg_i16 second[3] = {
+            {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 20, 23, 26, 29},
+            {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 18, 21, 24, 27, 30},
+            {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 19, 22, 25, 28, 31}};
+        float *dst[3] = {d0, d1, d2};
+        Py_ssize_t u = 0;
+        for (; u + 16 <= count; u += 16) {
+            const refseg_v16u *in = (const refseg_v16u *)(src + 3 * u);
+            const refseg_v16 a = in[0], b = in[1], c = in[2];
+            for (int p = 0; p < 3; p++)
+                *(refseg_v16u *)(dst[p] + u) =
+                    __builtin_shuffle(__builtin_shuffle(a, b, first[p]), c, second[p]);
+        }
+        for (; u < count; u++) {
+            d0[u] = src[3 * u];
+            d1[u] = src[3 * u + 1];
+            d2[u] = src[3 * u + 2];
+        }
+    }
     static int refseg_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
     #else
     #define REFSEG_WIDE_LANES 64
@@ -848,6 +883,8 @@ cdef extern from *:
                                                Py_ssize_t taps, const float *g_row,
                                                Py_ssize_t cout, Py_ssize_t width,
                                                Py_ssize_t wo, double *lanes) {}
+    static void refseg_planes3_avx512(const float *src, Py_ssize_t count, float *d0,
+                                      float *d1, float *d2) {}
     static int refseg_has_avx512(void) { return 0; }
     #endif
     """
@@ -858,6 +895,8 @@ cdef extern from *:
     void _small_weight_row_avx512 "refseg_small_weight_row_avx512"(
         const float *rows, const Py_ssize_t *offsets, Py_ssize_t taps, const float *g_row,
         Py_ssize_t cout, Py_ssize_t width, Py_ssize_t wo, double *lanes) noexcept nogil
+    void _planes3_avx512 "refseg_planes3_avx512"(
+        const float *src, Py_ssize_t count, float *d0, float *d1, float *d2) noexcept nogil
     int _has_avx512 "refseg_has_avx512"() noexcept nogil
 
 
