@@ -659,12 +659,18 @@ def add_arrays(const real[::1] x, const real[::1] y, real[::1] out):
 # ------------------------------------------------------------------------------------------
 # Direct stride-1 convolution for few channels (the prediction layer: 3 -> 3 channels). There
 # im2col + GEMM is mostly copying (K = kh*kw*Cin = 27, N = Cout = 3), so these kernels compute
-# the sums themselves. The input is first copied to a zero-padded planar layout (one row of
-# each channel contiguous), so that the inner loops run over LANES neighbouring output pixels
-# with unit stride and the compiler keeps LANES accumulators in vector registers.
+# the sums themselves. The input is copied to a zero-padded planar layout (one row of each
+# channel contiguous), so that the inner loops run over LANES neighbouring output pixels with
+# unit stride and the compiler keeps LANES accumulators in vector registers. A job is a band of
+# SMALL_BAND output rows of one image: its thread copies the band's input rows into a buffer
+# of its own and computes the band from it at once, while those rows are in its L1/L2 cache.
+# Copying the whole batch first (2.8 MB at 4 x 224 x 224 x 3, more than a core's L2; half of
+# it copied by the other core) left the row loops waiting for memory, and a buffer of that
+# size, allocated and freed on every call, was mapped afresh each time (page faults).
 
 cdef enum:
     LANES = 16  # output pixels per block of accumulators
+    SMALL_BAND = 8  # output rows per job: 10 planar rows of 3 x 258 floats fit in L1
 
 
 cdef inline Py_ssize_t _round_up(Py_ssize_t n, Py_ssize_t to) noexcept nogil:
@@ -682,48 +688,66 @@ cdef void _tap_offsets(Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ch, Py_ssize_t w
                 offsets[(a * kw + b) * ch + c] = (a * ch + c) * width + b
 
 
-cdef void _planar_padded(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl,
-                         Py_ssize_t rows, Py_ssize_t width, real *planes) noexcept nogil:
-    """planes[((n*rows + y)*C + c)*width + u] = x[n, y - pt, u - pl, c], 0 outside x: every
-    image padded to rows x width, each row stored channel by channel."""
-    cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
-    cdef Py_ssize_t row, n, y, c, u, sy, u0, u1
+cdef void _planar_band(const real[:, :, :, ::1] x, Py_ssize_t n, Py_ssize_t y0,
+                       Py_ssize_t count, Py_ssize_t pl, Py_ssize_t cols, Py_ssize_t width,
+                       real *planes) noexcept nogil:
+    """planes[(r*C + c)*width + u] = x[n, y0 + r, u - pl, c] for r < count and u < cols, 0
+    outside x and from column cols on: rows y0 .. y0 + count - 1 of image n, each stored
+    channel by channel. Columns from cols on are read by no output (only by the lanes past the
+    row's end, which are dropped), so they stay 0 whatever x holds there."""
+    cdef Py_ssize_t h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t r, c, u, sy
+    cdef Py_ssize_t u0 = min(max(pl, 0), cols)            # first column holding input
+    cdef Py_ssize_t u1 = max(min(wd + pl, cols), u0)      # one past the last
+    cdef const real *src
     cdef real *dst
-    u0 = min(max(pl, 0), width)            # first column holding input
-    u1 = max(min(wd + pl, width), u0)      # one past the last
-    for row in prange(n_img * rows, schedule="static",
-                      num_threads=_threads(n_img * rows * width * ch // 4)):
-        n = row // rows
-        y = row - n * rows
-        sy = y - pt
+    for r in range(count):
+        sy = y0 + r
+        dst = planes + r * ch * width
+        if sy < 0 or sy >= h or u1 == u0:
+            memset(dst, 0, ch * width * sizeof(real))
+            continue
         for c in range(ch):
-            dst = planes + (row * ch + c) * width
-            if sy < 0 or sy >= h:
-                memset(dst, 0, width * sizeof(real))
-                continue
-            for u in range(u0):
-                dst[u] = 0
-            for u in range(u0, u1):
-                dst[u] = x[n, sy, u - pl, c]
-            for u in range(u1, width):
-                dst[u] = 0
+            memset(dst + c * width, 0, u0 * sizeof(real))
+            memset(dst + c * width + u1, 0, (width - u1) * sizeof(real))
+        src = &x[n, sy, u0 - pl, 0]
+        dst = dst + u0
+        if ch == 3:
+            # the prediction layer's case, with the channel count known to the compiler
+            if real is float:
+                if _AVX512:
+                    _planes3_avx512(src, u1 - u0, dst, dst + width, dst + 2 * width)
+                    continue
+            for u in range(u1 - u0):
+                dst[u] = src[3 * u]
+                dst[width + u] = src[3 * u + 1]
+                dst[2 * width + u] = src[3 * u + 2]
+        else:
+            for u in range(u1 - u0):
+                for c in range(ch):
+                    dst[c * width + u] = src[u * ch + c]
 
 
 # The float32 row loops of the direct kernels, also compiled for AVX-512 (GCC target attribute
 # and vector types) and chosen at run time where the CPU has it: 64 pixels per block in four
-# 16-wide accumulators. The plain build targets x86-64 (SSE2), where 16 pixels in four 4-wide
-# accumulators already cover the latency of the adds but each instruction does a quarter of
-# the work. Forward: the same multiplies and adds in the same order per output (no FMA:
-# -ffp-contract=off), so the same results bit for bit. Kernel gradient: 64 partial sums per
-# row instead of 16, so float32 results differ between AVX-512 and other machines by rounding
-# (as BLAS results do); each machine's results still do not depend on the thread count.
+# 16-wide accumulators (a last block of at most 32 pixels in two). The plain build targets
+# x86-64 (SSE2), where 16 pixels in four 4-wide accumulators already cover the latency of the
+# adds but each instruction does a quarter of the work. Forward: the same multiplies and adds
+# in the same order per output (no FMA: -ffp-contract=off), so the same results bit for bit.
+# Kernel gradient: 64 partial sums per row instead of 16, so float32 results differ between
+# AVX-512 and other machines by rounding (as BLAS results do); each machine's results still do
+# not depend on the thread count.
 cdef extern from *:
     """
     #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
     #define REFSEG_WIDE_LANES 64
-    /* GCC vector types: 16 floats, and the same with 4-byte alignment for unaligned loads */
+    /* GCC vector types: 16 floats, 8 floats, 8 doubles, and the first and last with 4- and
+       8-byte alignment for unaligned loads and stores */
     typedef float refseg_v16 __attribute__((vector_size(64)));
     typedef float refseg_v16u __attribute__((vector_size(64), aligned(4)));
+    typedef float refseg_v8f __attribute__((vector_size(32)));
+    typedef double refseg_v8d __attribute__((vector_size(64)));
+    typedef double refseg_v8du __attribute__((vector_size(64), aligned(8)));
     __attribute__((target("avx512f")))
     static void refseg_small_row_avx512(const float *rows, const Py_ssize_t *offsets,
                                         const float *wt, const float *bias, Py_ssize_t taps,
@@ -734,13 +758,22 @@ cdef extern from *:
             const float *w_o = wt + o * taps;
             for (Py_ssize_t j0 = 0; j0 < wo; j0 += REFSEG_WIDE_LANES) {
                 refseg_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-                for (Py_ssize_t t = 0; t < taps; t++) {
-                    const refseg_v16 wv = (refseg_v16){0} + w_o[t];
-                    const refseg_v16u *src = (const refseg_v16u *)(rows + offsets[t] + j0);
-                    a0 = a0 + src[0] * wv;
-                    a1 = a1 + src[1] * wv;
-                    a2 = a2 + src[2] * wv;
-                    a3 = a3 + src[3] * wv;
+                if (wo - j0 > 32) {
+                    for (Py_ssize_t t = 0; t < taps; t++) {
+                        const float wv = w_o[t];  /* vector * scalar: wv in every lane */
+                        const refseg_v16u *src = (const refseg_v16u *)(rows + offsets[t] + j0);
+                        a0 = a0 + src[0] * wv;
+                        a1 = a1 + src[1] * wv;
+                        a2 = a2 + src[2] * wv;
+                        a3 = a3 + src[3] * wv;
+                    }
+                } else {
+                    for (Py_ssize_t t = 0; t < taps; t++) {
+                        const float wv = w_o[t];
+                        const refseg_v16u *src = (const refseg_v16u *)(rows + offsets[t] + j0);
+                        a0 = a0 + src[0] * wv;
+                        a1 = a1 + src[1] * wv;
+                    }
                 }
                 memcpy(acc, &a0, sizeof a0);
                 memcpy(acc + 16, &a1, sizeof a1);
@@ -751,16 +784,17 @@ cdef extern from *:
             }
         }
     }
-    /* sum of a[u] * b[u] (sum of a[u] if b is NULL), u < count (a multiple of 64): 64 partial
-       sums in float32, added pairwise into 16, then those in float64 in lane order */
+    /* adds the sum of a[u] * b[u] (of a[u] if b is NULL), u < count, to lanes[0..7]: 64
+       partial sums over the row in float32 (only the first 32 in a last block of at most 32
+       pixels), added pairwise into 16, then partial sums l and l + 8 in float64 into lane l */
     __attribute__((target("avx512f")))
-    static inline double refseg_small_dot_avx512(const float *a, const float *b,
-                                                 Py_ssize_t count)
+    static inline void refseg_small_dot_avx512(const float *a, const float *b,
+                                               Py_ssize_t count, double *lanes)
     {
         refseg_v16 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0};
-        float part[16];
-        double total = 0.0;
-        for (Py_ssize_t u = 0; u < count; u += REFSEG_WIDE_LANES) {
+        refseg_v8f low, high;
+        Py_ssize_t u = 0;
+        for (; count - u > 32; u += REFSEG_WIDE_LANES) {
             const refseg_v16u *x = (const refseg_v16u *)(a + u);
             if (b) {
                 const refseg_v16u *y = (const refseg_v16u *)(b + u);
@@ -775,25 +809,69 @@ cdef extern from *:
                 p3 = p3 + x[3];
             }
         }
+        if (u < count) {
+            const refseg_v16u *x = (const refseg_v16u *)(a + u);
+            if (b) {
+                const refseg_v16u *y = (const refseg_v16u *)(b + u);
+                p0 = p0 + x[0] * y[0];
+                p1 = p1 + x[1] * y[1];
+            } else {
+                p0 = p0 + x[0];
+                p1 = p1 + x[1];
+            }
+        }
         p0 = (p0 + p1) + (p2 + p3);
-        memcpy(part, &p0, sizeof p0);
-        for (int l = 0; l < 16; l++) total += part[l];
-        return total;
+        memcpy(&low, &p0, sizeof low);
+        memcpy(&high, (const float *)&p0 + 8, sizeof high);
+        *(refseg_v8du *)lanes = *(refseg_v8du *)lanes
+            + (__builtin_convertvector(low, refseg_v8d) + __builtin_convertvector(high, refseg_v8d));
     }
-    /* one output row of conv_small_weight: partial[t*cout + o] = dot of the row's tap-t input
-       (rows + offsets[t]) with output channel o of g (g_row + o*width), then the sums of g */
+    /* adds one output row of conv_small_weight: to lanes[(t*cout + o)*8 ..] the dot of the
+       row's tap-t input (rows + offsets[t]) with output channel o of g (g_row + o*width), to
+       lanes[(taps*cout + o)*8 ..] the sum of that channel; wo pixels, zero up to width */
     __attribute__((target("avx512f")))
     static void refseg_small_weight_row_avx512(const float *rows, const Py_ssize_t *offsets,
                                                Py_ssize_t taps, const float *g_row,
                                                Py_ssize_t cout, Py_ssize_t width,
-                                               double *partial)
+                                               Py_ssize_t wo, double *lanes)
     {
         for (Py_ssize_t t = 0; t < taps; t++)
             for (Py_ssize_t o = 0; o < cout; o++)
-                partial[t * cout + o] = refseg_small_dot_avx512(rows + offsets[t],
-                                                                g_row + o * width, width);
+                refseg_small_dot_avx512(rows + offsets[t], g_row + o * width, wo,
+                                        lanes + (t * cout + o) * 8);
         for (Py_ssize_t o = 0; o < cout; o++)
-            partial[taps * cout + o] = refseg_small_dot_avx512(g_row + o * width, NULL, width);
+            refseg_small_dot_avx512(g_row + o * width, NULL, wo, lanes + (taps * cout + o) * 8);
+    }
+    /* d0[u], d1[u], d2[u] = src[3u], src[3u + 1], src[3u + 2] for u < count (a row of three
+       channels into three planes), 16 pixels at a time: two two-vector permutations per
+       plane (the pixels in the first two loaded vectors, then those in the third) */
+    __attribute__((target("avx512f")))
+    static void refseg_planes3_avx512(const float *src, Py_ssize_t count, float *d0,
+                                      float *d1, float *d2)
+    {
+        typedef int refseg_i16 __attribute__((vector_size(64)));
+        static const refseg_i16 first[3] = {
+            {0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 0, 0, 0, 0, 0},
+            {1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 0, 0, 0, 0, 0},
+            {2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 0, 0, 0, 0, 0, 0}};
+        static const refseg_i16 second[3] = {
+            {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 20, 23, 26, 29},
+            {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 18, 21, 24, 27, 30},
+            {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 19, 22, 25, 28, 31}};
+        float *dst[3] = {d0, d1, d2};
+        Py_ssize_t u = 0;
+        for (; u + 16 <= count; u += 16) {
+            const refseg_v16u *in = (const refseg_v16u *)(src + 3 * u);
+            const refseg_v16 a = in[0], b = in[1], c = in[2];
+            for (int p = 0; p < 3; p++)
+                *(refseg_v16u *)(dst[p] + u) =
+                    __builtin_shuffle(__builtin_shuffle(a, b, first[p]), c, second[p]);
+        }
+        for (; u < count; u++) {
+            d0[u] = src[3 * u];
+            d1[u] = src[3 * u + 1];
+            d2[u] = src[3 * u + 2];
+        }
     }
     static int refseg_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
     #else
@@ -804,7 +882,9 @@ cdef extern from *:
     static void refseg_small_weight_row_avx512(const float *rows, const Py_ssize_t *offsets,
                                                Py_ssize_t taps, const float *g_row,
                                                Py_ssize_t cout, Py_ssize_t width,
-                                               double *partial) {}
+                                               Py_ssize_t wo, double *lanes) {}
+    static void refseg_planes3_avx512(const float *src, Py_ssize_t count, float *d0,
+                                      float *d1, float *d2) {}
     static int refseg_has_avx512(void) { return 0; }
     #endif
     """
@@ -814,7 +894,9 @@ cdef extern from *:
         Py_ssize_t taps, Py_ssize_t cout, Py_ssize_t wo, float *out) noexcept nogil
     void _small_weight_row_avx512 "refseg_small_weight_row_avx512"(
         const float *rows, const Py_ssize_t *offsets, Py_ssize_t taps, const float *g_row,
-        Py_ssize_t cout, Py_ssize_t width, double *partial) noexcept nogil
+        Py_ssize_t cout, Py_ssize_t width, Py_ssize_t wo, double *lanes) noexcept nogil
+    void _planes3_avx512 "refseg_planes3_avx512"(
+        const float *src, Py_ssize_t count, float *d0, float *d1, float *d2) noexcept nogil
     int _has_avx512 "refseg_has_avx512"() noexcept nogil
 
 
@@ -862,21 +944,25 @@ def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, const r
                        real[:, :, :, ::1] out):
     """Stride-1 convolution plus bias: out[n, i, j, o] = (sum over (a, b, c) row-major of
     x[n, i - pt + a, j - pl + b, c] * w[(a*kw + b)*C + c, o]) + bias[o] (x read as 0 outside),
-    each sum from 0 in that order. For few channels: kh*kw*C*Cout products per pixel. Rows are
-    handed out dynamically: on a shared machine a descheduled thread then delays only the rows
-    it holds, and each row is still computed by one thread in a fixed order."""
+    each sum from 0 in that order. For few channels: kh*kw*C*Cout products per pixel. Bands
+    of rows are handed out dynamically: on a shared machine a descheduled thread then delays
+    only the band it holds, and each row is still computed by one thread in a fixed order."""
     cdef Py_ssize_t n_img = x.shape[0], ch = x.shape[3]
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
-    cdef Py_ssize_t rows = ho + kh - 1, taps = kh * kw * ch
+    cdef Py_ssize_t taps = kh * kw * ch
     cdef bint wide = real is float and _AVX512
     # every block of `lanes` outputs reads lanes + kw - 1 columns: pad the width to whole blocks
     cdef Py_ssize_t width = _round_up(wo, WIDE_LANES if wide else LANES) + kw - 1
-    cdef Py_ssize_t row, n, i, a, b, c, o, t
-    cdef real *planes = <real *> malloc(max(n_img * rows * ch * width, 1) * sizeof(real))
+    cdef Py_ssize_t bands = (ho + SMALL_BAND - 1) // SMALL_BAND  # per image
+    cdef Py_ssize_t per_thread = (SMALL_BAND + kh - 1) * ch * width
+    cdef int threads = _threads(n_img * ho * wo * taps * cout // 8)
+    cdef Py_ssize_t job, n, i, i0, count, o, t
+    cdef real *planes
+    cdef real *scratch = <real *> malloc(max(threads * per_thread, 1) * sizeof(real))
     cdef real *wt = <real *> malloc(max(taps * cout, 1) * sizeof(real))
     cdef Py_ssize_t *offsets = <Py_ssize_t *> malloc(max(taps, 1) * sizeof(Py_ssize_t))
-    if planes == NULL or wt == NULL or offsets == NULL:
-        free(planes)
+    if scratch == NULL or wt == NULL or offsets == NULL:
+        free(scratch)
         free(wt)
         free(offsets)
         raise MemoryError("conv_small_forward: cannot allocate the scratch buffers")
@@ -887,20 +973,23 @@ def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, const r
             for t in range(taps):
                 for o in range(cout):
                     wt[o * taps + t] = w[t, o]
-            _planar_padded(x, pt, pl, rows, width, planes)
-            for row in prange(n_img * ho, schedule="dynamic", chunksize=4,
-                              num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
-                n = row // ho
-                i = row - n * ho
-                if real is float:
-                    if wide:
-                        _small_row_avx512(planes + (n * rows + i) * ch * width, offsets, wt,
-                                          &bias[0], taps, cout, wo, &out[n, i, 0, 0])
-                        continue
-                _small_forward_row(planes + (n * rows + i) * ch * width, offsets, wt, &bias[0],
-                                   taps, cout, wo, &out[n, i, 0, 0])
+            for job in prange(n_img * bands, schedule="dynamic", num_threads=threads):
+                n = job // bands
+                i0 = (job - n * bands) * SMALL_BAND
+                count = min(SMALL_BAND, ho - i0)
+                planes = scratch + openmp.omp_get_thread_num() * per_thread
+                # input rows i0 - pt .. i0 - pt + count + kh - 2, the columns the outputs read
+                _planar_band(x, n, i0 - pt, count + kh - 1, pl, wo + kw - 1, width, planes)
+                for i in range(count):
+                    if real is float:
+                        if wide:
+                            _small_row_avx512(planes + i * ch * width, offsets, wt, &bias[0],
+                                              taps, cout, wo, &out[n, i0 + i, 0, 0])
+                            continue
+                    _small_forward_row(planes + i * ch * width, offsets, wt, &bias[0], taps,
+                                       cout, wo, &out[n, i0 + i, 0, 0])
     finally:
-        free(planes)
+        free(scratch)
         free(wt)
         free(offsets)
 
@@ -942,67 +1031,88 @@ def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py
     """The kernel and bias gradients of conv_small_forward: dw[(a*kw + b)*C + c, o] = sum over
     n, i, j of x[n, i - pt + a, j - pl + b, c] * g[n, i, j, o] (x read as 0 outside), and
     dbias[o] = sum of g[..., o]. Each output row's sums are taken in the input's precision
-    (LANES partial sums over the row's pixels, 64 for float32 on AVX-512, added up in float64),
-    the rows are added in float64 in row order:
-    independent of the thread count and of which thread took which row, and equal to the
+    (LANES partial sums over the row's pixels; for float32 on AVX-512, 64, added pairwise into
+    16 and those in pairs into 8 float64 lanes), then in float64: over the rows of a band of
+    SMALL_BAND rows in row order (lane by lane on AVX-512, the lanes added in order at the
+    band's end), then the bands in order. The bands are fixed by the shape, so the result is
+    independent of the thread count and of which thread took which band, and equal to the
     twin's float64 sums to rounding (a reduction in another order)."""
     cdef Py_ssize_t n_img = x.shape[0], ch = x.shape[3]
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], cout = g.shape[3]
-    cdef Py_ssize_t rows = ho + kh - 1
-    cdef Py_ssize_t width_g = _round_up(wo, WIDE_LANES if (real is float and _AVX512) else LANES)
+    cdef bint wide = real is float and _AVX512
+    cdef Py_ssize_t width_g = _round_up(wo, WIDE_LANES if wide else LANES)
     cdef Py_ssize_t width = width_g + kw - 1, taps = kh * kw * ch
-    cdef Py_ssize_t row, n, i, a, b, c, o, k
+    cdef Py_ssize_t bands = (ho + SMALL_BAND - 1) // SMALL_BAND  # per image
+    # per band: the taps*cout kernel-gradient sums, then the cout bias-gradient sums
+    cdef Py_ssize_t per_band = (taps + 1) * cout
+    cdef Py_ssize_t x_planes = (SMALL_BAND + kh - 1) * ch * width
+    cdef Py_ssize_t per_thread = x_planes + SMALL_BAND * cout * width_g
+    cdef int threads = _threads(n_img * ho * wo * taps * cout // 8)
+    cdef Py_ssize_t job, n, i, i0, count, o, k, l
+    cdef real *planes
+    cdef double *lanes
+    cdef double total
     cdef Py_ssize_t *offsets = <Py_ssize_t *> malloc(max(taps, 1) * sizeof(Py_ssize_t))
-    cdef real *planes = <real *> malloc(max(n_img * rows * ch * width, 1) * sizeof(real))
-    cdef real *gplanes = <real *> malloc(max(n_img * ho * cout * width_g, 1) * sizeof(real))
-    # per output row: the taps*cout kernel-gradient sums, then the cout bias-gradient sums
-    cdef Py_ssize_t per_row = (taps + 1) * cout
-    cdef double *partial = <double *> malloc(max(n_img * ho * per_row, 1) * sizeof(double))
-    if planes == NULL or gplanes == NULL or partial == NULL or offsets == NULL:
-        free(planes)
-        free(gplanes)
+    cdef real *scratch = <real *> malloc(max(threads * per_thread, 1) * sizeof(real))
+    cdef double *scratch_lanes = <double *> malloc(max(threads * per_band * 8, 1)
+                                                   * sizeof(double))
+    cdef double *partial = <double *> malloc(max(n_img * bands * per_band, 1) * sizeof(double))
+    if scratch == NULL or scratch_lanes == NULL or partial == NULL or offsets == NULL:
+        free(scratch)
+        free(scratch_lanes)
         free(partial)
         free(offsets)
         raise MemoryError("conv_small_weight: cannot allocate the scratch buffers")
     try:
         with nogil:
             _tap_offsets(kh, kw, ch, width, offsets)
-            _planar_padded(x, pt, pl, rows, width, planes)
-            # g in the same planar layout, zero past column wo: those columns of x then add 0
-            _planar_padded(g, 0, 0, ho, width_g, gplanes)
-            for row in prange(n_img * ho, schedule="dynamic", chunksize=4,
-                              num_threads=_threads(n_img * ho * wo * taps * cout // 8)):
-                n = row // ho
-                i = row - n * ho
+            for job in prange(n_img * bands, schedule="dynamic", num_threads=threads):
+                n = job // bands
+                i0 = (job - n * bands) * SMALL_BAND
+                count = min(SMALL_BAND, ho - i0)
+                planes = scratch + openmp.omp_get_thread_num() * per_thread
+                _planar_band(x, n, i0 - pt, count + kh - 1, pl, wo + kw - 1, width, planes)
+                # g in the same planar layout, zero past column wo: those columns of x add 0
+                _planar_band(g, n, i0, count, 0, wo, width_g, planes + x_planes)
                 if real is float:
-                    if _AVX512:
-                        _small_weight_row_avx512(planes + (n * rows + i) * ch * width, offsets,
-                                                 taps, gplanes + row * cout * width_g, cout,
-                                                 width_g, partial + row * per_row)
+                    if wide:
+                        lanes = scratch_lanes + openmp.omp_get_thread_num() * per_band * 8
+                        memset(lanes, 0, per_band * 8 * sizeof(double))
+                        for i in range(count):
+                            _small_weight_row_avx512(planes + i * ch * width, offsets, taps,
+                                                     planes + x_planes + i * cout * width_g,
+                                                     cout, width_g, wo, lanes)
+                        for k in range(per_band):
+                            total = 0.0
+                            for l in range(8):
+                                total = total + lanes[k * 8 + l]
+                            partial[job * per_band + k] = total
                         continue
-                for k in range(taps):
+                for k in range(per_band):
+                    partial[job * per_band + k] = 0.0
+                for i in range(count):
+                    for k in range(taps):
+                        for o in range(cout):
+                            partial[job * per_band + k * cout + o] += _small_dot(
+                                planes + i * ch * width + offsets[k],
+                                planes + x_planes + (i * cout + o) * width_g, width_g)
                     for o in range(cout):
-                        partial[row * per_row + k * cout + o] = _small_dot(
-                            planes + (n * rows + i) * ch * width + offsets[k],
-                            gplanes + (row * cout + o) * width_g, width_g)
-                for o in range(cout):
-                    partial[row * per_row + taps * cout + o] = _small_sum(
-                        gplanes + (row * cout + o) * width_g, width_g)
+                        partial[job * per_band + taps * cout + o] += _small_sum(
+                            planes + x_planes + (i * cout + o) * width_g, width_g)
             for k in range(taps * cout):
                 dw[k // cout, k % cout] = 0
             for o in range(cout):
                 dbias[o] = 0
-            for row in range(n_img * ho):
+            for job in range(n_img * bands):
                 for k in range(taps * cout):
-                    dw[k // cout, k % cout] += partial[row * per_row + k]
+                    dw[k // cout, k % cout] += partial[job * per_band + k]
                 for o in range(cout):
-                    dbias[o] += partial[row * per_row + taps * cout + o]
+                    dbias[o] += partial[job * per_band + taps * cout + o]
     finally:
-        free(planes)
-        free(gplanes)
+        free(scratch)
+        free(scratch_lanes)
         free(partial)
         free(offsets)
-
 
 
 # ------------------------------------------------------------------------------------------

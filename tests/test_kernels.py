@@ -288,7 +288,11 @@ def test_conv_small_kernels(avx512, dtype, x, kernel, pads, cout):
     input). Forward: fixed-order sums, bit for bit (widths up to 70 cover whole and partial
     blocks of 16 and 64 pixels). Kernel and bias gradients: the kernel sums each
     row in the input's precision, the twin everything in float64: equal to that rounding."""
-    x = x.astype(dtype)
+    _check_conv_small(x.astype(dtype), kernel, pads, cout)
+
+
+def _check_conv_small(x, kernel, pads, cout):
+    dtype = x.dtype
     (kh, kw), (pt, pl) = kernel, pads
     ho, wo = _geometry(x.shape[1], x.shape[2], kh, kw, 1, 1, pt, pl)
     rng = np.random.default_rng(3)
@@ -306,6 +310,24 @@ def test_conv_small_kernels(avx512, dtype, x, kernel, pads, cout):
     eps = 1e-6 if dtype == np.float32 else 1e-13
     for a, b, bound in zip(fast, slow, bounds):
         assert np.all(np.abs(a - b) <= eps * bound + np.finfo(dtype).tiny)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, kernel, pads", [
+    ((1, 1, 1, 3), (3, 3), (1, 1)),        # a 1x1 image: one band, one partial block
+    ((3, 8, 64, 3), (3, 3), (1, 1)),       # exactly one band, one whole block of 64
+    ((2, 19, 70, 3), (3, 3), (1, 1)),      # bands of 8, 8, 3 per image; 64 + 6 columns
+    ((2, 17, 97, 2), (3, 2), (2, 0)),      # 64 + 33 columns: a last block over half a block
+    ((1, 25, 31, 3), (2, 3), (-1, 2)),     # rows above and below the input in the bands
+    ((2, 100, 130, 3), (3, 3), (1, 1)),    # enough pixels for every thread
+], ids=["1x1", "one-band", "bands", "wide-tail", "offset", "threads"])
+def test_conv_small_kernels_in_bands(avx512, dtype, shape, kernel, pads):
+    """The direct kernels work on bands of SMALL_BAND output rows, each copied by its thread:
+    heights that are not a multiple of the band, bands reaching past the input's rows, batch
+    above 1, widths around the blocks of 64 pixels, and the two-thread split."""
+    x = np.random.default_rng(5).uniform(-10, 10, shape)
+    _check_conv_small(x.astype(dtype), kernel, pads, 3)
 
 
 def _winograd_layouts(shape, dtype):

@@ -202,18 +202,17 @@ class Conv2DTranspose(_Window):
         x_shape, pads = ctx.geometry
         kh, kw, cout, cin = w.shape
         if ctx.route == "direct":
-            # the convolution's forward (input gradient) and kernel gradient with the roles of
-            # input and output exchanged: dw[(a, b, o), c] = sum g_padded[.. + (a, b), o] x[.., c]
-            g = np.ascontiguousarray(grad)
-            dx = None
-            if ctx.needs_input_grad[0]:
-                dx = _direct_conv(g, w.reshape(kh * kw * cout, cin), None, (kh, kw), pads,
-                                  x_shape[1:3], self.backend)
-            dw, _ = _direct_weight_grad(g, x2, (kh, kw), pads, self.backend)
-            db = _channel_sums(g) if ctx.has_bias else None
-            return dx, dw.reshape(w.shape), db
+            # the forward was the convolution of x with the flipped kernel: its backward, and
+            # the kernel gradient flipped back. Its kernel also sums g for the bias gradient
+            # (a BLAS call for those sums would leave OpenBLAS's threads spinning on the cores
+            # that the next kernel's OpenMP threads need)
+            dx, dw, db = _direct_backward(x2, _flipped(w), np.ascontiguousarray(grad),
+                                          (kh - 1 - pads[0], kw - 1 - pads[1]),
+                                          ctx.needs_input_grad[0], ctx.has_bias, self.backend)
+            return dx, _flipped(dw), db
         if ctx.route in WINOGRAD_TILE:
-            # the same roles as above, by the Winograd path
+            # the convolution's forward (input gradient) and kernel gradient with the roles of
+            # input and output exchanged, by the Winograd path
             g = np.ascontiguousarray(grad)
             dx = None
             if ctx.needs_input_grad[0]:
