@@ -387,12 +387,15 @@ def _flipped(w) -> np.ndarray:
     return np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
 
 
-#: Bytes of the transformed tiles that the Winograd path holds at a time, input (16 x tiles
-#: x Cin) and products (16 x tiles x Cout) together: fewer, longer matrix products against
-#: data that stays in the caches (2 MB of L2 per core, a large shared L3 here). Measured on 2
-#: cores over x9, x13, x18 and x21 at batch 1 and 4 (forward): 4, 8, 16 and 32 MB within
-#: about 15% of each other in sum, 1 and 2 MB slower; 8 MB was best or near it in three runs.
-WINOGRAD_BLOCK_BYTES = 8 << 20
+#: Bytes of the transformed tiles that the Winograd path holds at a time, input (P x tiles
+#: x Cin) and products (P x tiles x Cout) together, P = 16 or 36 products: fewer, longer
+#: matrix products against data that stays in the caches (2 MB of L2 per core, a large shared
+#: L3 here). Measured on 2 cores with F(2x2, 3x3) over x9, x13, x18 and x21 at batch 1 and 4
+#: (forward): 4, 8, 16 and 32 MB within about 15% of each other in sum, 1 and 2 MB slower.
+#: With F(4x4, 3x3) (a third as many tiles per block for the same bytes), in bench_ops'
+#: interleaved rounds at batch 1, forward against torch: 24 MB 0.90-0.94 (x21), 1.09-1.35
+#: (x9), 0.96-1.03 (x7b); 8 MB 1.28, 1.32-1.46, 1.14-1.15.
+WINOGRAD_BLOCK_BYTES = 24 << 20
 
 #: Entry k = 4*xi + nu of the transform of the kernel flipped in space is entry
 #: 4*pi(xi) + pi(nu) of the kernel's own transform, pi swapping 0 and 3: reversing the columns
@@ -492,14 +495,18 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2) -> np.nda
     u = _planes(_workspace(_planes_size(*w.shape[2:], x.dtype, planes), x.dtype,
                            "winograd kernel"), *w.shape[2:], planes)
     transform_kernel(np.ascontiguousarray(w, dtype=x.dtype), u)
-    factors = [u[j].T for j in _FLIPPED_ENTRY] if adjoint else list(u)
     bias = np.zeros(cout, dtype=x.dtype) if bias is None else np.ascontiguousarray(bias)
     th, tw = -(-ho // tile), -(-wo // tile)
     out = np.empty((n, ho, wo, cout), dtype=x.dtype)
     for start, v, m in _tile_blocks(n * th * tw, c, cout, x.dtype, planes):
         transform_input(x, *pads, th, tw, start, v)
-        for entry in range(planes):
-            np.matmul(v[entry], factors[entry], out=m[entry])
+        if adjoint:
+            for entry, j in enumerate(_FLIPPED_ENTRY):
+                np.matmul(v[entry], u[j].T, out=m[entry])
+        else:
+            # one call for the stack of products: NumPy runs them back to back, without the
+            # Python between them during which OpenBLAS's threads go to sleep (4-5 % faster)
+            np.matmul(v, u, out=m)
         transform_output(m, bias, th, tw, start, out)
     return out
 
