@@ -1422,29 +1422,6 @@ cdef _check_planes(const real[:, :, :] a, Py_ssize_t planes=16):
         raise ValueError(f"Winograd arrays must be {planes} C-contiguous planes")
 
 
-cdef inline void _winograd_input_tile(const real *x, Py_ssize_t n, Py_ssize_t h,
-                                      Py_ssize_t w, Py_ssize_t ch, Py_ssize_t y0,
-                                      Py_ssize_t x0, const real *zeros, real *dst,
-                                      Py_ssize_t stride) noexcept nogil:
-    """The transform of the tile whose window starts at row y0, column x0 of image n: the
-    window's 16 pixel pointers (a row of zeros outside the input) in a stack array of this
-    call (tiles run in parallel), then the C loop."""
-    cdef const real *src[16]
-    cdef Py_ssize_t r, s, y, xx
-    for r in range(4):
-        y = y0 + r
-        for s in range(4):
-            xx = x0 + s
-            if y < 0 or y >= h or xx < 0 or xx >= w:
-                src[4 * r + s] = zeros
-            else:
-                src[4 * r + s] = x + ((n * h + y) * w + xx) * ch
-    if real is float:
-        _winograd_input_f(src, dst, stride, ch)
-    else:
-        _winograd_input_d(src, dst, stride, ch)
-
-
 cdef struct TilePosition:
     Py_ssize_t n, row, col  # image, tile row, tile column
 
@@ -1458,48 +1435,111 @@ cdef inline TilePosition _tile_position(Py_ssize_t t, Py_ssize_t th, Py_ssize_t 
     return at
 
 
+cdef inline void _winograd_input_tile(const real *x, Py_ssize_t n, Py_ssize_t h,
+                                      Py_ssize_t w, Py_ssize_t ch, Py_ssize_t y0,
+                                      Py_ssize_t x0, Py_ssize_t side, const real *zeros,
+                                      real *dst, Py_ssize_t stride) noexcept nogil:
+    """The transform of the tile whose side x side window (4: F(2x2, 3x3), 6: F(4x4, 3x3))
+    starts at row y0, column x0 of image n: the window's pixel pointers (a row of zeros outside
+    the input) in a stack array of this call (tiles run in parallel), then the C loop."""
+    cdef const real *src[36]
+    cdef Py_ssize_t r, s, y, xx
+    for r in range(side):
+        y = y0 + r
+        for s in range(side):
+            xx = x0 + s
+            if y < 0 or y >= h or xx < 0 or xx >= w:
+                src[side * r + s] = zeros
+            else:
+                src[side * r + s] = x + ((n * h + y) * w + xx) * ch
+    if real is float:
+        if side == 4:
+            _winograd_input_f(src, dst, stride, ch)
+        else:
+            _winograd4_input_f(src, dst, stride, ch)
+    else:
+        if side == 4:
+            _winograd_input_d(src, dst, stride, ch)
+        else:
+            _winograd4_input_d(src, dst, stride, ch)
+
+
+cdef _input_transform(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t th,
+                      Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :] v, Py_ssize_t tile):
+    """The input transform of F(tile x tile, 3x3) for tiles tile_start .. + v.shape[1] - 1:
+    tiles in parallel."""
+    cdef Py_ssize_t h = x.shape[1], w = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t tiles = v.shape[1], stride = v.strides[0] // sizeof(real)
+    cdef Py_ssize_t side = tile + 2, planes = side * side
+    cdef Py_ssize_t p
+    cdef TilePosition at
+    _check_planes(v, planes)
+    cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
+    if zeros == NULL:
+        raise MemoryError("Winograd input transform: cannot allocate a row of zeros")
+    try:
+        with nogil:
+            for p in prange(tiles, schedule="static",
+                            num_threads=_threads(tiles * planes * ch // 8)):
+                at = _tile_position(tile_start + p, th, tw)
+                _winograd_input_tile(&x[0, 0, 0, 0], at.n, h, w, ch, tile * at.row - pt,
+                                     tile * at.col - pl, side, zeros, &v[0, p, 0], stride)
+    finally:
+        free(zeros)
+
+
 def winograd_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t th,
                    Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :] v):
     """v[k, p, c] = (B^T d B)[k // 4, k % 4] for tile t = tile_start + p of a th x tw grid per
     image, d[r, s] = x[n, 2ti - pt + r, 2tj - pl + s, c] (0 outside x). Tiles run in parallel;
     a range of tiles lets callers transform a cache-sized block at a time."""
-    cdef Py_ssize_t h = x.shape[1], w = x.shape[2], ch = x.shape[3]
-    cdef Py_ssize_t tiles = v.shape[1], stride = v.strides[0] // sizeof(real)
-    cdef Py_ssize_t p
-    cdef TilePosition at
-    _check_planes(v)
-    cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
-    if zeros == NULL:
-        raise MemoryError("winograd_input: cannot allocate a row of zeros")
-    try:
-        with nogil:
-            for p in prange(tiles, schedule="static",
-                            num_threads=_threads(tiles * 16 * ch // 8)):
-                at = _tile_position(tile_start + p, th, tw)
-                _winograd_input_tile(&x[0, 0, 0, 0], at.n, h, w, ch, 2 * at.row - pt,
-                                     2 * at.col - pl, zeros, &v[0, p, 0], stride)
-    finally:
-        free(zeros)
+    _input_transform(x, pt, pl, th, tw, tile_start, v, 2)
 
 
 cdef inline void _winograd_output_tile(const real *m, Py_ssize_t stride, const real *bias,
                                        real *out, Py_ssize_t n, Py_ssize_t y0, Py_ssize_t x0,
-                                       Py_ssize_t ho, Py_ssize_t wo,
-                                       Py_ssize_t cout) noexcept nogil:
-    """The transform of the tile whose outputs start at row y0, column x0 of image n: its four
-    destination pixels (NULL past the edges) in a stack array of this call, then the C loop."""
-    cdef real *dst[4]
+                                       Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t cout,
+                                       Py_ssize_t tile) noexcept nogil:
+    """The transform of the tile whose tile x tile outputs start at row y0, column x0 of image
+    n: its destination pixels (NULL past the edges) in a stack array of this call, then the C
+    loop."""
+    cdef real *dst[16]
     cdef Py_ssize_t u, v
-    for u in range(2):
-        for v in range(2):
+    for u in range(tile):
+        for v in range(tile):
             if y0 + u < ho and x0 + v < wo:
-                dst[2 * u + v] = out + ((n * ho + y0 + u) * wo + x0 + v) * cout
+                dst[tile * u + v] = out + ((n * ho + y0 + u) * wo + x0 + v) * cout
             else:
-                dst[2 * u + v] = NULL
+                dst[tile * u + v] = NULL
     if real is float:
-        _winograd_output_f(m, stride, bias, dst, cout)
+        if tile == 2:
+            _winograd_output_f(m, stride, bias, dst, cout)
+        else:
+            _winograd4_output_f(m, stride, bias, dst, cout)
     else:
-        _winograd_output_d(m, stride, bias, dst, cout)
+        if tile == 2:
+            _winograd_output_d(m, stride, bias, dst, cout)
+        else:
+            _winograd4_output_d(m, stride, bias, dst, cout)
+
+
+cdef _output_transform(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
+                       Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :, ::1] out,
+                       Py_ssize_t tile):
+    """The output transform of F(tile x tile, 3x3) for tiles tile_start .. + m.shape[1] - 1:
+    tiles in parallel, each writing its own pixels."""
+    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
+    cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
+    cdef Py_ssize_t planes = (tile + 2) * (tile + 2)
+    cdef Py_ssize_t p
+    cdef TilePosition at
+    _check_planes(m, planes)
+    with nogil:
+        for p in prange(tiles, schedule="static",
+                        num_threads=_threads(tiles * planes * cout // 8)):
+            at = _tile_position(tile_start + p, th, tw)
+            _winograd_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], at.n,
+                                  tile * at.row, tile * at.col, ho, wo, cout, tile)
 
 
 def winograd_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
@@ -1507,16 +1547,7 @@ def winograd_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
     """out[n, 2ti + u, 2tj + v, o] = (A^T M A)[u, v] + bias[o] with M[k] = m[k, p, o], for
     tile t = tile_start + p; the outputs of a partial tile past the bottom or right edge of
     out are not written. Tiles run in parallel and write disjoint pixels."""
-    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
-    cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
-    cdef Py_ssize_t p
-    cdef TilePosition at
-    _check_planes(m)
-    with nogil:
-        for p in prange(tiles, schedule="static", num_threads=_threads(tiles * 16 * cout // 8)):
-            at = _tile_position(tile_start + p, th, tw)
-            _winograd_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], at.n,
-                                  2 * at.row, 2 * at.col, ho, wo, cout)
+    _output_transform(m, bias, th, tw, tile_start, out, 2)
 
 
 def winograd_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
@@ -1788,68 +1819,12 @@ cdef extern from *:
         const double *w, Py_ssize_t size, double *u, Py_ssize_t stride) noexcept nogil
 
 
-cdef inline void _winograd4_input_tile(const real *x, Py_ssize_t n, Py_ssize_t h,
-                                       Py_ssize_t w, Py_ssize_t ch, Py_ssize_t y0,
-                                       Py_ssize_t x0, const real *zeros, real *dst,
-                                       Py_ssize_t stride) noexcept nogil:
-    """As _winograd_input_tile, for the 6x6 window of an F(4x4, 3x3) tile."""
-    cdef const real *src[36]
-    cdef Py_ssize_t r, s, y, xx
-    for r in range(6):
-        y = y0 + r
-        for s in range(6):
-            xx = x0 + s
-            if y < 0 or y >= h or xx < 0 or xx >= w:
-                src[6 * r + s] = zeros
-            else:
-                src[6 * r + s] = x + ((n * h + y) * w + xx) * ch
-    if real is float:
-        _winograd4_input_f(src, dst, stride, ch)
-    else:
-        _winograd4_input_d(src, dst, stride, ch)
-
-
 def winograd4_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t th,
                     Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :] v):
     """v[k, p, c] = (B^T d B)[k // 6, k % 6] for tile t = tile_start + p of a th x tw grid per
     image, d[r, s] = x[n, 4ti - pt + r, 4tj - pl + s, c] (0 outside x): F(4x4, 3x3)'s input
     transform, as winograd_input is F(2x2, 3x3)'s."""
-    cdef Py_ssize_t h = x.shape[1], w = x.shape[2], ch = x.shape[3]
-    cdef Py_ssize_t tiles = v.shape[1], stride = v.strides[0] // sizeof(real)
-    cdef Py_ssize_t p
-    cdef TilePosition at
-    _check_planes(v, 36)
-    cdef real *zeros = <real *> calloc(max(ch, 1), sizeof(real))
-    if zeros == NULL:
-        raise MemoryError("winograd4_input: cannot allocate a row of zeros")
-    try:
-        with nogil:
-            for p in prange(tiles, schedule="static",
-                            num_threads=_threads(tiles * 36 * ch // 8)):
-                at = _tile_position(tile_start + p, th, tw)
-                _winograd4_input_tile(&x[0, 0, 0, 0], at.n, h, w, ch, 4 * at.row - pt,
-                                      4 * at.col - pl, zeros, &v[0, p, 0], stride)
-    finally:
-        free(zeros)
-
-
-cdef inline void _winograd4_output_tile(const real *m, Py_ssize_t stride, const real *bias,
-                                        real *out, Py_ssize_t n, Py_ssize_t y0, Py_ssize_t x0,
-                                        Py_ssize_t ho, Py_ssize_t wo,
-                                        Py_ssize_t cout) noexcept nogil:
-    """As _winograd_output_tile, for the 16 pixels of an F(4x4, 3x3) tile."""
-    cdef real *dst[16]
-    cdef Py_ssize_t u, v
-    for u in range(4):
-        for v in range(4):
-            if y0 + u < ho and x0 + v < wo:
-                dst[4 * u + v] = out + ((n * ho + y0 + u) * wo + x0 + v) * cout
-            else:
-                dst[4 * u + v] = NULL
-    if real is float:
-        _winograd4_output_f(m, stride, bias, dst, cout)
-    else:
-        _winograd4_output_d(m, stride, bias, dst, cout)
+    _input_transform(x, pt, pl, th, tw, tile_start, v, 4)
 
 
 def winograd4_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
@@ -1857,16 +1832,7 @@ def winograd4_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
     """out[n, 4ti + u, 4tj + v, o] = (A^T M A)[u, v] + bias[o] with M[k] = m[k, p, o], for
     tile t = tile_start + p; outputs past the bottom or right edge of out are not written.
     F(4x4, 3x3)'s output transform, as winograd_output is F(2x2, 3x3)'s."""
-    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
-    cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
-    cdef Py_ssize_t p
-    cdef TilePosition at
-    _check_planes(m, 36)
-    with nogil:
-        for p in prange(tiles, schedule="static", num_threads=_threads(tiles * 36 * cout // 8)):
-            at = _tile_position(tile_start + p, th, tw)
-            _winograd4_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], at.n,
-                                   4 * at.row, 4 * at.col, ho, wo, cout)
+    _output_transform(m, bias, th, tw, tile_start, out, 4)
 
 
 def winograd4_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):

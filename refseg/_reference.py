@@ -301,23 +301,29 @@ def _tile_coordinates(th, tw, tile_start, tiles):
     return t // (th * tw), t % (th * tw) // tw, t % tw
 
 
-def winograd_input(x, pt, pl, th, tw, tile_start, v):
+def _input_transform(x, pt, pl, th, tw, tile_start, v, tile, combine):
+    """v[k] = (B^T d B)[k // side, k % side] of each tile's side x side window (side = tile +
+    2), B^T applied by ``combine`` down each column, then along each row."""
     x = np.asarray(x)
     n_img, h, w, c = x.shape
-    tiles = v.shape[1]
+    side = tile + 2
     # the input inside a zero frame covering every window: padded[:, q] is row q - pt of x
-    padded = np.zeros((n_img, 2 * th + 2, 2 * tw + 2, c), dtype=x.dtype)
-    top, bottom = np.clip([pt, pt + h], 0, 2 * th + 2)
-    left, right = np.clip([pl, pl + w], 0, 2 * tw + 2)
+    padded = np.zeros((n_img, tile * th + 2, tile * tw + 2, c), dtype=x.dtype)
+    top, bottom = np.clip([pt, pt + h], 0, tile * th + 2)
+    left, right = np.clip([pl, pl + w], 0, tile * tw + 2)
     padded[:, top:bottom, left:right] = x[:, top - pt:bottom - pt, left - pl:right - pl]
-    n, ti, tj = _tile_coordinates(th, tw, tile_start, tiles)
+    n, ti, tj = _tile_coordinates(th, tw, tile_start, v.shape[1])
     # d[r][s]: (tiles, C), window position (r, s) of each tile
-    d = [[padded[n, 2 * ti + r, 2 * tj + s] for s in range(4)] for r in range(4)]
-    columns = [_bt_combine(*(d[r][s] for r in range(4))) for s in range(4)]  # [s][xi]
-    for xi in range(4):
-        row = _bt_combine(*(columns[s][xi] for s in range(4)))
-        for nu in range(4):
-            v[4 * xi + nu] = row[nu]
+    d = [[padded[n, tile * ti + r, tile * tj + s] for s in range(side)] for r in range(side)]
+    columns = [combine(*(d[r][s] for r in range(side))) for s in range(side)]  # [s][xi]
+    for xi in range(side):
+        row = combine(*(columns[s][xi] for s in range(side)))
+        for nu in range(side):
+            v[side * xi + nu] = row[nu]
+
+
+def winograd_input(x, pt, pl, th, tw, tile_start, v):
+    _input_transform(x, pt, pl, th, tw, tile_start, v, 2, _bt_combine)
 
 
 def _at_combine(m0, m1, m2, m3):
@@ -325,17 +331,24 @@ def _at_combine(m0, m1, m2, m3):
     return (m0 + m1) + m2, (m1 - m2) - m3
 
 
-def winograd_output(m, bias, th, tw, tile_start, out):
+def _output_transform(m, bias, th, tw, tile_start, out, tile, combine):
+    """out = (A^T M A)[u, v] + bias per tile, A^T applied by ``combine`` down each column, then
+    along each row; pixels past the bottom or right edge of out are not written."""
     m, out = np.asarray(m), np.asarray(out)
     _, ho, wo, _ = out.shape
+    side = tile + 2
     n, ti, tj = _tile_coordinates(th, tw, tile_start, m.shape[1])
-    columns = [_at_combine(*(m[4 * xi + nu] for xi in range(4))) for nu in range(4)]  # [nu][u]
-    for u in range(2):
-        row = _at_combine(*(columns[nu][u] for nu in range(4)))
-        for v in range(2):
-            y, x = 2 * ti + u, 2 * tj + v
+    columns = [combine(*(m[side * xi + nu] for xi in range(side))) for nu in range(side)]
+    for u in range(tile):
+        row = combine(*(columns[nu][u] for nu in range(side)))
+        for v in range(tile):
+            y, x = tile * ti + u, tile * tj + v
             inside = (y < ho) & (x < wo)  # a partial tile at the bottom or right edge
             out[n[inside], y[inside], x[inside]] = row[v][inside] + np.asarray(bias)
+
+
+def winograd_output(m, bias, th, tw, tile_start, out):
+    _output_transform(m, bias, th, tw, tile_start, out, 2, _at_combine)
 
 
 def _g_combine(g0, g1, g2):
@@ -344,13 +357,19 @@ def _g_combine(g0, g1, g2):
     return g0, ((g0 + g1) + g2) * half, ((g0 - g1) + g2) * half, g2
 
 
-def winograd_kernel(w, u):
+def _kernel_transform(w, u, side, combine):
+    """u[k] = (G g G^T)[k // side, k % side] of each 3x3 kernel, G applied by ``combine`` down
+    each column, then along each row."""
     w = np.asarray(w)
-    columns = [_g_combine(w[0, b], w[1, b], w[2, b]) for b in range(3)]  # [b][xi]
-    for xi in range(4):
-        row = _g_combine(*(columns[b][xi] for b in range(3)))
-        for nu in range(4):
-            u[4 * xi + nu] = row[nu]
+    columns = [combine(w[0, b], w[1, b], w[2, b]) for b in range(3)]  # [b][xi]
+    for xi in range(side):
+        row = combine(*(columns[b][xi] for b in range(3)))
+        for nu in range(side):
+            u[side * xi + nu] = row[nu]
+
+
+def winograd_kernel(w, u):
+    _kernel_transform(w, u, 4, _g_combine)
 
 
 def _a_combine(d0, d1):
@@ -401,20 +420,7 @@ def _bt4_combine(d0, d1, d2, d3, d4, d5):
 
 
 def winograd4_input(x, pt, pl, th, tw, tile_start, v):
-    x = np.asarray(x)
-    n_img, h, w, c = x.shape
-    # the input inside a zero frame covering every 6x6 window: padded[:, q] is row q - pt
-    padded = np.zeros((n_img, 4 * th + 2, 4 * tw + 2, c), dtype=x.dtype)
-    top, bottom = np.clip([pt, pt + h], 0, 4 * th + 2)
-    left, right = np.clip([pl, pl + w], 0, 4 * tw + 2)
-    padded[:, top:bottom, left:right] = x[:, top - pt:bottom - pt, left - pl:right - pl]
-    n, ti, tj = _tile_coordinates(th, tw, tile_start, v.shape[1])
-    d = [[padded[n, 4 * ti + r, 4 * tj + s] for s in range(6)] for r in range(6)]
-    columns = [_bt4_combine(*(d[r][s] for r in range(6))) for s in range(6)]  # [s][xi]
-    for xi in range(6):
-        row = _bt4_combine(*(columns[s][xi] for s in range(6)))
-        for nu in range(6):
-            v[6 * xi + nu] = row[nu]
+    _input_transform(x, pt, pl, th, tw, tile_start, v, 4, _bt4_combine)
 
 
 def _at4_combine(m0, m1, m2, m3, m4, m5):
@@ -425,16 +431,7 @@ def _at4_combine(m0, m1, m2, m3, m4, m5):
 
 
 def winograd4_output(m, bias, th, tw, tile_start, out):
-    m, out = np.asarray(m), np.asarray(out)
-    _, ho, wo, _ = out.shape
-    n, ti, tj = _tile_coordinates(th, tw, tile_start, m.shape[1])
-    columns = [_at4_combine(*(m[6 * xi + nu] for xi in range(6))) for nu in range(6)]
-    for u in range(4):
-        row = _at4_combine(*(columns[nu][u] for nu in range(6)))
-        for v in range(4):
-            y, x = 4 * ti + u, 4 * tj + v
-            inside = (y < ho) & (x < wo)  # a partial tile at the bottom or right edge
-            out[n[inside], y[inside], x[inside]] = row[v][inside] + np.asarray(bias)
+    _output_transform(m, bias, th, tw, tile_start, out, 4, _at4_combine)
 
 
 def _g4_combine(g0, g1, g2):
@@ -447,9 +444,4 @@ def _g4_combine(g0, g1, g2):
 
 
 def winograd4_kernel(w, u):
-    w = np.asarray(w)
-    columns = [_g4_combine(w[0, b], w[1, b], w[2, b]) for b in range(3)]  # [b][xi]
-    for xi in range(6):
-        row = _g4_combine(*(columns[b][xi] for b in range(3)))
-        for nu in range(6):
-            u[6 * xi + nu] = row[nu]
+    _kernel_transform(w, u, 6, _g4_combine)
