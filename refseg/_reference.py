@@ -288,7 +288,8 @@ def conv_small_weight(x, g, kh, kw, pt, pl, dw, dbias):
 
 
 # ------------------------------------------------------------------------------------------
-# Winograd F(2x2, 3x3) transforms: the same combinations, in the same order, as _kernels.pyx.
+# Winograd F(2x2, 3x3) transforms (F(4x4, 3x3) below, sharing the drivers): the same
+# combinations, in the same order, as _kernels.pyx.
 
 def _bt_combine(d0, d1, d2, d3):
     """B^T applied to four values (arrays): (d0 - d2, d1 + d2, d2 - d1, d1 - d3)."""

@@ -9,13 +9,15 @@ the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is
 input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
 <x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``).
 
-Stride-1 3x3 float32 convolutions with enough channels and output tiles (the decoder's x5,
-x7b, x9, x18, x21, ResNet50V2's conv2-conv4 3x3 convolutions; x2 and x13 from batch 4) take
-Winograd F(2x2, 3x3) instead (``_winograd_conv``, ``_winograd_weight_grad``, see
-``conv_route``): 16 matrix products per block of 2x2 output tiles, 2.25 times fewer
-multiply-adds, for the forward, the input gradient (the adjoint convolution, through the same
-transformed kernel) and the kernel gradient (the adjoint transforms). The stride-1 transposed
-convolution takes it too.
+Stride-1 3x3 float32 convolutions with enough channels and output tiles take a Winograd route
+instead (``_winograd_conv``, ``_winograd_weight_grad``, see ``conv_route``): F(4x4, 3x3) for
+the larger ones (the decoder's x7b, x9, x18, x21, ResNet50V2's conv2 3x3 convolutions, and
+x5 and conv3 from batch 4; 36 matrix products per block of 4x4 output tiles, 4 times fewer
+multiply-adds) and F(2x2, 3x3) for the smaller ones (x5 and conv3 at batch 1, x2, x13 and conv4
+from batch 4; 16 products per block of 2x2 tiles, 2.25 times fewer), for the forward and the input gradient (the adjoint convolution, through the
+same transformed kernel, or for F(4x4, 3x3) the transformed flipped kernel); kernel gradients
+take F(2x2, 3x3)'s adjoint transforms on both routes. The stride-1 transposed convolution
+takes them too.
 
 Stride-1 convolutions with few channels (kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS products per
 output pixel, e.g. the 3 -> 3 prediction layer) run on compiled direct kernels instead
@@ -413,8 +415,8 @@ _PLANE_SKEW = 256
 
 
 def _plane_stride(rows, cols, dtype) -> int:
-    """Elements between the planes of a (16, rows, cols) Winograd array: rows*cols rounded up
-    to whole 4096-byte pages, plus _PLANE_SKEW bytes."""
+    """Elements between the planes of a (planes, rows, cols) Winograd array: rows*cols rounded
+    up to whole 4096-byte pages, plus _PLANE_SKEW bytes."""
     itemsize = np.dtype(dtype).itemsize
     pages = -(-rows * cols * itemsize // 4096)
     return (pages * 4096 + _PLANE_SKEW) // itemsize
