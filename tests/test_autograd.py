@@ -546,8 +546,9 @@ def test_winograd_output_survives_the_next_convolution(route):
 def test_default_routes_of_stride1_convolutions():
     """Which route each kind of convolution takes by default (conv.py gives the measurements
     behind each threshold): Winograd for float32 3x3 stride-1 convolutions with enough channels
-    and tiles (F(4x4, 3x3) with enough 4x4 tiles, else F(2x2, 3x3)), im2col for float64 (the reference), other kernels and strides, few tiles or few
-    channels, the direct kernels for tiny products."""
+    and tiles (F(4x4, 3x3) with enough 4x4 tiles, else F(2x2, 3x3)), im2col for float64 (the
+    reference), other kernels and strides, few tiles or few channels, the direct kernels for
+    tiny products."""
     f32, f64 = np.float32, np.float64
     assert conv_route((3, 3, 96, 64), (1, 1), f32, (1, 112, 112)) == "winograd4"  # x9: 784
     assert conv_route((3, 3, 144, 256), (1, 1), f32, (1, 56, 56)) == "winograd4"  # x7b: 196

@@ -14,10 +14,10 @@ instead (``_winograd_conv``, ``_winograd_weight_grad``, see ``conv_route``): F(4
 the larger ones (the decoder's x7b, x9, x18, x21, ResNet50V2's conv2 3x3 convolutions, and
 x5 and conv3 from batch 4; 36 matrix products per block of 4x4 output tiles, 4 times fewer
 multiply-adds) and F(2x2, 3x3) for the smaller ones (x5 and conv3 at batch 1, x2, x13 and conv4
-from batch 4; 16 products per block of 2x2 tiles, 2.25 times fewer), for the forward and the input gradient (the adjoint convolution, through the
-same transformed kernel, or for F(4x4, 3x3) the transformed flipped kernel); kernel gradients
-take F(2x2, 3x3)'s adjoint transforms on both routes. The stride-1 transposed convolution
-takes them too.
+from batch 4; 16 products per block of 2x2 tiles, 2.25 times fewer), for the forward and the
+input gradient (the adjoint convolution, through the same transformed kernel, or for F(4x4,
+3x3) the transformed flipped kernel); kernel gradients take F(2x2, 3x3)'s adjoint transforms on
+both routes. The stride-1 transposed convolution takes them too.
 
 Stride-1 convolutions with few channels (kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS products per
 output pixel, e.g. the 3 -> 3 prediction layer) run on compiled direct kernels instead
