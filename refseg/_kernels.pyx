@@ -1647,9 +1647,11 @@ def winograd_kernel_adjoint(const real[:, :, :] u, real[:, :, :, ::1] w):
 #         [0  2 -1 -2  1  0]       [1/24 -1/12   1/6]
 #         [0  4  0 -5  0  1]       [   0     0     1]
 #
-# Each transform works on a block of channels copied into arrays on the stack, so that its
-# loops run over contiguous channels the compiler vectorises, whatever the 36 (or 16)
-# addresses of a tile are.
+# Each transform works on a block of channels at a time: the first pass reads the tile's rows
+# (or planes) and writes into arrays on the stack, the second reads those and writes the
+# result, both through helpers whose restrict parameters let the compiler vectorise over the
+# channels without checking for overlap (without them the second pass ran scalar, 1.6 times
+# F(2x2, 3x3)'s time for the input transform).
 cdef extern from *:
     """
     /* channels of one tile transformed at a time */
