@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                     help=".npz of backbone weights (default: random, BN-calibrated)")
     tr.add_argument("--no-calibrate", action="store_true",
                     help="keep the backbones' BN statistics as they are")
+    tr.add_argument("--train-backbone", action="store_true",
+                    help="train the backbones too (an extension: the patent freezes them; "
+                         "no tap cache, each step runs them)")
     tr.add_argument("--validation", type=float, default=0.2, help="validation fraction")
     tr.add_argument("--learning-rate", type=float, default=1e-3)
     tr.add_argument("--seed", type=int, default=0)
@@ -392,7 +395,7 @@ def _train(args) -> str:
         validation_fraction=args.validation,
         branches=BRANCHES if args.branches == "both" else (args.branches,),
         weights=None if args.weights is None else str(args.weights),
-        calibrate=not args.no_calibrate)
+        calibrate=not args.no_calibrate, train_backbone=args.train_backbone)
     history = train(args.data, args.out, config, resume=args.resume, jobs=args.jobs)
     return str(args.out / "metrics.jsonl") if history else str(args.out)
 

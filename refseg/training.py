@@ -6,9 +6,11 @@ A run folder holds:
 - ``config.json``: the settings (a resumed run must use the same ones);
 - ``cache/``: the network inputs' tap features, computed once per image by the frozen
   backbones and kept as memory-mapped ``.npy`` files (the page cache holds them when they fit
-  in memory, the disk when they do not);
-- ``backbones.npz``: the frozen backbone weights used (after batch-norm calibration);
-- ``checkpoint.npz``: the decoder weights, Adam's state, the epoch and the metrics history,
+  in memory, the disk when they do not); absent with ``train_backbone``, where the backbones
+  change every step and run on the images themselves;
+- ``backbones.npz``: the backbone weights the run started from (after batch-norm calibration);
+- ``checkpoint.npz``: the trained weights (the decoder's, plus the backbones' weights and
+  moving statistics with ``train_backbone``), Adam's state, the epoch and the metrics history,
   written atomically at the end of every epoch (one file, so a kill leaves the last one whole);
 - ``metrics.jsonl``: one line per epoch (training loss and pixel accuracy, validation loss,
   pixel accuracy, per-class IoU and mIoU);
@@ -54,6 +56,8 @@ class TrainConfig:
     weights: str | None = None
     calibrate: bool = True
     calibration_images: int = 32
+    #: train the backbones too (R-train-backbone, an extension: the patent freezes them)
+    train_backbone: bool = False
 
     def check(self):
         if self.input_kind not in INPUT_KINDS:
@@ -129,7 +133,9 @@ def _cache_taps(model, x, y, folder: Path, split: str) -> dict:
 
 # ------------------------------------------------------------------------------ checkpoint
 def _checkpoint_arrays(model, optimizer, epoch, history) -> dict:
-    arrays = {f"model/{p.name}": p.data for p in model.trainable_parameters()}
+    # every array a training step changes: trainable layers' weights and moving statistics
+    arrays = {f"model/{key}": value for layer in model.graph.layers() if layer.trainable
+              for key, value in layer.weights().items()}
     arrays.update({f"optimizer/{k}": v for k, v in optimizer.state_dict().items()})
     arrays["epoch"] = np.array(epoch)
     arrays["history"] = np.frombuffer(json.dumps(history).encode(), dtype=np.uint8)
@@ -166,15 +172,22 @@ def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
 
 
 # -------------------------------------------------------------------------------- training
-def _evaluate(model, cache) -> dict:
+def _run(model, source, index):
+    """The prediction for one batch of a source: cached taps (a dict) or the images."""
+    if isinstance(source, dict):
+        return model.decode({name: np.asarray(taps[index]) for name, taps in source.items()})
+    return model.forward(source[index])
+
+
+def _evaluate(model, source, labels) -> dict:
     from refseg import metrics
 
-    labels = cache["labels"]
     total, cm = 0.0, np.zeros((3, 3), np.int64)
+    model.set_training(False)
     with ag.no_grad():
         for start in range(0, len(labels), INFERENCE_BATCH):
             batch = slice(start, start + INFERENCE_BATCH)
-            p = model.decode({k: np.asarray(v[batch]) for k, v in cache["taps"].items()})
+            p = _run(model, source, batch)
             y = labels[batch]
             total += float(ag.categorical_crossentropy(p, y).data) * y.size
             cm += metrics.confusion_matrix(y, p.data.argmax(axis=-1))
@@ -222,7 +235,9 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
        nearest neighbour.
     2. Build the network; load backbone weights if given, else calibrate the random backbones'
        batch-norm statistics on training images (R-frozen); freeze them ([0143], [0241]).
-    3. Compute every image's taps once (the backbones are frozen) and cache them.
+    3. Compute every image's taps once (the backbones are frozen) and cache them. With
+       ``train_backbone`` (R-train-backbone) unfreeze the backbones instead: each step runs
+       them on the images, their batch norm on batch statistics.
     4. Each epoch: shuffle (by seed and epoch), and per batch: decoder forward, per-pixel
        cross-entropy averaged over the image ([0242]-[0245], R-loss), backward, Adam
        ([0246]-[0255]). Then validate, write ``metrics.jsonl``, the checkpoint and the curves.
@@ -253,7 +268,8 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
           file=log)
     model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
     cache_dir = run / "cache"
-    cached = all((cache_dir / f"{s}.json").is_file() for s in ("train", "validation"))
+    cached = not config.train_backbone and all(
+        (cache_dir / f"{s}.json").is_file() for s in ("train", "validation"))
     calibrated = resume and (run / "backbones.npz").is_file()
     x_train = x_val = y_train = y_val = None
     if not (cached and calibrated):
@@ -276,11 +292,20 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
                   "training images (R-frozen)", file=log)
         write_json(run / "config.json", config.to_json())
         model.save_weights(run / "backbones.npz")
-    t = time.perf_counter()
-    train_cache = _cache_taps(model, x_train, y_train, cache_dir, "train")
-    val_cache = _cache_taps(model, x_val, y_val, cache_dir, "validation")
-    del x_train, x_val
-    print(f"taps cached in {_duration(time.perf_counter() - t)}", file=log)
+    if config.train_backbone:
+        for branch in config.branches:
+            model.freeze(branch, frozen=False)
+        train_source, labels, val_source, val_labels = x_train, y_train, x_val, y_val
+        print(f"training the backbones too (R-train-backbone): "
+              f"{model.parameter_count(trainable_only=True):,} trainable parameters", file=log)
+    else:
+        t = time.perf_counter()
+        train_cache = _cache_taps(model, x_train, y_train, cache_dir, "train")
+        val_cache = _cache_taps(model, x_val, y_val, cache_dir, "validation")
+        del x_train, x_val
+        train_source, labels = train_cache["taps"], train_cache["labels"]
+        val_source, val_labels = val_cache["taps"], val_cache["labels"]
+        print(f"taps cached in {_duration(time.perf_counter() - t)}", file=log)
 
     optimizer = Adam(model.trainable_parameters(), learning_rate=config.learning_rate)
     history, first_epoch = [], 1
@@ -290,16 +315,16 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
         optimizer.load_state_dict(state)
         first_epoch = epoch + 1
         print(f"resumed after epoch {epoch}", file=log)
-    labels, count = train_cache["labels"], len(train_cache["labels"])
+    count = len(labels)
     batches = -(-count // config.batch_size)
     for epoch in range(first_epoch, config.epochs + 1):
         order = np.random.default_rng([config.seed, epoch]).permutation(count)
         t0, loss_sum, correct, pixels = time.perf_counter(), 0.0, 0, 0
+        model.set_training(True)
         for b in range(batches):
             index = np.sort(order[b * config.batch_size:(b + 1) * config.batch_size])
-            taps = {k: np.asarray(v[index]) for k, v in train_cache["taps"].items()}
             y = labels[index]
-            p = model.decode(taps)
+            p = _run(model, train_source, index)
             loss = ag.categorical_crossentropy(p, y)
             loss.backward()
             optimizer.step()
@@ -313,7 +338,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
             print(f"\repoch {epoch}/{config.epochs} batch {b + 1}/{batches} loss "
                   f"{loss_sum / pixels:.4f} {rate:.1f} img/s ETA {_duration(eta)}  ",
                   end="", file=log, flush=True)
-        validation = _evaluate(model, val_cache)
+        validation = _evaluate(model, val_source, val_labels)
         entry = {"epoch": epoch, "train_loss": loss_sum / pixels,
                  "train_pixel_accuracy": correct / pixels,
                  **{f"val_{k}": v for k, v in validation.items()},

@@ -82,6 +82,40 @@ def test_resume_after_a_kill_gives_the_uninterrupted_weights(tmp_path, data, str
             k: v for k, v in b.items() if k != "seconds"}
 
 
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
+def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path, data):
+    """R-train-backbone: backbone kernels and moving statistics change; a run stopped after
+    epoch 1 and resumed ends bit for bit where the uninterrupted one does; the reloaded run
+    reproduces the last validation metrics, so the checkpoint holds every trained array."""
+    from refseg.inputs import prepare
+    from refseg.training import _evaluate, _load_split, _pairs
+
+    config = TrainConfig(**SMALL, train_backbone=True)
+    whole = quiet_train(data, tmp_path / "whole", config)
+    quiet_train(data, tmp_path / "resumed", config, stop_after_epoch=1)
+    resumed = quiet_train(data, tmp_path / "resumed", config, resume=True)
+    expected = checkpoint_arrays(tmp_path / "whole")
+    got = checkpoint_arrays(tmp_path / "resumed")
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+    assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed] == [
+        {k: v for k, v in h.items() if k != "seconds"} for h in whole]
+
+    with np.load(tmp_path / "whole" / "backbones.npz", allow_pickle=False) as npz:
+        start = {k: npz[k] for k in npz.files}
+    for key in ("conv1_conv/kernel", "conv2_block1_preact_bn/moving_mean", "Conv1/kernel",
+                "bn_Conv1/moving_variance"):
+        assert not np.array_equal(expected[f"model/{key}"], start[key]), key
+
+    model, _ = load_run(tmp_path / "whole")
+    _, validation = _load_split(data, config)
+    x_val, y_val = prepare(_pairs(validation), config.input_hw, config.input_kind, 1)
+    again = _evaluate(model, x_val, y_val)
+    assert again["pixel_accuracy"] == whole[-1]["val_pixel_accuracy"]
+    assert again["loss"] == pytest.approx(whole[-1]["val_loss"], rel=1e-12)
+
+
 @pytest.mark.claim("claim5.training_module")
 def test_runs_refuse_to_overwrite_or_to_resume_with_other_settings(tmp_path, data, straight):
     with pytest.raises(InputError, match="not empty"):

@@ -83,6 +83,13 @@ class Model:
         for layer in self.graph.layers(part):
             layer.trainable = not frozen
 
+    def set_training(self, training: bool) -> None:
+        """Training mode: trainable batch-norm layers normalise with their batch's statistics
+        and update their moving ones (Keras' ``training=True``); frozen ones never do."""
+        for layer in self.graph.layers():
+            if isinstance(layer, nn.BatchNormalization):
+                layer.training = bool(training)
+
     @implements("claim2.backbones", "claim4.propagation")
     def set_weights(self, arrays: dict[str, np.ndarray], *, strict: bool = True,
                     source: str = "<arrays>") -> LoadReport:
