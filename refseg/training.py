@@ -56,7 +56,7 @@ class TrainConfig:
     weights: str | None = None
     calibrate: bool = True
     calibration_images: int = 32
-    #: train the backbones too (R-train-backbone, an extension: the patent freezes them)
+    #: train the backbones too (an extension, R-frozen: the patent freezes them)
     train_backbone: bool = False
 
     def check(self):
@@ -236,7 +236,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     2. Build the network; load backbone weights if given, else calibrate the random backbones'
        batch-norm statistics on training images (R-frozen); freeze them ([0143], [0241]).
     3. Compute every image's taps once (the backbones are frozen) and cache them. With
-       ``train_backbone`` (R-train-backbone) unfreeze the backbones instead: each step runs
+       ``train_backbone`` (an extension, R-frozen) unfreeze the backbones instead: each step runs
        them on the images, their batch norm on batch statistics.
     4. Each epoch: shuffle (by seed and epoch), and per batch: decoder forward, per-pixel
        cross-entropy averaged over the image ([0242]-[0245], R-loss), backward, Adam
@@ -296,7 +296,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
         for branch in config.branches:
             model.freeze(branch, frozen=False)
         train_source, labels, val_source, val_labels = x_train, y_train, x_val, y_val
-        print(f"training the backbones too (R-train-backbone): "
+        print(f"training the backbones too (an extension, R-frozen): "
               f"{model.parameter_count(trainable_only=True):,} trainable parameters", file=log)
     else:
         t = time.perf_counter()

@@ -84,7 +84,7 @@ def test_resume_after_a_kill_gives_the_uninterrupted_weights(tmp_path, data, str
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
 def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path, data):
-    """R-train-backbone: backbone kernels and moving statistics change; a run stopped after
+    """--train-backbone (R-frozen): backbone kernels and moving statistics change; a run stopped after
     epoch 1 and resumed ends bit for bit where the uninterrupted one does; the reloaded run
     reproduces the last validation metrics, so the checkpoint holds every trained array."""
     from refseg.inputs import prepare
