@@ -562,3 +562,32 @@ def test_default_routes_of_stride1_convolutions():
     assert conv_route((1, 1, 96, 64), (1, 1), f32, (1, 112, 112)) == "im2col"
     assert conv_route((3, 3, 8, 64), (1, 1), f32, (1, 112, 112)) == "im2col"
     assert conv_route((3, 3, 3, 3), (1, 1), f32, (1, 224, 224)) == "direct"
+    # gradients route on their own, with fewer tiles
+    grad = dict(gradient=True)
+    assert conv_route((3, 3, 576, 576), (1, 1), f32, (1, 14, 14), **grad) == "winograd"  # x13
+    assert conv_route((3, 3, 512, 512), (1, 1), f32, (1, 7, 7), **grad) == "im2col"  # 16
+    assert conv_route((3, 3, 512, 512), (1, 1), f32, (2, 7, 7), **grad) == "winograd"  # 32
+    assert conv_route((3, 3, 96, 64), (1, 1), f32, (1, 112, 112), **grad) == "winograd4"
+    assert conv_route((3, 3, 96, 64), (1, 1), f64, (1, 112, 112), **grad) == "im2col"
+    assert conv_route((3, 3, 3, 3), (1, 1), f32, (1, 224, 224), **grad) == "direct"
+
+
+@pytest.mark.claim("claim4.propagation")
+def test_gradients_take_their_own_route():
+    """A convolution with 49 2x2 tiles: forward on im2col, gradients on F(2x2, 3x3). The
+    output equals the im2col route's bit for bit, the gradients the Winograd route's."""
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((1, 14, 14, 24)), rng.standard_normal((3, 3, 24, 20)) / 15,
+              rng.standard_normal(20)]
+    projection = rng.standard_normal((1, 14, 14, 20))
+    assert conv_route((3, 3, 24, 20), (1, 1), np.float32, (1, 14, 14)) == "im2col"
+    assert conv_route((3, 3, 24, 20), (1, 1), np.float32, (1, 14, 14), gradient=True) == (
+        "winograd")
+    mixed = _conv_and_gradients(arrays, projection, np.float32, "same", None)
+    im2col = _conv_and_gradients(arrays, projection, np.float32, "same", "im2col")
+    winograd = _conv_and_gradients(arrays, projection, np.float32, "same", "winograd")
+    np.testing.assert_array_equal(mixed[0], im2col[0])
+    assert not np.array_equal(mixed[0], winograd[0])
+    for name, a, b in zip(("dx", "dw", "db"), mixed[1:], winograd[1:]):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert not np.array_equal(mixed[2], im2col[2])

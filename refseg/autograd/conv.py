@@ -98,6 +98,8 @@ class Conv2D(_Window):
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
         route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo))
+        gradient_route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo),
+                                    gradient=True)
         x = np.ascontiguousarray(x)
         if route == "direct":
             out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
@@ -114,7 +116,7 @@ class Conv2D(_Window):
         # rebuilds it block by block
         ctx.save_for_backward(x, w)
         ctx.geometry = ((pt, pl), (ho, wo))
-        ctx.route = route
+        ctx.route = gradient_route
         ctx.has_bias = b is not None
         return out.reshape(x.shape[0], ho, wo, cout)
 
@@ -314,6 +316,16 @@ WINOGRAD_MIN_CHANNELS = 16
 #: batch 10.
 WINOGRAD_MIN_TILES = 160
 
+#: The same threshold for the gradients (input and kernel) of a convolution, which conv2d
+#: routes on their own, whatever route its forward pass took. Lower, because im2col's kernel
+#: gradient is one product of inner dimension N*Ho*Wo, a few dozen rows: OpenBLAS does it
+#: worse than the sixteen Winograd products of the same depth. Measured on 2 cores, backward
+#: + forward (forward on im2col), 2x2 tiles Winograd over im2col time: x2 and x13 at batch 1
+#: (49 tiles) 0.82 and 0.84; 256 -> 256 at 4x14, batch 8 (56) 0.82; 512 -> 512 at 2x7,
+#: batch 8 (32) 0.98, at 7x7, batch 2 (32) 0.95, batch 1 (16) 1.01; at 2x7, batch 1 (4) 1.07;
+#: 16 -> 16 at 4x4 (4 tiles) 2.6.
+WINOGRAD_GRADIENT_MIN_TILES = 32
+
 #: Dtypes whose stride-1 3x3 convolutions take the Winograd route by default. float64 stays on
 #: im2col although Winograd is as fast there (0.55-0.75 of im2col's time on the decoder's
 #: layers, 1 thread) and as accurate (1e-15): float64 is refseg's reference (gradient checks,
@@ -339,7 +351,7 @@ FORCE_ROUTE = None
 
 
 @implements("claim4.propagation")
-def conv_route(w_shape, strides, dtype=np.float32, out_shape=None) -> str:
+def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=False) -> str:
     """How conv2d computes a convolution with kernel ``w_shape`` (kh, kw, Cin, Cout).
 
     Parameters
@@ -351,6 +363,9 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None) -> str:
         The input's.
     out_shape : (int, int, int) or None
         (N, Ho, Wo) of the output; None: not considered.
+    gradient : bool
+        The route of the gradients rather than of the forward pass: the same, but with
+        WINOGRAD_GRADIENT_MIN_TILES for WINOGRAD_MIN_TILES.
 
     Returns
     -------
@@ -378,7 +393,8 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None) -> str:
     n, ho, wo = out_shape
     if n * -(-ho // 4) * -(-wo // 4) >= WINOGRAD4_MIN_TILES:
         return "winograd4"
-    if n * -(-ho // 2) * -(-wo // 2) >= WINOGRAD_MIN_TILES:
+    min_tiles = WINOGRAD_GRADIENT_MIN_TILES if gradient else WINOGRAD_MIN_TILES
+    if n * -(-ho // 2) * -(-wo // 2) >= min_tiles:
         return "winograd"
     return "im2col"
 
