@@ -83,6 +83,7 @@ class Model:
         for layer in self.graph.layers(part):
             layer.trainable = not frozen
 
+    @implements("claim1.step3.train", "claim2.backbones")
     def set_training(self, training: bool) -> None:
         """Training mode: trainable batch-norm layers normalise with their batch's statistics
         and update their moving ones (Keras' ``training=True``); frozen ones never do."""
