@@ -597,6 +597,39 @@ def channel_sums(const real[:, ::1] g, const real[:, ::1] xhat, double[::1] sum_
                 sum_g_xhat[c] += <double> g[r, c] * <double> xhat[r, c]
 
 
+def batch_norm_forward(const real[:, ::1] x, const real[::1] mean, const real[::1] inv_std,
+                       const real[::1] gamma, const real[::1] beta, real[:, ::1] xhat,
+                       real[:, ::1] out):
+    """xhat = (x - mean) * inv_std and out = xhat * gamma + beta per column, each operation
+    rounded as NumPy's elementwise steps are."""
+    cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
+    cdef real centred, normalised, scaled
+    with nogil:
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * ch)):
+            for c in range(ch):
+                centred = x[r, c] - mean[c]
+                normalised = centred * inv_std[c]
+                xhat[r, c] = normalised
+                scaled = normalised * gamma[c]
+                out[r, c] = scaled + beta[c]
+
+
+def batch_norm_backward(const real[:, ::1] g, const real[:, ::1] xhat, const real[::1] coef,
+                        const real[::1] sum_g, const real[::1] sum_g_xhat, real count,
+                        real[:, ::1] dx):
+    """dx = coef * ((count * g - sum_g) - xhat * sum_g_xhat) per column (batch-norm input
+    gradient in training mode), each operation rounded as NumPy's elementwise steps are."""
+    cdef Py_ssize_t rows = g.shape[0], ch = g.shape[1], r, c
+    cdef real scaled, centred, correction
+    with nogil:
+        for r in prange(rows, schedule="static", num_threads=_threads(rows * ch)):
+            for c in range(ch):
+                scaled = count * g[r, c]
+                centred = scaled - sum_g[c]
+                correction = xhat[r, c] * sum_g_xhat[c]
+                dx[r, c] = coef[c] * (centred - correction)
+
+
 def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v, double lr,
                 double beta1, double beta2, double eps, double bias1, double bias2):
     """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr * (m / bias1) / (sqrt(v / bias2) + eps),

@@ -235,6 +235,15 @@ def channel_sums(g, xhat, sum_g, sum_g_xhat):
     sum_g_xhat[...] = (g * np.asarray(xhat, dtype=np.float64)).sum(axis=0)
 
 
+def batch_norm_forward(x, mean, inv_std, gamma, beta, xhat, out):
+    xhat[...] = (x - mean) * inv_std
+    out[...] = xhat * gamma + beta
+
+
+def batch_norm_backward(g, xhat, coef, sum_g, sum_g_xhat, count, dx):
+    dx[...] = coef * ((count * g - sum_g) - xhat * sum_g_xhat)
+
+
 def adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
     dtype = np.asarray(param).dtype
     g = np.asarray(grad, dtype=np.float64)

@@ -29,6 +29,11 @@ def both(name, *inputs, outputs):
     return results
 
 
+#: Elements enough for the kernels' two-thread split (PARALLEL_MIN_PIXELS): hypothesis draws
+#: small arrays, which run on one thread.
+PARALLEL_ROWS = fast.PARALLEL_MIN_PIXELS // 4 + 7
+
+
 def assert_same(pair):
     for a, b in zip(*pair):
         assert a.dtype == b.dtype and np.array_equal(a, b)
@@ -212,6 +217,54 @@ def test_batch_norm_kernels(dtype, x):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
 
 
+@pytest.mark.claim("claim2.backbones", "claim4.propagation")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [None, PARALLEL_ROWS])
+@given(values=hnp.arrays(np.float64, st.tuples(st.integers(1, 40), st.integers(1, 20)),
+                         elements=st.floats(-10, 10)), seed=st.integers(0, 2**16))
+@settings(suppress_health_check=[HealthCheck.too_slow])
+def test_batch_norm_training_kernels(dtype, rows, values, seed):
+    """Training-mode batch norm, forward (xhat and output) and input gradient, with NaN,
+    infinities and signed zeros: bit for bit, on one thread and on all."""
+    rng = np.random.default_rng(seed)
+    if rows is not None:
+        values = rng.uniform(-10, 10, (rows, values.shape[1]))
+    x = _with_specials(values, dtype)
+    c = x.shape[1]
+    mean, inv_std, gamma, beta, coef, sum_g, sum_gx = (
+        rng.uniform(-3, 3, c).astype(dtype) for _ in range(7))
+    pair = both("batch_norm_forward", x, mean, inv_std, gamma, beta,
+                outputs=[(x.shape, dtype), (x.shape, dtype)])
+    for a, b in zip(*pair):
+        np.testing.assert_array_equal(a, b)
+    g = rng.uniform(-10, 10, x.shape).astype(dtype)
+    pair = both("batch_norm_backward", g, x, coef, sum_g, sum_gx, dtype(x.shape[0]),
+                outputs=[(x.shape, dtype)])
+    np.testing.assert_array_equal(*pair[0] + pair[1])
+
+
+@pytest.mark.claim("claim2.backbones", "claim4.propagation")
+@pytest.mark.parametrize("channels", [1, 8, 9, 20, 64])
+def test_channel_reductions_sum_each_column_in_row_order(channels):
+    """Each column's sums are the sequential float64 sums over the rows, in row order
+    (np.cumsum adds in order), on an input as large as a training batch's layer."""
+    rng = np.random.default_rng(channels)
+    x = rng.uniform(-5, 5, (PARALLEL_ROWS, channels)).astype(np.float32)
+    g = rng.uniform(-5, 5, x.shape).astype(np.float32)
+    mean, variance = np.empty(channels), np.empty(channels)
+    fast.channel_moments(x, mean, variance)
+    x64 = x.astype(np.float64)
+    expected_mean = np.cumsum(x64, axis=0)[-1] / x.shape[0]
+    np.testing.assert_array_equal(mean, expected_mean)
+    np.testing.assert_array_equal(
+        variance, np.cumsum((x64 - expected_mean) ** 2, axis=0)[-1] / x.shape[0])
+    sum_g, sum_gx = np.empty(channels), np.empty(channels)
+    fast.channel_sums(g, x, sum_g, sum_gx)
+    g64 = g.astype(np.float64)
+    np.testing.assert_array_equal(sum_g, np.cumsum(g64, axis=0)[-1])
+    np.testing.assert_array_equal(sum_gx, np.cumsum(g64 * x64, axis=0)[-1])
+
+
 @pytest.mark.claim("claim4.update")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @given(values=hnp.arrays(np.float64, st.tuples(st.just(4), st.integers(1, 50)),
@@ -235,11 +288,6 @@ def _with_specials(values, dtype):
     specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0], dtype=dtype)
     out[:min(out.size, specials.size)] = specials[:out.size]
     return out.reshape(values.shape)
-
-
-#: Elements enough for the kernels' two-thread split (PARALLEL_MIN_PIXELS): hypothesis draws
-#: small arrays, which run on one thread.
-PARALLEL_ROWS = fast.PARALLEL_MIN_PIXELS // 4 + 7
 
 
 @pytest.mark.claim("claim2.backbones", "claim2.fusion")

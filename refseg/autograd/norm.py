@@ -59,9 +59,12 @@ class BatchNorm(Op):
             kernels(self.backend).channel_affine(x2, np.ascontiguousarray(scale, dtype=x.dtype),
                                                  np.ascontiguousarray(shift, dtype=x.dtype), out)
             return out.reshape(x.shape)
-        xhat = (x2 - mean.astype(x.dtype)) * inv_std
+        xhat, out = np.empty_like(x2), np.empty_like(x2)
+        kernels(self.backend).batch_norm_forward(
+            x2, mean.astype(x.dtype), inv_std, np.ascontiguousarray(gamma, dtype=x.dtype),
+            np.ascontiguousarray(beta, dtype=x.dtype), xhat, out)
         ctx.save_for_backward(xhat, inv_std, gamma)
-        return (xhat * gamma + beta).reshape(x.shape)
+        return out.reshape(x.shape)
 
     def backward(self, ctx, grad):
         xhat, inv_std, gamma = ctx.saved
@@ -72,8 +75,10 @@ class BatchNorm(Op):
         dtype = grad.dtype
         if self.training:
             m = g2.shape[0]
-            dx = (gamma * inv_std / m) * (m * g2 - sum_g.astype(dtype)
-                                          - xhat * sum_gx.astype(dtype))
+            dx = np.empty_like(g2)
+            kernels(self.backend).batch_norm_backward(
+                g2, xhat, np.ascontiguousarray(gamma * inv_std / m, dtype=dtype),
+                sum_g.astype(dtype), sum_gx.astype(dtype), dtype.type(m), dx)
         else:
             dx = g2 * (gamma * inv_std)
         return dx.reshape(grad.shape), sum_gx.astype(dtype), sum_g.astype(dtype)
