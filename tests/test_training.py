@@ -86,7 +86,8 @@ def test_resume_after_a_kill_gives_the_uninterrupted_weights(tmp_path, data, str
 def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path, data):
     """--train-backbone (R-frozen): backbone kernels and moving statistics change; a run stopped after
     epoch 1 and resumed ends bit for bit where the uninterrupted one does; the reloaded run
-    reproduces the last validation metrics, so the checkpoint holds every trained array."""
+    reproduces the last validation metrics, so the checkpoint holds every trained array, and
+    its moving statistics are those of the final weights."""
     from refseg.inputs import prepare
     from refseg.training import _evaluate, _load_split, _pairs
 
@@ -109,9 +110,16 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
         assert not np.array_equal(expected[f"model/{key}"], start[key]), key
 
     model, _ = load_run(tmp_path / "whole")
-    _, validation = _load_split(data, config)
+    training, validation = _load_split(data, config)
     x_val, y_val = prepare(_pairs(validation), config.input_hw, config.input_kind, 1)
     again = _evaluate(model, x_val, y_val)
+    # the checkpoint's moving statistics are those of the final weights on the calibration
+    # images (recomputed at the end of each epoch): recomputing them changes nothing
+    x_train, _ = prepare(_pairs(training), config.input_hw, config.input_kind, 1)
+    before = {k: v.copy() for k, v in model.weights().items() if "moving" in k}
+    model.calibrate_batch_norm(x_train[:config.calibration_images])
+    for key, value in before.items():
+        np.testing.assert_array_equal(model.weights()[key], value, err_msg=key)
     assert again["pixel_accuracy"] == whole[-1]["val_pixel_accuracy"]
     assert again["loss"] == pytest.approx(whole[-1]["val_loss"], rel=1e-12)
 
