@@ -217,19 +217,34 @@ def test_batch_norm_kernels(dtype, x):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
 
 
+def elementwise_cases(max_channels):
+    """Parameters of the elementwise kernel tests: both dtypes; a drawn array of up to 40 rows
+    (one thread) or PARALLEL_ROWS rows (all threads) of up to ``max_channels`` columns; a seed."""
+    def decorate(test):
+        test = settings(suppress_health_check=[HealthCheck.too_slow])(test)
+        test = given(values=hnp.arrays(np.float64, st.tuples(st.integers(1, 40),
+                                                             st.integers(1, max_channels)),
+                                       elements=st.floats(-10, 10)),
+                     seed=st.integers(0, 2**16))(test)
+        test = pytest.mark.parametrize("rows", [None, PARALLEL_ROWS])(test)
+        return pytest.mark.parametrize("dtype", [np.float32, np.float64])(test)
+    return decorate
+
+
+def elementwise_input(values, rows, dtype, rng):
+    """The drawn values (or PARALLEL_ROWS uniform rows) with NaN, infinities and signed zeros."""
+    if rows is not None:
+        values = rng.uniform(-10, 10, (rows, values.shape[1]))
+    return _with_specials(values, dtype)
+
+
 @pytest.mark.claim("claim2.backbones", "claim4.propagation")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("rows", [None, PARALLEL_ROWS])
-@given(values=hnp.arrays(np.float64, st.tuples(st.integers(1, 40), st.integers(1, 20)),
-                         elements=st.floats(-10, 10)), seed=st.integers(0, 2**16))
-@settings(suppress_health_check=[HealthCheck.too_slow])
+@elementwise_cases(max_channels=20)
 def test_batch_norm_training_kernels(dtype, rows, values, seed):
     """Training-mode batch norm, forward (xhat and output) and input gradient, with NaN,
     infinities and signed zeros: bit for bit, on one thread and on all."""
     rng = np.random.default_rng(seed)
-    if rows is not None:
-        values = rng.uniform(-10, 10, (rows, values.shape[1]))
-    x = _with_specials(values, dtype)
+    x = elementwise_input(values, rows, dtype, rng)
     c = x.shape[1]
     mean, inv_std, gamma, beta, coef, sum_g, sum_gx = (
         rng.uniform(-3, 3, c).astype(dtype) for _ in range(7))
@@ -291,18 +306,12 @@ def _with_specials(values, dtype):
 
 
 @pytest.mark.claim("claim2.backbones", "claim2.fusion")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("rows", [None, PARALLEL_ROWS])
-@given(values=hnp.arrays(np.float64, st.tuples(st.integers(1, 40), st.integers(1, 4)),
-                         elements=st.floats(-10, 10)), seed=st.integers(0, 2**16))
-@settings(suppress_health_check=[HealthCheck.too_slow])
+@elementwise_cases(max_channels=4)
 def test_inference_elementwise(dtype, rows, values, seed):
     """Batch-norm multiply-add, ReLU / ReLU6 clamps and the sum, with NaN, infinities and signed
     zeros: bit for bit (NaN where the twin has NaN)."""
     rng = np.random.default_rng(seed)
-    if rows is not None:
-        values = rng.uniform(-10, 10, (rows, values.shape[1]))
-    x = _with_specials(values, dtype)
+    x = elementwise_input(values, rows, dtype, rng)
     c = x.shape[1]
     scale, shift = (rng.uniform(-3, 3, c).astype(dtype) for _ in range(2))
     pair = both("channel_affine", x, scale, shift, outputs=[(x.shape, dtype)])
