@@ -110,6 +110,10 @@ def _parser() -> argparse.ArgumentParser:
                          "no tap cache, each step runs them)")
     tr.add_argument("--validation", type=float, default=0.2, help="validation fraction")
     tr.add_argument("--learning-rate", type=float, default=1e-3)
+    tr.add_argument("--learning-rate-step", type=_learning_rate_step, action="append",
+                    default=[], metavar="EPOCH:RATE",
+                    help="from EPOCH on, use RATE (repeatable; an extension: the patent keeps "
+                         "0.001; a resumed run may add steps for epochs not yet trained)")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--resume", action="store_true", help="continue the run in --out")
     tr.add_argument("--jobs", type=int, default=None, help="extraction processes")
@@ -384,6 +388,14 @@ def _demo(args) -> Path:
         input_hw=parse_size(args.input_size), seed=args.seed, jobs=args.jobs))
 
 
+def _learning_rate_step(text: str) -> tuple[int, float]:
+    try:
+        epoch, rate = text.split(":")
+        return int(epoch), float(rate)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected EPOCH:RATE, got {text!r}") from None
+
+
 def _train(args) -> str:
     from refseg.models.decoder import BRANCHES
     from refseg.models.summary import parse_size
@@ -392,6 +404,7 @@ def _train(args) -> str:
     config = TrainConfig(
         epochs=args.epochs, batch_size=args.batch_size, input_hw=parse_size(args.input_size),
         input_kind=args.input, seed=args.seed, learning_rate=args.learning_rate,
+        learning_rate_steps=tuple(args.learning_rate_step),
         validation_fraction=args.validation,
         branches=BRANCHES if args.branches == "both" else (args.branches,),
         weights=None if args.weights is None else str(args.weights),

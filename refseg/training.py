@@ -3,7 +3,8 @@
 
 A run folder holds:
 
-- ``config.json``: the settings (a resumed run must use the same ones);
+- ``config.json``: the settings (a resumed run must use the same ones, except the number of
+  epochs and learning-rate steps of epochs not yet trained);
 - ``cache/``: the network inputs' tap features, computed once per image by the frozen
   backbones and kept as memory-mapped ``.npy`` files (the page cache holds them when they fit
   in memory, the disk when they do not); absent with ``train_backbone``, where the backbones
@@ -58,6 +59,17 @@ class TrainConfig:
     calibration_images: int = 32
     #: train the backbones too (an extension, R-frozen: the patent freezes them)
     train_backbone: bool = False
+    #: ``(epoch, rate)`` pairs: from that epoch on, Adam's learning rate is ``rate``
+    #: (an extension, R-adam: the patent keeps 0.001 throughout)
+    learning_rate_steps: tuple[tuple[int, float], ...] = ()
+
+    def learning_rate_at(self, epoch: int) -> float:
+        """Adam's learning rate during ``epoch`` (1-based)."""
+        rate = self.learning_rate
+        for first, value in sorted(self.learning_rate_steps):
+            if epoch >= first:
+                rate = value
+        return rate
 
     def check(self):
         if self.input_kind not in INPUT_KINDS:
@@ -70,16 +82,26 @@ class TrainConfig:
                              f"{self.validation_fraction}")
         if not self.learning_rate > 0:
             raise InputError(f"learning rate must be > 0, got {self.learning_rate}")
+        epochs = [first for first, _ in self.learning_rate_steps]
+        if len(set(epochs)) != len(epochs):
+            raise InputError(f"learning-rate steps name an epoch twice: {epochs}")
+        for first, rate in self.learning_rate_steps:
+            if int(first) < 2 or not rate > 0:
+                raise InputError(f"learning-rate step {first}:{rate}: the epoch must be >= 2 "
+                                 "and the rate > 0")
 
     def to_json(self) -> dict:
         out = asdict(self)
         out["input_hw"], out["branches"] = list(self.input_hw), list(self.branches)
+        out["learning_rate_steps"] = [list(step) for step in sorted(self.learning_rate_steps)]
         return out
 
     @classmethod
     def from_json(cls, data: dict) -> "TrainConfig":
         data = dict(data)
         data["input_hw"], data["branches"] = tuple(data["input_hw"]), tuple(data["branches"])
+        data["learning_rate_steps"] = tuple(
+            (int(first), float(rate)) for first, rate in data.get("learning_rate_steps", ()))
         return cls(**data)
 
 
@@ -256,7 +278,8 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
         if not (run / "config.json").is_file():
             raise InputError(f"{run}: nothing to resume (no config.json)")
         saved = TrainConfig.from_json(json.loads((run / "config.json").read_text()))
-        if saved.to_json() != {**config.to_json(), "epochs": saved.epochs}:
+        extendable = {"epochs": 0, "learning_rate_steps": []}
+        if {**saved.to_json(), **extendable} != {**config.to_json(), **extendable}:
             raise InputError(f"{run}: --resume needs the run's own settings "
                              f"({json.dumps(saved.to_json())})")
     else:
@@ -312,14 +335,22 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     history, first_epoch = [], 1
     if resume and (run / "checkpoint.npz").is_file():
         weights, state, epoch, history = _read_checkpoint(run / "checkpoint.npz")
+        changed = [e for e in range(1, epoch + 1)
+                   if saved.learning_rate_at(e) != config.learning_rate_at(e)]
+        if changed:
+            raise InputError(f"{run}: the learning-rate steps change epoch {changed[0]}, "
+                             f"already trained (the checkpoint is after epoch {epoch})")
         model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
         optimizer.load_state_dict(state)
         first_epoch = epoch + 1
         print(f"resumed after epoch {epoch}", file=log)
+    if resume:
+        write_json(run / "config.json", config.to_json())  # the epochs and steps now planned
     count = len(labels)
     batches = -(-count // config.batch_size)
     for epoch in range(first_epoch, config.epochs + 1):
         order = np.random.default_rng([config.seed, epoch]).permutation(count)
+        optimizer.learning_rate = config.learning_rate_at(epoch)
         t0, loss_sum, correct, pixels = time.perf_counter(), 0.0, 0, 0
         model.set_training(True)
         for b in range(batches):
@@ -347,7 +378,8 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
             # weights, as the calibration does
             model.calibrate_batch_norm(train_source[:config.calibration_images])
         validation = _evaluate(model, val_source, val_labels)
-        entry = {"epoch": epoch, "train_loss": loss_sum / pixels,
+        entry = {"epoch": epoch, "learning_rate": optimizer.learning_rate,
+                 "train_loss": loss_sum / pixels,
                  "train_pixel_accuracy": correct / pixels,
                  **{f"val_{k}": v for k, v in validation.items()},
                  "seconds": time.perf_counter() - t0}

@@ -124,6 +124,46 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
     assert again["loss"] == pytest.approx(whole[-1]["val_loss"], rel=1e-12)
 
 
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
+def test_learning_rate_steps_apply_from_their_epoch_and_may_be_added_on_resume(tmp_path, data,
+                                                                              straight):
+    """A step 2:1e-4 trains epoch 1 at 0.001 and epoch 2 at 1e-4 (recorded per epoch); a run
+    stopped after epoch 1 without the step and resumed with it ends bit for bit where the run
+    planned with it does; a step for an epoch already trained is refused."""
+    stepped = TrainConfig(**SMALL, learning_rate_steps=((2, 1e-4),))
+    whole = quiet_train(data, tmp_path / "whole", stepped)
+    assert [h["learning_rate"] for h in whole] == [1e-3, 1e-4]
+    assert [h["learning_rate"] for h in straight[1]] == [1e-3, 1e-3]
+    assert whole[0] | {"seconds": 0} == straight[1][0] | {"seconds": 0}
+    quiet_train(data, tmp_path / "added", TrainConfig(**SMALL), stop_after_epoch=1)
+    resumed = quiet_train(data, tmp_path / "added", stepped, resume=True)
+    expected, got = checkpoint_arrays(tmp_path / "whole"), checkpoint_arrays(tmp_path / "added")
+    plain = checkpoint_arrays(straight[0])
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+    moved = [k for k in expected if k.startswith("model/")
+             and not np.array_equal(expected[k], plain[k])]
+    assert moved, "the step changed no weight"
+    assert [h | {"seconds": 0} for h in resumed] == [h | {"seconds": 0} for h in whole]
+    saved = json.loads((tmp_path / "added" / "config.json").read_text())
+    assert saved["learning_rate_steps"] == [[2, 1e-4]]
+
+    late = TrainConfig(**{**SMALL, "epochs": 3}, learning_rate_steps=((2, 1e-5),))
+    with pytest.raises(InputError, match="change epoch 2, already trained"):
+        quiet_train(data, tmp_path / "added", late, resume=True)
+    for steps in (((1, 1e-4),), ((2, 0.0),), ((2, 1e-4), (2, 1e-5))):
+        with pytest.raises(InputError, match="step"):
+            TrainConfig(learning_rate_steps=steps).check()
+    from refseg.cli import _parser
+
+    args = _parser().parse_args(["train", "d", "--out", "r", "--learning-rate-step", "3:1e-4",
+                                 "--learning-rate-step", "5:1e-5"])
+    assert args.learning_rate_step == [(3, 1e-4), (5, 1e-5)]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["train", "d", "--out", "r", "--learning-rate-step", "3"])
+
+
 @pytest.mark.claim("claim5.training_module")
 def test_runs_refuse_to_overwrite_or_to_resume_with_other_settings(tmp_path, data, straight):
     with pytest.raises(InputError, match="not empty"):
