@@ -434,6 +434,51 @@ def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
                         _add_run(dst, &cols[(n * ho + i) * wo + j, (a * kw + b) * ch], ch)
 
 
+# Channels per block of col2im_transposed: one 64-byte line of float32 output.
+cdef Py_ssize_t _CHANNEL_BLOCK = 16
+
+
+def col2im_transposed(const real[:, ::1] cols_t, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
+                      Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t ho,
+                      Py_ssize_t wo, real[:, :, :, ::1] out):
+    """col2im of the transposed column matrix: cols_t[(a*kw + b)*C + c, (n*ho + i)*wo + j]
+    holds what cols[(n*ho + i)*wo + j, (a*kw + b)*C + c] holds, and out is what col2im(cols)
+    gives, bit for bit (the same terms, added in the same order). Blocks of _CHANNEL_BLOCK
+    channels run in parallel; in a block the reads are that many rows of cols_t, each walked
+    along its pixels."""
+    cdef Py_ssize_t n_img = out.shape[0], h = out.shape[1], w = out.shape[2], ch = out.shape[3]
+    cdef Py_ssize_t blocks = (ch + _CHANNEL_BLOCK - 1) // _CHANNEL_BLOCK
+    cdef Py_ssize_t block, c0, c1, c, n, y, xx, a, b, ti, tj, i, j, pixel, base
+    with nogil:
+        for block in prange(blocks, schedule="static",
+                            num_threads=_threads(n_img * h * w * kh * kw * ch // 8)):
+            c0 = block * _CHANNEL_BLOCK
+            c1 = min(c0 + _CHANNEL_BLOCK, ch)
+            for n in range(n_img):
+                for y in range(h):
+                    for xx in range(w):
+                        for c in range(c0, c1):
+                            out[n, y, xx, c] = 0
+                        for a in range(kh):
+                            ti = y + pt - a
+                            if ti < 0 or ti % sh != 0:
+                                continue
+                            i = ti // sh
+                            if i >= ho:
+                                continue
+                            for b in range(kw):
+                                tj = xx + pl - b
+                                if tj < 0 or tj % sw != 0:
+                                    continue
+                                j = tj // sw
+                                if j >= wo:
+                                    continue
+                                pixel = (n * ho + i) * wo + j
+                                base = (a * kw + b) * ch
+                                for c in range(c0, c1):
+                                    out[n, y, xx, c] = out[n, y, xx, c] + cols_t[base + c, pixel]
+
+
 def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,
                       Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl,
                       real[:, :, :, ::1] out):

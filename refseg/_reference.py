@@ -166,6 +166,10 @@ def col2im(cols, kh, kw, sh, sw, pt, pl, ho, wo, out):
     out[...] = acc
 
 
+def col2im_transposed(cols_t, kh, kw, sh, sw, pt, pl, ho, wo, out):
+    col2im(np.asarray(cols_t).T, kh, kw, sh, sw, pt, pl, ho, wo, out)
+
+
 def depthwise_forward(x, w, kh, kw, sh, sw, pt, pl, out):
     x, w, out = np.asarray(x), np.asarray(w), np.asarray(out)
     taps = _window_view(x, kh, kw, sh, sw, pt, pl, out.shape[1], out.shape[2])

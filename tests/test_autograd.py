@@ -89,17 +89,34 @@ def test_conv2d_gradients(backend, case, cout, bias):
                     arrays, seed)
 
 
+@contextlib.contextmanager
+def column_layout(layout):
+    """Strided transposed convolutions inside compute their column matrix input-first
+    (input x kernel^T, then col2im) or kernel-first (kernel x input^T, then
+    col2im_transposed), whatever their size."""
+    from refseg.autograd import conv
+
+    limit = {"input-first": -1, "kernel-first": 1 << 62}[layout]
+    saved, conv.TRANSPOSED_COLUMNS_MAX_ROWS = conv.TRANSPOSED_COLUMNS_MAX_ROWS, limit
+    try:
+        yield
+    finally:
+        conv.TRANSPOSED_COLUMNS_MAX_ROWS = saved
+
+
 @pytest.mark.claim("claim2.fusion")
+@pytest.mark.parametrize("layout", ["input-first", "kernel-first"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @given(case=window_cases(transposed=True), cout=st.integers(1, 3), bias=st.booleans())
-def test_conv2d_transpose_gradients(backend, case, cout, bias):
+def test_conv2d_transpose_gradients(backend, layout, case, cout, bias):
     shape, (kh, kw), strides, padding, seed = case
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(shape), rng.standard_normal((kh, kw, cout, shape[3]))]
     if bias:
         arrays.append(rng.standard_normal(cout))
-    check_gradients(lambda *t: ag.conv2d_transpose(*t, strides=strides, padding=padding,
-                                                   backend=backend), arrays, seed)
+    with column_layout(layout):
+        check_gradients(lambda *t: ag.conv2d_transpose(*t, strides=strides, padding=padding,
+                                                       backend=backend), arrays, seed)
 
 
 ROUTES = ["im2col", "direct", "winograd", "winograd4"]

@@ -155,6 +155,40 @@ def test_im2col_and_col2im(dtype, x, window):
     assert_same(both("col2im", cols, kh, kw, sh, sw, pt, pl, ho, wo, outputs=[(x.shape, dtype)]))
 
 
+@pytest.mark.claim("claim4.propagation")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(shape=st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 6),
+                       st.integers(1, 40)), window=WINDOW, seed=st.integers(0, 2**16))
+def test_col2im_of_the_transposed_columns(dtype, shape, window, seed):
+    """col2im_transposed(cols.T) is col2im(cols), bit for bit (the same sums in the same
+    order), and both backends agree; channels up to 40 cross the blocks of 16."""
+    kh, kw, sh, sw, pt, pl = window
+    n, h, w, c = shape
+    ho, wo = _geometry(h, w, *window)
+    cols = np.random.default_rng(seed).standard_normal((n * ho * wo, kh * kw * c)).astype(dtype)
+    cols_t = np.ascontiguousarray(cols.T)
+    pair = both("col2im_transposed", cols_t, kh, kw, sh, sw, pt, pl, ho, wo,
+                outputs=[(shape, dtype)])
+    assert_same(pair)
+    expected = np.full(shape, np.nan, dtype=dtype)
+    fast.col2im(cols, kh, kw, sh, sw, pt, pl, ho, wo, expected)
+    assert_same(([expected], pair[0]))
+
+
+@pytest.mark.claim("claim4.propagation")
+def test_col2im_of_the_transposed_columns_on_all_threads():
+    """x1's geometry (3x3, stride 2, 7x7 columns to 14x14) at 720 channels and batch 4:
+    enough values for every thread."""
+    rng = np.random.default_rng(1)
+    cols = rng.standard_normal((4 * 7 * 7, 9 * 720)).astype(np.float32)
+    expected = np.empty((4, 14, 14, 720), np.float32)
+    fast.col2im(cols, 3, 3, 2, 2, 0, 0, 7, 7, expected)
+    pair = both("col2im_transposed", np.ascontiguousarray(cols.T), 3, 3, 2, 2, 0, 0, 7, 7,
+                outputs=[(expected.shape, np.float32)])
+    assert_same(pair)
+    assert_same(([expected], pair[0]))
+
+
 @pytest.mark.claim("claim4.propagation", "claim2.backbones")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 6),

@@ -7,7 +7,9 @@
 conv2d runs as im2col + one matrix product (BLAS through NumPy); its input gradient is col2im,
 the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is conv2d's
 input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
-<x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``).
+<x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``). With few input
+pixels (x1 and x12 at batch 1) its column matrix is computed transposed, kernel-first, and
+scattered by col2im_transposed (``TRANSPOSED_COLUMNS_MAX_ROWS``).
 
 Stride-1 3x3 float32 convolutions with enough channels and output tiles take a Winograd route
 instead (``_winograd_conv``, ``_winograd_weight_grad``, see ``conv_route``): F(4x4, 3x3) for
@@ -187,15 +189,22 @@ class Conv2DTranspose(_Window):
                                   self.backend, WINOGRAD_TILE[ctx.route])
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
+        rows, columns = n * h * wd, kh * kw * cout
         if _pointwise(kh, kw, self.strides, (pt, pl), (h, wd), (ho, wo)):
             # the column matrix is the output itself: it must not live in the shared workspace,
             # which the next convolution overwrites
-            cols = x2 @ w2.T
+            out = (x2 @ w2.T).reshape(n, ho, wo, cout)
+        elif rows <= TRANSPOSED_COLUMNS_MAX_ROWS:
+            cols_t = np.matmul(w2, x2.T, out=_workspace(rows * columns, x.dtype)
+                               .reshape(columns, rows))
+            out = np.empty((n, ho, wo, cout), dtype=x.dtype)
+            kernels(self.backend).col2im_transposed(cols_t, kh, kw, *self.strides, pt, pl, h,
+                                                    wd, out)
         else:
-            cols = np.matmul(x2, w2.T, out=_workspace(n * h * wd * kh * kw * cout, x.dtype)
-                             .reshape(n * h * wd, kh * kw * cout))
-        out = _col2im(cols, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
-                      self.backend)
+            cols = np.matmul(x2, w2.T, out=_workspace(rows * columns, x.dtype)
+                             .reshape(rows, columns))
+            out = _col2im(cols, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
+                          self.backend)
         if b is not None:
             out += b
         ctx.save_for_backward(x2, w)
@@ -343,6 +352,15 @@ WINOGRAD_TILE = {"winograd": 2, "winograd4": 4}
 #: time: 0.65-0.75 at 112x112 (x9, x21: 784 tiles), 0.85-0.9 at 56x56 (x7b, x18: 196),
 #: 1.2-1.4 at 28x28 (x5: 49), 2-6 at 14x14 with 256-720 channels (16 tiles).
 WINOGRAD4_MIN_TILES = 160
+
+#: Most input pixels (N*H*W) of a transposed convolution whose column matrix is computed
+#: kernel-first, as kernel x input^T (kh*kw*Cout rows, one column per input pixel), and
+#: scattered by col2im_transposed; above it input-first, input x kernel^T, and col2im. OpenBLAS
+#: does a product with a few dozen rows faster with them as the right operand. Measured on 2
+#: cores, forward of the whole op, kernel-first over input-first time: 7x7 inputs at batch 1
+#: (49 pixels) 0.92 for 2048 -> 720 (x1) and 0.91-0.98 for 320 -> 576 (x12); at 196 pixels
+#: 1.03-1.22 (x1, x12 at batch 4; x4, x15 at batch 1); at 784 and more 1.2-1.8.
+TRANSPOSED_COLUMNS_MAX_ROWS = 64
 
 #: Forces one route for every stride-1 convolution ("direct", "im2col", "winograd" or
 #: "winograd4"; a forced Winograd route applies to 3x3 kernels, the only size they compute, and
