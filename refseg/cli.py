@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--train-backbone", action="store_true",
                     help="train the backbones too (an extension: the patent freezes them; "
                          "no tap cache, each step runs them)")
+    tr.add_argument("--init-from", type=Path, default=None, metavar="RUN",
+                    help="start from the last checkpoint of another run (backbones and "
+                         "decoder; any input size) instead of random, calibrated backbones")
     tr.add_argument("--validation", type=float, default=0.2, help="validation fraction")
     tr.add_argument("--learning-rate", type=float, default=1e-3)
     tr.add_argument("--learning-rate-step", type=_learning_rate_step, action="append",
@@ -408,7 +411,8 @@ def _train(args) -> str:
         validation_fraction=args.validation,
         branches=BRANCHES if args.branches == "both" else (args.branches,),
         weights=None if args.weights is None else str(args.weights),
-        calibrate=not args.no_calibrate, train_backbone=args.train_backbone)
+        calibrate=not args.no_calibrate, train_backbone=args.train_backbone,
+        init_from=None if args.init_from is None else str(args.init_from))
     history = train(args.data, args.out, config, resume=args.resume, jobs=args.jobs)
     return str(args.out / "metrics.jsonl") if history else str(args.out)
 

@@ -59,6 +59,10 @@ class TrainConfig:
     calibration_images: int = 32
     #: train the backbones too (an extension, R-frozen: the patent freezes them)
     train_backbone: bool = False
+    #: a run folder whose last checkpoint (backbones and decoder) this run starts from,
+    #: instead of random backbones with calibrated batch norm (an extension, R-frozen); its
+    #: input size may differ (the network is fully convolutional)
+    init_from: str | None = None
     #: ``(epoch, rate)`` pairs: from that epoch on, Adam's learning rate is ``rate``
     #: (an extension, R-adam: the patent keeps 0.001 throughout)
     learning_rate_steps: tuple[tuple[int, float], ...] = ()
@@ -82,6 +86,9 @@ class TrainConfig:
                              f"{self.validation_fraction}")
         if not self.learning_rate > 0:
             raise InputError(f"learning rate must be > 0, got {self.learning_rate}")
+        if self.init_from is not None and self.weights is not None:
+            raise InputError("--init-from and --weights exclude each other (the run named "
+                             "by --init-from has its own backbone weights)")
         epochs = [first for first, _ in self.learning_rate_steps]
         if len(set(epochs)) != len(epochs):
             raise InputError(f"learning-rate steps name an epoch twice: {epochs}")
@@ -193,6 +200,27 @@ def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
     return model, config
 
 
+def _initialise_from(model, config) -> int:
+    """Set every weight and moving statistic of ``model`` to those of the last checkpoint of
+    the run ``config.init_from``; returns that checkpoint's epoch."""
+    source = Path(config.init_from)
+    if not (source / "config.json").is_file() or not (source / "checkpoint.npz").is_file():
+        raise InputError(f"{source}: --init-from needs a checkpointed refseg run "
+                         "(config.json and checkpoint.npz expected)")
+    source_config = TrainConfig.from_json(json.loads((source / "config.json").read_text()))
+    if tuple(source_config.branches) != tuple(config.branches):
+        raise InputError(f"{source}: its branches {list(source_config.branches)} differ from "
+                         f"this run's {list(config.branches)}")
+    report = model.load_weights(source / "backbones.npz", strict=False)
+    if report.problems:
+        raise InputError(f"{source / 'backbones.npz'}: {report.problem_line()}")
+    weights, _, epoch, _ = _read_checkpoint(source / "checkpoint.npz")
+    report = model.set_weights(weights, strict=False, source=str(source / "checkpoint.npz"))
+    if report.problems and set(report.problems) != {"missing"}:
+        raise InputError(f"{source / 'checkpoint.npz'}: {report.problem_line()}")
+    return epoch
+
+
 # -------------------------------------------------------------------------------- training
 def _run(model, source, index):
     """The prediction for one batch of a source: cached taps (a dict) or the images."""
@@ -256,7 +284,9 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
        extraction, resized to the input size, in [-1, 1] ([0075], [0203]); labels resized by
        nearest neighbour.
     2. Build the network; load backbone weights if given, else calibrate the random backbones'
-       batch-norm statistics on training images (R-frozen); freeze them ([0143], [0241]).
+       batch-norm statistics on training images (R-frozen); or, with ``init_from``, start from
+       another run's last checkpoint (backbones and decoder); freeze the backbones ([0143],
+       [0241]).
     3. Compute every image's taps once (the backbones are frozen) and cache them. With
        ``train_backbone`` (an extension, R-frozen) unfreeze the backbones instead: each step runs
        them on the images, their batch norm on batch statistics, and each epoch ends by
@@ -309,7 +339,11 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
             report = model.load_weights(config.weights, strict=False)
             for notice in report.notices():
                 print(notice, file=log)
-        if config.calibrate:
+        if config.init_from:
+            epoch = _initialise_from(model, config)
+            print(f"initialised from {config.init_from} (epoch {epoch}: backbones and decoder)",
+                  file=log)
+        elif config.calibrate:
             calibration = x_train[:config.calibration_images]
             count = model.calibrate_batch_norm(calibration)
             print(f"calibrated {count} backbone batch-norm layers on {len(calibration)} "

@@ -164,6 +164,47 @@ def test_learning_rate_steps_apply_from_their_epoch_and_may_be_added_on_resume(t
         _parser().parse_args(["train", "d", "--out", "r", "--learning-rate-step", "3"])
 
 
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_a_run_can_start_from_another_runs_checkpoint_at_another_input_size(tmp_path, data,
+                                                                            straight):
+    """--init-from: a 64x128 run started from the 32x96 run's last checkpoint holds the source's
+    weights and statistics as its starting point (backbones.npz), and after one epoch at a
+    learning rate of 1e-12 its decoder has not moved from them; it resumes exactly; a source
+    with other branches, a missing source, or --weights beside it are refused."""
+    config = TrainConfig(**{**SMALL, "epochs": 2, "input_hw": (64, 128)},
+                         learning_rate=1e-12, init_from=str(straight[0]))
+    run = tmp_path / "bigger"
+    quiet_train(data, run, config, stop_after_epoch=1)
+    source = checkpoint_arrays(straight[0])
+    with np.load(straight[0] / "backbones.npz", allow_pickle=False) as npz:
+        source_backbones = {k: npz[k] for k in npz.files}
+    with np.load(run / "backbones.npz", allow_pickle=False) as npz:
+        start = {k: npz[k] for k in npz.files}
+    assert start.keys() == source_backbones.keys()
+    for key, value in start.items():
+        expected = source.get(f"model/{key}", source_backbones[key])
+        np.testing.assert_array_equal(value, expected, err_msg=key)
+    after = checkpoint_arrays(run)
+    decoder = [k for k in after if k.startswith("model/")]
+    assert decoder and all(k in source for k in decoder)
+    for key in decoder:
+        np.testing.assert_allclose(after[key], source[key], rtol=0, atol=1e-9, err_msg=key)
+    history = quiet_train(data, run, config, resume=True)
+    assert [h["epoch"] for h in history] == [1, 2]
+    whole = tmp_path / "whole"
+    quiet_train(data, whole, config)
+    for key, value in checkpoint_arrays(whole).items():
+        np.testing.assert_array_equal(checkpoint_arrays(run)[key], value, err_msg=key)
+
+    with pytest.raises(InputError, match="branches"):
+        quiet_train(data, tmp_path / "one", TrainConfig(**SMALL, branches=("mobilenetv2",),
+                                                        init_from=str(straight[0])))
+    with pytest.raises(InputError, match="checkpointed refseg run"):
+        quiet_train(data, tmp_path / "none", TrainConfig(**SMALL, init_from=str(tmp_path)))
+    with pytest.raises(InputError, match="exclude each other"):
+        TrainConfig(init_from="a", weights="b.npz").check()
+
+
 @pytest.mark.claim("claim5.training_module")
 def test_runs_refuse_to_overwrite_or_to_resume_with_other_settings(tmp_path, data, straight):
     with pytest.raises(InputError, match="not empty"):
