@@ -14,7 +14,9 @@ PANEL_SIZE = (420, 260)
 MARGIN = (52, 18, 14, 34)  # left, top, right, bottom
 
 
-def _panel(title, epochs, series, y_range=None):
+def _panel(title, epochs, series, y_range=None, legend_below=False):
+    """One panel; the legend sits in the upper right corner, or in the lower right one for
+    curves that rise towards the upper right (accuracy)."""
     width, height = PANEL_SIZE
     left, top, right, bottom = MARGIN
     image = Image.new("RGB", PANEL_SIZE, "white")
@@ -49,7 +51,8 @@ def _panel(title, epochs, series, y_range=None):
             draw.line(pts, fill=colour, width=2)
         for x, y in pts:
             draw.ellipse([x - 2, y - 2, x + 2, y + 2], fill=colour)
-        draw.text((x1 - 90, y0 + 4 + 12 * row), label, fill=colour)
+        y_label = y1 - 16 - 12 * (len(series) - 1 - row) if legend_below else y0 + 4 + 12 * row
+        draw.text((x1 - 90, y_label), label, fill=colour)
     return image
 
 
@@ -71,7 +74,8 @@ def write_curves(history: list[dict], path) -> None:
         ("validation", VALIDATION_COLOUR, [h["val_loss"] for h in history])])
     accuracy = _panel("pixel accuracy", epochs, [
         ("training", TRAIN_COLOUR, [h["train_pixel_accuracy"] for h in history]),
-        ("validation", VALIDATION_COLOUR, [h["val_pixel_accuracy"] for h in history])])
+        ("validation", VALIDATION_COLOUR, [h["val_pixel_accuracy"] for h in history])],
+        legend_below=True)
     canvas = Image.new("RGB", (PANEL_SIZE[0] * 2, PANEL_SIZE[1]), "white")
     canvas.paste(loss, (0, 0))
     canvas.paste(accuracy, (PANEL_SIZE[0], 0))
