@@ -402,12 +402,22 @@ def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t 
                             _copy_run(dst + (a * kw + b) * ch, &x[n, y, xx, 0], ch)
 
 
+cdef inline Py_ssize_t _window_of(Py_ssize_t y, Py_ssize_t pad, Py_ssize_t tap,
+                                  Py_ssize_t stride, Py_ssize_t windows) noexcept nogil:
+    """Along one axis: the window whose tap ``tap`` lands on pixel y (window i covers pixels
+    i*stride - pad ..), or -1 when no window of the ``windows`` does."""
+    cdef Py_ssize_t t = y + pad - tap
+    if t < 0 or t % stride != 0 or t // stride >= windows:
+        return -1
+    return t // stride
+
+
 def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw,
            Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t ho, Py_ssize_t wo, real[:, :, :, ::1] out):
     """The adjoint of im2col: out[n, y, x, c] = sum over (a, b) (row-major) of the cols entries
     that im2col copied from (y, x). Written as a gather, so rows run in parallel race-free."""
     cdef Py_ssize_t n_img = out.shape[0], h = out.shape[1], w = out.shape[2], ch = out.shape[3]
-    cdef Py_ssize_t row, n, y, xx, a, b, ti, tj, i, j
+    cdef Py_ssize_t row, n, y, xx, a, b, i, j
     cdef real *dst
     with nogil:
         for row in prange(n_img * h, schedule="static",
@@ -418,20 +428,13 @@ def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
                 dst = &out[n, y, xx, 0]
                 _zero_run(dst, ch)
                 for a in range(kh):
-                    ti = y + pt - a
-                    if ti < 0 or ti % sh != 0:
-                        continue
-                    i = ti // sh
-                    if i >= ho:
+                    i = _window_of(y, pt, a, sh, ho)
+                    if i < 0:
                         continue
                     for b in range(kw):
-                        tj = xx + pl - b
-                        if tj < 0 or tj % sw != 0:
-                            continue
-                        j = tj // sw
-                        if j >= wo:
-                            continue
-                        _add_run(dst, &cols[(n * ho + i) * wo + j, (a * kw + b) * ch], ch)
+                        j = _window_of(xx, pl, b, sw, wo)
+                        if j >= 0:
+                            _add_run(dst, &cols[(n * ho + i) * wo + j, (a * kw + b) * ch], ch)
 
 
 # Channels per block of col2im_transposed: one 64-byte line of float32 output.
@@ -443,12 +446,14 @@ def col2im_transposed(const real[:, ::1] cols_t, Py_ssize_t kh, Py_ssize_t kw, P
                       Py_ssize_t wo, real[:, :, :, ::1] out):
     """col2im of the transposed column matrix: cols_t[(a*kw + b)*C + c, (n*ho + i)*wo + j]
     holds what cols[(n*ho + i)*wo + j, (a*kw + b)*C + c] holds, and out is what col2im(cols)
-    gives, bit for bit (the same terms, added in the same order). Blocks of _CHANNEL_BLOCK
-    channels run in parallel; in a block the reads are that many rows of cols_t, each walked
-    along its pixels."""
+    gives, bit for bit: each tap (a, b) in row-major order adds its row block to the pixels it
+    lands on, and one tap lands on a pixel from one window at most, so every pixel receives
+    the same terms in the same order. Blocks of _CHANNEL_BLOCK channels run in parallel (each
+    thread owns its channels); a tap's block is that many rows of cols_t, walked along the
+    windows."""
     cdef Py_ssize_t n_img = out.shape[0], h = out.shape[1], w = out.shape[2], ch = out.shape[3]
     cdef Py_ssize_t blocks = (ch + _CHANNEL_BLOCK - 1) // _CHANNEL_BLOCK
-    cdef Py_ssize_t block, c0, c1, c, n, y, xx, a, b, ti, tj, i, j, pixel, base
+    cdef Py_ssize_t block, c0, c1, c, tap, n, i, j, y, xx, base, window
     with nogil:
         for block in prange(blocks, schedule="static",
                             num_threads=_threads(n_img * h * w * kh * kw * ch // 8)):
@@ -459,24 +464,20 @@ def col2im_transposed(const real[:, ::1] cols_t, Py_ssize_t kh, Py_ssize_t kw, P
                     for xx in range(w):
                         for c in range(c0, c1):
                             out[n, y, xx, c] = 0
-                        for a in range(kh):
-                            ti = y + pt - a
-                            if ti < 0 or ti % sh != 0:
-                                continue
-                            i = ti // sh
-                            if i >= ho:
-                                continue
-                            for b in range(kw):
-                                tj = xx + pl - b
-                                if tj < 0 or tj % sw != 0:
-                                    continue
-                                j = tj // sw
-                                if j >= wo:
-                                    continue
-                                pixel = (n * ho + i) * wo + j
-                                base = (a * kw + b) * ch
+            for tap in range(kh * kw):
+                base = tap * ch
+                for n in range(n_img):
+                    for i in range(ho):
+                        y = i * sh - pt + tap // kw
+                        if y < 0 or y >= h:
+                            continue
+                        window = (n * ho + i) * wo
+                        for j in range(wo):
+                            xx = j * sw - pl + tap % kw
+                            if 0 <= xx < w:
                                 for c in range(c0, c1):
-                                    out[n, y, xx, c] = out[n, y, xx, c] + cols_t[base + c, pixel]
+                                    out[n, y, xx, c] = (out[n, y, xx, c]
+                                                        + cols_t[base + c, window + j])
 
 
 def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,
