@@ -187,38 +187,41 @@ def _read_checkpoint(path: Path):
 def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
     """The trained model of a run folder (backbones + last checkpoint) and its settings."""
     run = Path(run_dir)
-    if not (run / "config.json").is_file() or not (run / "checkpoint.npz").is_file():
-        raise InputError(f"{run}: not a finished or checkpointed refseg run "
-                         "(config.json and checkpoint.npz expected)")
-    config = TrainConfig.from_json(json.loads((run / "config.json").read_text()))
+    config = _run_config(run, "not a finished or checkpointed refseg run")
     model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
-    model.load_weights(run / "backbones.npz", strict=False)
-    weights, _, _, _ = _read_checkpoint(run / "checkpoint.npz")
+    _restore(model, run)
+    return model, config
+
+
+def _run_config(run: Path, problem: str) -> TrainConfig:
+    """The settings of a checkpointed run folder (else InputError: ``run: problem (...)``)."""
+    if not (run / "config.json").is_file() or not (run / "checkpoint.npz").is_file():
+        raise InputError(f"{run}: {problem} (config.json and checkpoint.npz expected)")
+    return TrainConfig.from_json(json.loads((run / "config.json").read_text()))
+
+
+def _restore(model, run: Path) -> int:
+    """Set ``model``'s weights to the run's starting ones (``backbones.npz``), then to its last
+    checkpoint's; returns the checkpoint's epoch."""
+    report = model.load_weights(run / "backbones.npz", strict=False)
+    if report.problems:
+        raise InputError(f"{run / 'backbones.npz'}: {report.problem_line()}")
+    weights, _, epoch, _ = _read_checkpoint(run / "checkpoint.npz")
     report = model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
     if report.problems and set(report.problems) != {"missing"}:
         raise InputError(f"{run / 'checkpoint.npz'}: {report.problem_line()}")
-    return model, config
+    return epoch
 
 
 def _initialise_from(model, config) -> int:
     """Set every weight and moving statistic of ``model`` to those of the last checkpoint of
     the run ``config.init_from``; returns that checkpoint's epoch."""
     source = Path(config.init_from)
-    if not (source / "config.json").is_file() or not (source / "checkpoint.npz").is_file():
-        raise InputError(f"{source}: --init-from needs a checkpointed refseg run "
-                         "(config.json and checkpoint.npz expected)")
-    source_config = TrainConfig.from_json(json.loads((source / "config.json").read_text()))
+    source_config = _run_config(source, "--init-from needs a checkpointed refseg run")
     if tuple(source_config.branches) != tuple(config.branches):
         raise InputError(f"{source}: its branches {list(source_config.branches)} differ from "
                          f"this run's {list(config.branches)}")
-    report = model.load_weights(source / "backbones.npz", strict=False)
-    if report.problems:
-        raise InputError(f"{source / 'backbones.npz'}: {report.problem_line()}")
-    weights, _, epoch, _ = _read_checkpoint(source / "checkpoint.npz")
-    report = model.set_weights(weights, strict=False, source=str(source / "checkpoint.npz"))
-    if report.problems and set(report.problems) != {"missing"}:
-        raise InputError(f"{source / 'checkpoint.npz'}: {report.problem_line()}")
-    return epoch
+    return _restore(model, source)
 
 
 # -------------------------------------------------------------------------------- training
