@@ -190,19 +190,21 @@ class Conv2DTranspose(_Window):
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
         rows, columns = n * h * wd, kh * kw * cout
-        if _pointwise(kh, kw, self.strides, (pt, pl), (h, wd), (ho, wo)):
-            # the column matrix is the output itself: it must not live in the shared workspace,
-            # which the next convolution overwrites
-            out = (x2 @ w2.T).reshape(n, ho, wo, cout)
-        elif rows <= TRANSPOSED_COLUMNS_MAX_ROWS:
+        pointwise = _pointwise(kh, kw, self.strides, (pt, pl), (h, wd), (ho, wo))
+        if rows <= TRANSPOSED_COLUMNS_MAX_ROWS and not pointwise:
             cols_t = np.matmul(w2, x2.T, out=_workspace(rows * columns, x.dtype)
                                .reshape(columns, rows))
             out = np.empty((n, ho, wo, cout), dtype=x.dtype)
             kernels(self.backend).col2im_transposed(cols_t, kh, kw, *self.strides, pt, pl, h,
                                                     wd, out)
         else:
-            cols = np.matmul(x2, w2.T, out=_workspace(rows * columns, x.dtype)
-                             .reshape(rows, columns))
+            if pointwise:
+                # the column matrix is the output itself: it must not live in the shared
+                # workspace, which the next convolution overwrites
+                cols = x2 @ w2.T
+            else:
+                cols = np.matmul(x2, w2.T, out=_workspace(rows * columns, x.dtype)
+                                 .reshape(rows, columns))
             out = _col2im(cols, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
                           self.backend)
         if b is not None:
