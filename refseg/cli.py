@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--input-size", default="64x224", help="network input HxW")
     d.add_argument("--seed", type=int, default=0, help="seed of the first weld")
     d.add_argument("--jobs", type=int, default=None, help="extraction processes")
+    d.add_argument("--train-backbone", action="store_true",
+                   help="train the backbones too (an extension; the patent freezes them)")
 
     t = sub.add_parser("trace", help="print the traceability matrix")
     t.add_argument("--write", action="store_true",
@@ -388,7 +390,8 @@ def _demo(args) -> Path:
         raise InputError("demo: --count must be >= 5, --test-count and --epochs >= 1")
     return run_demo(args.out, DemoSettings(
         count=args.count, test_count=args.test_count, epochs=args.epochs,
-        input_hw=parse_size(args.input_size), seed=args.seed, jobs=args.jobs))
+        input_hw=parse_size(args.input_size), seed=args.seed, jobs=args.jobs,
+        train_backbone=args.train_backbone))
 
 
 def _learning_rate_step(text: str) -> tuple[int, float]:

@@ -42,6 +42,8 @@ class DemoSettings:
     seed: int = 0
     jobs: int | None = None
     runs: tuple = RUNS
+    #: train the backbones too (an extension, R-frozen; the patent freezes them)
+    train_backbone: bool = False
 
 
 def _contour_coverage(data_dir) -> float:
@@ -105,7 +107,8 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=sys.stderr) -> Pa
             print(f"3/4 training {index}/{len(settings.runs)}: {name}", file=log)
             config = TrainConfig(epochs=settings.epochs, batch_size=settings.batch_size,
                                  input_hw=settings.input_hw, input_kind=kind,
-                                 seed=settings.seed, branches=branches)
+                                 seed=settings.seed, branches=branches,
+                                 train_backbone=settings.train_backbone)
             t = time.perf_counter()
             histories[name] = train(root / "data", root / "runs" / name, config,
                                     jobs=settings.jobs, log=log)
@@ -147,8 +150,11 @@ def _index(settings, rows, histories, timings, coverage, summary, seconds, first
         f"images (550x156, seeds {settings.seed}-{settings.seed + settings.count - 1}; 80 % "
         f"training, 20 % validation) and {settings.test_count} test images (other seeds); "
         f"input {h}x{w}, {settings.epochs} epochs, batch {settings.batch_size}, Adam lr 0.001. "
-        "No pretrained weights: the frozen backbones are random with batch norm calibrated "
-        "on training images (R-frozen).", "",
+        + ("No pretrained weights: the backbones start random, with batch norm calibrated on "
+           "training images, and are trained with the decoder (`--train-backbone`, an "
+           "extension: the patent freezes them; R-frozen)." if settings.train_backbone else
+           "No pretrained weights: the frozen backbones are random with batch norm calibrated "
+           "on training images (R-frozen)."), "",
         "## 1. Claim 1: feature extraction", "",
         "Panels of the first two images (input, gray, the four edge maps, mean image, feature "
         "map): `claim1/<name>/panel.png`.", "",

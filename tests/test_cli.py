@@ -113,6 +113,26 @@ def test_demo_writes_a_report(tmp_path):
     assert not list(out.glob(".refseg-staging-*"))
 
 
+@pytest.mark.claim("claim1.step3.train", "claim5.output_module")
+def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
+    """`--train-backbone` reaches the training runs and the report says the backbones learned."""
+    from refseg import demo
+
+    out = tmp_path / "demo"
+    demo.run_demo(out, demo.DemoSettings(count=6, test_count=2, epochs=1, input_hw=(32, 96),
+                                         jobs=1, runs=demo.RUNS[:1], train_backbone=True))
+    config = json.loads((out / "runs" / "fusion-feature" / "config.json").read_text())
+    assert config["train_backbone"] is True
+    index = (out / "index.md").read_text()
+    assert "`--train-backbone`, an extension" in index and "frozen backbones are random" not in index
+
+    seen = []
+    monkeypatch.setattr(demo, "run_demo", lambda out, settings: seen.append(settings) or out)
+    assert main(["demo", "--out", str(tmp_path / "x"), "--train-backbone"]) == 0
+    assert main(["demo", "--out", str(tmp_path / "y")]) == 0
+    assert [s.train_backbone for s in seen] == [True, False]
+
+
 @pytest.mark.claim("claim1.step2.cv")
 def test_trace_and_explain(capsys):
     assert main(["trace"]) == 0
