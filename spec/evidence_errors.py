@@ -14,7 +14,7 @@ run, data = sys.argv[1], sys.argv[2]
 model, config = load_run(run)
 samples = dataset.load_dataset(data)
 wrong = total = 0
-near = np.zeros(4, np.int64)  # errors at distance (0, 1], (1, 2], (2, 3] and over 3 px from a label boundary
+near = np.zeros(4, np.int64)  # errors at [0, 1], (1, 2], (2, 3], over 3 px from a boundary
 wrong_contour_label = wrong_contour_pred = 0
 for sample in samples:
     rgb, label = dataset.load_pair(sample)
