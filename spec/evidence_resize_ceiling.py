@@ -1,0 +1,28 @@
+"""The accuracy a network could reach if it were perfect at its input size (README, *Training the
+backbones too*): each label is resized to the input size as training sees it (nearest,
+``resize_labels``), one-hot, and brought back to the image's size as prediction does (bilinear per
+class, ``resize_probabilities``, most probable class). What is lost is lost to the two resizings
+alone. Usage: ``python spec/evidence_resize_ceiling.py DATA HxW [HxW ...]``."""
+import json
+import sys
+
+import numpy as np
+from refseg import dataset
+from refseg.inputs import resize_labels, resize_probabilities
+from refseg.synthetic import CONTOUR
+
+data, sizes = sys.argv[1], [tuple(int(v) for v in s.split("x")) for s in sys.argv[2:]]
+labels = [dataset.load_pair(sample)[1] for sample in dataset.load_dataset(data)]
+ceiling = {}
+for hw in sizes:
+    right = total = contour_inter = contour_union = 0
+    for label in labels:
+        small = resize_labels(label, hw)
+        one_hot = (small[:, :, None] == np.arange(3)).astype(np.float32)
+        back = np.argmax(resize_probabilities(one_hot, label.shape), axis=2)
+        right += (back == label).sum(); total += label.size
+        contour_inter += ((back == CONTOUR) & (label == CONTOUR)).sum()
+        contour_union += ((back == CONTOUR) | (label == CONTOUR)).sum()
+    ceiling[f"{hw[0]}x{hw[1]}"] = {"pixel_accuracy": right / total,
+                                   "contour_iou": contour_inter / contour_union}
+print(json.dumps({"data": data, "images": len(labels), "ceiling": ceiling}, indent=1))
