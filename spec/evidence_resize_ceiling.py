@@ -9,7 +9,7 @@ import sys
 import numpy as np
 from refseg import dataset
 from refseg.inputs import resize_labels, resize_probabilities
-from refseg.synthetic import CONTOUR
+from refseg.synthetic import CONTOUR, LABEL_COLOURS
 
 data, sizes = sys.argv[1], [tuple(int(v) for v in s.split("x")) for s in sys.argv[2:]]
 labels = [dataset.load_pair(sample)[1] for sample in dataset.load_dataset(data)]
@@ -18,7 +18,7 @@ for hw in sizes:
     right = total = contour_inter = contour_union = 0
     for label in labels:
         small = resize_labels(label, hw)
-        one_hot = (small[:, :, None] == np.arange(3)).astype(np.float32)
+        one_hot = (small[:, :, None] == np.arange(len(LABEL_COLOURS))).astype(np.float32)
         back = np.argmax(resize_probabilities(one_hot, label.shape), axis=2)
         right += (back == label).sum(); total += label.size
         contour_inter += ((back == CONTOUR) & (label == CONTOUR)).sum()
