@@ -17,11 +17,13 @@ SPEC = Path(__file__).resolve().parent.parent / "spec"
 ENV = {**os.environ, "PYTHONPATH": str(Path(refseg.__file__).resolve().parent.parent)}
 
 
-def write_set(root, classes_list):
+def write_set(root, classes_list, images=None):
+    """A data set folder of these labels, with these images (default: black)."""
     (root / "images").mkdir(parents=True)
     (root / "labels").mkdir()
     for i, classes in enumerate(classes_list):
-        imageio.write_png(root / "images" / f"w{i}.png", np.zeros(classes.shape + (3,), np.uint8))
+        rgb = np.zeros(classes.shape + (3,), np.uint8) if images is None else images[i]
+        imageio.write_png(root / "images" / f"w{i}.png", rgb)
         write_label(root / "labels" / f"w{i}.png", classes)
     return root
 
@@ -144,13 +146,9 @@ def trained(tmp_path_factory):
 
     from refseg.training import TrainConfig, train
 
-    data = tmp_path_factory.mktemp("errwelds")
-    (data / "images").mkdir()
-    (data / "labels").mkdir()
-    for i in range(5):
-        sample = synthetic.weld_image(40 + i, shape=(48, 160))
-        imageio.write_png(data / "images" / f"w{i}.png", sample.rgb)
-        write_label(data / "labels" / f"w{i}.png", sample.classes)
+    samples = [synthetic.weld_image(40 + i, shape=(48, 160)) for i in range(5)]
+    data = write_set(tmp_path_factory.mktemp("errwelds") / "welds", [s.classes for s in samples],
+                     [s.rgb for s in samples])
     run = tmp_path_factory.mktemp("errruns") / "run"
     train(data, run, TrainConfig(epochs=1, batch_size=4, input_hw=(32, 96), calibration_images=4),
           log=io.StringIO(), jobs=1)
