@@ -1,5 +1,6 @@
 """Training, resuming, predicting and evaluating on a tiny synthetic data set (claim 1 steps
 2-4, claim 4, claim 5's training and output modules)."""
+import io
 import json
 
 import numpy as np
@@ -30,8 +31,6 @@ def data(tmp_path_factory):
 
 
 def quiet_train(*args, **kwargs):
-    import io
-
     return train(*args, log=io.StringIO(), jobs=1, **kwargs)
 
 
@@ -203,6 +202,27 @@ def test_a_run_can_start_from_another_runs_checkpoint_at_another_input_size(tmp_
         quiet_train(data, tmp_path / "none", TrainConfig(**SMALL, init_from=str(tmp_path)))
     with pytest.raises(InputError, match="exclude each other"):
         TrainConfig(init_from="a", weights="b.npz").check()
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_a_gray_input_run_can_start_from_a_feature_input_run(tmp_path, data, straight):
+    """--init-from across input kinds (how the README's gray-input network started): the gray
+    run starts from the feature run's weights, and its data set is the gray images."""
+    assert json.loads((straight[0] / "config.json").read_text())["input_kind"] == "feature"
+    run = tmp_path / "gray"
+    config = TrainConfig(**{**SMALL, "epochs": 1}, input_kind="gray", learning_rate=1e-12,
+                         init_from=str(straight[0]))
+    log = io.StringIO()
+    train(data, run, config, log=log, jobs=1)
+    assert "first data set (gray images)" in log.getvalue()
+    source = checkpoint_arrays(straight[0])
+    after = checkpoint_arrays(run)
+    decoder = [k for k in after if k.startswith("model/")]
+    assert decoder
+    for key in decoder:
+        np.testing.assert_allclose(after[key], source[key], rtol=0, atol=1e-9, err_msg=key)
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["input_kind"] == "gray" and saved["init_from"] == str(straight[0])
 
 
 @pytest.mark.claim("claim5.training_module")
