@@ -91,10 +91,10 @@ def test_weight_evidence_matches_the_pipeline(weight_tables):
         result = features.extract(weld_image(seed).rgb)
         values, _ = ours[f"weld seed {seed}"]
         expected = [result.weights[k] for k in ("canny", "sobel", "prewitt", "log")]
-        # printed with 3 decimals
-        np.testing.assert_allclose(values[:4], expected, atol=5e-4 + 1e-12)
+        rounded = 5e-4 + 1e-12  # printed with 3 decimals
+        np.testing.assert_allclose(values[:4], expected, atol=rounded)
         np.testing.assert_allclose(values[4:], [result.edges[k].mean() for k in
-                                                ("canny", "sobel", "prewitt", "log")], atol=5e-4)
+                                                ("canny", "sobel", "prewitt", "log")], atol=rounded)
 
 
 def test_weight_evidence_rows_are_weights_and_the_inverse_rule_inverts(weight_tables):
