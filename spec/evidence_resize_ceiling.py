@@ -7,22 +7,21 @@ import json
 import sys
 
 import numpy as np
-from refseg import dataset
+from refseg import dataset, metrics
 from refseg.inputs import resize_labels, resize_probabilities
 from refseg.synthetic import CONTOUR, LABEL_COLOURS
 
 data, sizes = sys.argv[1], [tuple(int(v) for v in s.split("x")) for s in sys.argv[2:]]
 labels = [dataset.load_pair(sample)[1] for sample in dataset.load_dataset(data)]
+classes = len(LABEL_COLOURS)
 ceiling = {}
 for hw in sizes:
-    right = total = contour_inter = contour_union = 0
+    cm = np.zeros((classes, classes), np.int64)
     for label in labels:
         small = resize_labels(label, hw)
-        one_hot = (small[:, :, None] == np.arange(len(LABEL_COLOURS))).astype(np.float32)
+        one_hot = (small[:, :, None] == np.arange(classes)).astype(np.float32)
         back = np.argmax(resize_probabilities(one_hot, label.shape), axis=2)
-        right += (back == label).sum(); total += label.size
-        contour_inter += ((back == CONTOUR) & (label == CONTOUR)).sum()
-        contour_union += ((back == CONTOUR) | (label == CONTOUR)).sum()
-    ceiling[f"{hw[0]}x{hw[1]}"] = {"pixel_accuracy": right / total,
-                                   "contour_iou": contour_inter / contour_union}
+        cm += metrics.confusion_matrix(label, back, classes)
+    ceiling[f"{hw[0]}x{hw[1]}"] = {"pixel_accuracy": float(metrics.pixel_accuracy(cm)),
+                                   "contour_iou": float(metrics.class_iou(cm)[CONTOUR])}
 print(json.dumps({"data": data, "images": len(labels), "ceiling": ceiling}, indent=1))
