@@ -1,4 +1,4 @@
-"""Build script: compiles refseg/_kernels.pyx and ships spec/ inside the package.
+"""Build script: compiles refseg/_kernels.pyx and ships spec/ inside the package (refseg/_spec/).
 
 Optimisation is on (-O3) and floating-point contraction is off (-ffp-contract=off), so that
 the compiled kernels give bit-identical results to their NumPy twins in refseg/_reference.py
@@ -25,9 +25,8 @@ class BuildPyWithSpec(build_py):
         target = Path(self.build_lib) / "refseg" / "_spec"
         target.mkdir(parents=True, exist_ok=True)
         for name in SPEC_FILES:
-            source = HERE / "spec" / name
-            if source.exists():
-                shutil.copy2(source, target / name)
+            # a wheel without its spec would install and then fail at the first `refseg trace`
+            shutil.copy2(HERE / "spec" / name, target / name)
 
 
 kernels = Extension(

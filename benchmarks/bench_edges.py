@@ -5,7 +5,7 @@ What is compared
 ----------------
 Three implementations of one computation, run in one process on the same images:
 
-* **refseg**: ``refseg.features.extract(rgb)`` (Cython kernels, OpenMP over rows).
+* **refseg**: ``refseg.claim1.features.extract(rgb)`` (Cython kernels, OpenMP over rows).
 * **OpenCV anchor**: every image filter is an OpenCV call (``cv2.transform``,
   ``cv2.GaussianBlur``, ``cv2.Sobel``, ``cv2.filter2D``, ``cv2.magnitude``, ``cv2.Laplacian``,
   ``cv2.Canny`` on given gradients).
@@ -95,10 +95,11 @@ import skimage.filters  # noqa: E402
 from scipy import ndimage  # noqa: E402
 
 import refseg  # noqa: E402
-from refseg import features, synthetic  # noqa: E402
+from refseg.claim1 import features
+from refseg.data import synthetic  # noqa: E402
 
 # The claim's constants, restated here so that the anchors do not borrow refseg's code; --check
-# confirms they agree with refseg.preprocess / refseg.operators / refseg.weighting.
+# confirms they agree with refseg.claim1.preprocess / refseg.claim1.operators / refseg.claim1.weighting.
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)           # R, G, B (ITU-R BT.601)
 SIGMA = 0.8                                    # 3x3 Gaussian
 PREWITT_X = np.array([[-1.0, 0.0, 1.0]] * 3)   # correlation kernel, positive rightwards

@@ -73,7 +73,7 @@ faults per run. All parts are timed in the same interleaved rounds.
 
 Memory of a decoder training step: forward of every decoder layer (relu after each, softmax
 after the prediction layer, the Adds), per-pixel categorical cross-entropy, backward, and one
-``refseg.optim.Adam`` update (a plain in-place SGD update if refseg has no Adam), from random
+``refseg.autograd.optim.Adam`` update (a plain in-place SGD update if refseg has no Adam), from random
 tap tensors of the backbone shapes. It runs in a fresh child process (so memory that an
 earlier part of this run left in the allocator cannot hide the step's own allocations), and is
 measured as the peak resident set size: ``VmHWM`` of /proc/self/status, reset by writing 5 to
@@ -166,7 +166,7 @@ from refseg import _kernels  # noqa: E402
 from refseg import autograd as ag  # noqa: E402
 
 try:  # the lead's optimiser; the training step falls back to SGD without it
-    from refseg.optim import Adam as RefsegAdam
+    from refseg.autograd.optim import Adam as RefsegAdam
 except ImportError:
     RefsegAdam = None
 
@@ -1013,8 +1013,8 @@ def main(args: argparse.Namespace) -> None:
          f"Decoder parameters: {parameter_count():,} "
          f"({parameter_count() * 4 / 2 ** 20:.1f} MiB float32; with gradient and two Adam "
          f"moments {4 * parameter_count() * 4 / 2 ** 20:.1f} MiB). Update: "
-         + ("refseg.optim.Adam (lr 1e-3)" if RefsegAdam else "plain in-place SGD "
-            "(refseg.optim.Adam not found)") + "; torch: torch.optim.Adam.", "")
+         + ("refseg.autograd.optim.Adam (lr 1e-3)" if RefsegAdam else "plain in-place SGD "
+            "(refseg.autograd.optim.Adam not found)") + "; torch: torch.optim.Adam.", "")
     runs = [run_train_child("refseg", 1, args.train_steps, args.threads, args.wait_quiet)]
     runs += [run_train_child(impl, 1, min(args.train_steps, 10), args.threads, args.wait_quiet)
              for impl in ("torch", "torch-cl")]

@@ -1,18 +1,30 @@
 """refseg: a reference implementation of the image semantic segmentation method of patent
 CN114419081B, written from scratch in NumPy and Cython.
 
-Modules, in the order of claim 1:
-``preprocess`` (grayscale, Gaussian), ``operators`` (Canny, Sobel, Prewitt, LoG),
-``weighting`` (coefficient-of-variation weights and the vote), ``features`` (all of it),
-``imageio`` (reading images, writing outputs), ``trace`` (claim-element citations).
+The wings, in the order of the claims:
+
+- :mod:`refseg.claim1`: grayscale, Gaussian, the four edge operators, the coefficient-of-variation
+  weights and the vote, the feature-region image (claim 1, step 2);
+- :mod:`refseg.autograd`: tensors, the ops of the network with their gradients, layers, Adam
+  (claim 4);
+- :mod:`refseg.models`: ResNet50V2, MobileNetV2, the fusion decoder, weight files (claims 2-3);
+- :mod:`refseg.data`: the label schema, data set folders, synthetic welds, network inputs;
+- :mod:`refseg.run`: training, prediction and evaluation, training curves, the demo (claims 1
+  and 5);
+- :mod:`refseg.golden`: golden-file bundles for checking other implementations.
+
+The names below are the public API; each is imported when first used, so that
+``import refseg`` stays light.
 """
+import importlib
 import os
+
+from refseg._version import __version__
 
 # OpenBLAS's idle worker threads spin for a long time after each matrix product and then
 # compete with refseg's OpenMP loops on the same cores (measured: an im2col after a GEMM took
 # 9-12 ms instead of 4.6 ms on 2 cores). A short timeout removes that without slowing the GEMM.
-# It only takes effect if refseg is imported before NumPy loads OpenBLAS; set it yourself
-# otherwise (see README).
+# It only takes effect if refseg is imported before NumPy loads OpenBLAS.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # The other direction: libgomp's threads spin after every parallel region of refseg's kernels and
 # take the cores from the OpenBLAS threads of the next product. Passive waiting (sleep at once)
@@ -20,4 +32,49 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # Like the line above it only takes effect if refseg loads libgomp first (before torch, say).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-__version__ = "0.1.0"
+#: public name -> the module that defines it
+_PUBLIC = {
+    "InputError": "refseg.errors",
+    "read_image": "refseg.imageio",
+    "to_gray": "refseg.claim1.preprocess",
+    "gaussian_kernel": "refseg.claim1.preprocess",
+    "gaussian_blur": "refseg.claim1.preprocess",
+    "canny": "refseg.claim1.operators",
+    "sobel": "refseg.claim1.operators",
+    "prewitt": "refseg.claim1.operators",
+    "laplacian_of_gaussian": "refseg.claim1.operators",
+    "operator_weights": "refseg.claim1.weighting",
+    "extract": "refseg.claim1.features",
+    "FeatureResult": "refseg.claim1.features",
+    "write_edge_outputs": "refseg.claim1.outputs",
+    "Tensor": "refseg.autograd",
+    "Adam": "refseg.autograd.optim",
+    "ResMobileNet": "refseg.models",
+    "weld_image": "refseg.data.synthetic",
+    "write_synthetic_dataset": "refseg.data.synthetic",
+    "load_dataset": "refseg.data.dataset",
+    "network_input": "refseg.data.inputs",
+    "TrainConfig": "refseg.run.training",
+    "train": "refseg.run.training",
+    "load_run": "refseg.run.training",
+    "predict_image": "refseg.run.evaluation",
+    "evaluate_runs": "refseg.run.evaluation",
+    "DemoSettings": "refseg.run.demo",
+    "run_demo": "refseg.run.demo",
+    "write_bundle": "refseg.golden",
+    "check_bundle": "refseg.golden",
+}
+
+__all__ = ["__version__", *sorted(_PUBLIC)]
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'refseg' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -10,6 +10,8 @@ from types import ModuleType
 from refseg import _reference
 from refseg.errors import InputError
 
+INFRASTRUCTURE = "the switch between compiled kernels and their NumPy twins"
+
 BACKENDS = ("cython", "numpy")
 
 

@@ -1,4 +1,4 @@
-"""The ``refseg`` command line.
+"""The ``refseg`` command line: it parses arguments and dispatches to library functions.
 
 ``refseg edges IMAGE... --out DIR``   claim-1 feature extraction, every intermediate written out
 ``refseg demo [--out DIR]``           the main job: the whole method on synthetic weld seams
@@ -13,11 +13,11 @@
 ``refseg train DATA --out RUN [...]``  train the fusion network on a data set (claims 1, 4)
 ``refseg predict RUN IMAGE... --out DIR``  label and overlay PNGs of images, and their times
 ``refseg evaluate RUN DATA [--compare RUN...]``  scores on a data set, runs side by side
-``refseg golden write DIR`` / ``golden check DIR CANDIDATE.npz``  golden-file bundles (issue 6)
+``refseg golden write DIR`` / ``golden check DIR CANDIDATE.npz``  golden-file bundles
 
 Bad input ends with one line on stderr naming the file and the problem, exit status 2, and no
 output left behind: results are staged in a hidden folder inside ``--out`` and renamed into
-place only when complete.
+place only when complete. Nothing in refseg imports this module.
 """
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from refseg._version import __version__
 from refseg.errors import InputError
-from refseg.imageio import StagedFolders
-from refseg.trace import implements
+
+INFRASTRUCTURE = "the command line: parsing and dispatch"
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -37,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="refseg", description=(
         "Reference implementation of the image semantic segmentation method of patent "
         "CN114419081B."))
+    p.add_argument("--version", action="version", version=f"refseg {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     e = sub.add_parser("edges", help="claim-1 feature extraction of images")
@@ -80,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     ms.add_argument("--part", choices=("resnet50v2", "mobilenetv2", "decoder"), default=None,
                     help="only the layers of one part (totals still cover all)")
 
-    # count, seed and size are parsed by run_synth, not argparse, so that a bad value ends
+    # count, seed and size are parsed by write_synthetic_dataset, not argparse, so that a bad value ends
     # with refseg's one-line error like every other bad input
     sy = sub.add_parser("synth", help="write a synthetic weld data set (images and labels)")
     sy.add_argument("--count", default=None, help="number of image/label pairs (>= 1)")
@@ -153,245 +155,67 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _stems(paths: list[Path]) -> list[str]:
-    stems = [p.stem for p in paths]
-    seen = {}
-    for p, s in zip(paths, stems):
-        if s in seen:
-            raise InputError(f"{p}: has the same name stem {s!r} as {seen[s]}; "
-                             "outputs would collide")
-        seen[s] = p
-    return stems
+def _edges(args) -> str:
+    from refseg.claim1.outputs import write_edge_outputs
+
+    return "\n".join(str(f) for f in write_edge_outputs(args.images, args.out, args.sigma))
 
 
-@implements("claim5.feature_module")
-def run_edges(images: list[Path], out: Path, sigma: float | None = None) -> list[Path]:
-    """``refseg edges``: read every image (all are checked before anything is written), extract
-    claim-1 features and write each image's outputs into ``out/<stem>/``.
+def _demo(args) -> str:
+    from refseg.models.summary import parse_size
+    from refseg.run.demo import DemoSettings, run_demo
 
-    Parameters
-    ----------
-    images : list of Path
-    out : Path
-    sigma : float or None
-
-    Returns
-    -------
-    list of Path
-        The folders written.
-
-    References
-    ----------
-    [0266]-[0268].
-    """
-    from refseg import features, imageio, report
-
-    stems = _stems(images)
-    loaded = [imageio.read_image(p) for p in images]
-    kwargs = {} if sigma is None else {"sigma": sigma}
-    results = [features.extract(img.pixels, **kwargs) for img in loaded]
-    staging = StagedFolders(out)
-    try:
-        for stem, img, result in zip(stems, loaded, results):
-            report.write_outputs(staging.folder(stem), img, result)
-        staging.publish()
-    except BaseException:
-        staging.abandon()
-        raise
-    return [out / s for s in stems]
+    return str(run_demo(args.out, DemoSettings(
+        count=args.count, test_count=args.test_count, epochs=args.epochs,
+        input_hw=parse_size(args.input_size), seed=args.seed, jobs=args.jobs,
+        train_backbone=args.train_backbone)))
 
 
-#: Largest image side ``refseg synth`` draws: far above the patent's 550x156, low enough that a
-#: typo cannot ask for gigabytes.
-SYNTH_MAX_SIDE = 8192
-SYNTH_MANIFEST = "synth.json"
+def _synth(args) -> str:
+    from refseg.data.synthetic import write_synthetic_dataset
+
+    out = write_synthetic_dataset(args.out, args.count, args.seed, args.size)
+    return (f"{out}: {int(args.count)} synthetic weld images in {out / 'images'}, "
+            f"labels in {out / 'labels'}")
 
 
-def _integer(text, name: str, minimum: int) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise InputError(f"{name}: expected an integer, got {text!r}") from None
-    if value < minimum:
-        raise InputError(f"{name}: expected at least {minimum}, got {value}")
-    return value
+def _dataset(args) -> str:
+    from refseg.data.dataset import describe_dataset
+
+    return describe_dataset(args.folder)
 
 
-def _synth_size(text) -> tuple[int, int]:
-    parts = str(text).lower().split("x")
-    try:
-        rows, cols = (int(v) for v in parts)
-    except ValueError:
-        raise InputError(f"--size: expected HxW (rows x cols) such as 156x550, "
-                         f"got {text!r}") from None
-    from refseg.synthetic import MIN_SIDE
-
-    if min(rows, cols) < MIN_SIDE or max(rows, cols) > SYNTH_MAX_SIDE:
-        raise InputError(f"--size: each side must be {MIN_SIDE}-{SYNTH_MAX_SIDE} pixels, "
-                         f"got {rows}x{cols}")
-    return rows, cols
-
-
-@implements("claim5.acquisition_module", "claim1.step2.dataset")
-def run_synth(out, count, seed=0, size="156x550") -> Path:
-    """``refseg synth``: write a synthetic weld data set in the layout of
-    :mod:`refseg.dataset`.
-
-    Parameters
-    ----------
-    out : Path or None
-        The data set folder; ``images/``, ``labels/`` and ``synth.json`` are written inside.
-    count : int or str
-        Number of image/label pairs, >= 1.
-    seed : int or str
-        Seed of the first image (>= 0); image i (``weld_<i>``) uses ``seed + i``.
-    size : str or (rows, cols)
-        ``"HxW"``, rows x cols, each side 32-8192; default 156x550 ([0202]).
-
-    Returns
-    -------
-    Path
-        ``out``.
-
-    Raises
-    ------
-    InputError
-        Bad arguments, or ``out`` already holds ``images/`` or ``labels/`` that ``refseg
-        synth`` did not write (a hand-labelled data set is never overwritten).
-
-    Notes
-    -----
-    Images are RGB PNGs (:func:`refseg.synthetic.weld_image`), labels RGB PNGs in the colours
-    of [0263]. Both folders are staged in a hidden folder inside ``out`` and renamed into place
-    when every file is written (replacing those of an earlier ``refseg synth``); then
-    ``synth.json`` (seeds, size, each image's drawn parameters, refseg version) is written
-    atomically. The same arguments give byte-identical files.
-
-    References
-    ----------
-    [0201]-[0203], [0261]-[0263], [0266]-[0267].
-    """
-    import refseg
-    from refseg import dataset, imageio, synthetic
-
-    if out is None:
-        raise InputError("--out: the data set folder is required")
-    if count is None:
-        raise InputError("--count: the number of images is required")
-    count = _integer(count, "--count", 1)
-    seed = _integer(seed, "--seed", 0)
-    rows, cols = _synth_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
-    out = Path(out)
-    ours = (out / SYNTH_MANIFEST).is_file()
-    for name in (dataset.IMAGES_DIR, dataset.LABELS_DIR):
-        if (out / name).exists() and not ours:
-            raise InputError(f"{out / name}: exists and was not written by refseg synth "
-                             f"(no {SYNTH_MANIFEST}); choose another --out")
-    digits = max(5, len(str(count - 1)))
-    staging = StagedFolders(out)
-    records = []
-    try:
-        images = staging.folder(dataset.IMAGES_DIR)
-        labels = staging.folder(dataset.LABELS_DIR)
-        for i in range(count):
-            sample = synthetic.weld_image(seed + i, (rows, cols))
-            stem = f"weld_{i:0{digits}d}"
-            imageio.write_png(images / f"{stem}.png", sample.rgb)
-            dataset.write_label(labels / f"{stem}.png", sample.classes)
-            records.append({"stem": stem, "seed": seed + i, "params": sample.params})
-        staging.publish()
-    except BaseException:
-        staging.abandon()
-        raise
-    imageio.write_json(out / SYNTH_MANIFEST, {
-        "generator": "refseg.synthetic.weld_image", "refseg_version": refseg.__version__,
-        "count": count, "seed": seed, "size": {"rows": rows, "cols": cols},
-        "classes": {"0": "contour", "1": "inside", "2": "outside"},
-        "label_colours": {"contour": [255, 0, 0], "inside": [0, 255, 0],
-                          "outside": [0, 0, 255]},
-        "contour_half_width": synthetic.CONTOUR_HALF_WIDTH, "samples": records})
-    return out
-
-
-def _dataset_check(folder: Path) -> str:
-    import numpy as np
-
-    from refseg import dataset
-
-    data = dataset.load_dataset(folder)
-    sizes, counts = {}, np.zeros(3, dtype=np.int64)
-    for sample in data:
-        classes = dataset.read_label(sample.label_path)
-        key = f"{classes.shape[1]}x{classes.shape[0]}"
-        sizes[key] = sizes.get(key, 0) + 1
-        counts += np.bincount(classes.ravel(), minlength=3)
-    shares = ", ".join(f"{name} {100 * n / counts.sum():.1f} %"
-                       for name, n in zip(("contour", "inside", "outside"), counts))
-    size_text = ", ".join(f"{k} ({v})" for k, v in sorted(sizes.items()))
-    return (f"{folder}: {len(data)} image/label pairs, all valid; sizes (width x height) "
-            f"{size_text}; label pixels {shares}")
-
-
-def _trace(write: bool) -> str:
+def _trace(args) -> str:
     from refseg import trace
 
-    registry = trace.load_registry()
-    if not write:
-        return (registry.source / trace.MATRIX_FILE).read_text(encoding="utf-8")
-    tests_dir = registry.source.parent / "tests"
-    if not tests_dir.is_dir():
-        raise InputError(f"{tests_dir}: no tests folder; --write works in a source checkout")
-    text = trace.render_matrix(registry, trace.code_citations(),
-                               trace.scan_test_citations(tests_dir))
-    (registry.source / trace.MATRIX_FILE).write_text(text, encoding="utf-8")
-    return f"wrote {registry.source / trace.MATRIX_FILE}"
+    return trace.write_matrix() if args.write else trace.matrix_text()
 
 
-def _explain(element_id: str, golden_dir: Path | None = None) -> str:
+def _explain(args) -> str:
     from refseg import trace
 
-    registry = trace.load_registry()
-    if element_id not in registry.elements:
-        raise InputError(f"{element_id}: no such claim element (see `refseg trace`)")
-    tests_dir = registry.source.parent / "tests"
-    tests = trace.scan_test_citations(tests_dir) if tests_dir.is_dir() else None
-    text = trace.explain(registry, element_id, trace.code_citations(), tests)
-    if golden_dir is not None:
-        from refseg import golden
+    pinned = None
+    if args.golden is not None:
+        from refseg.golden import pinned_elements, read_bundle
 
-        manifest, _ = golden.read_bundle(golden_dir)
-        names = golden.pinned_elements(manifest).get(element_id, [])
-        text += (f"\nGolden arrays in {golden_dir} ({len(names)}):\n"
-                 + ("\n".join(f"  {n}" for n in names) if names else "  none"))
-    return text
+        pinned = pinned_elements(read_bundle(args.golden)[0])
+    return trace.explain_element(args.element, pinned, args.golden)
 
 
 def _weights(args) -> str:
-    from refseg import h5weights
+    from refseg.models import h5
 
     if args.weights_command == "convert":
-        return h5weights.convert_h5(args.source, args.destination).text()
-    return h5weights.inspect_npz(args.path).text()
+        return h5.convert_h5(args.source, args.destination).text()
+    return h5.inspect_npz(args.path).text()
 
 
-def _model_summary(args) -> str:
+def _model(args) -> str:
     from refseg.models import ResMobileNet
     from refseg.models.summary import format_summary, parse_size
 
     size = parse_size(args.input_size)
     return format_summary(ResMobileNet(size), size, args.part)
-
-
-def _demo(args) -> Path:
-    from refseg.demo import DemoSettings, run_demo
-    from refseg.models.summary import parse_size
-
-    if args.count < 5 or args.test_count < 1 or args.epochs < 1:
-        raise InputError("demo: --count must be >= 5, --test-count and --epochs >= 1")
-    return run_demo(args.out, DemoSettings(
-        count=args.count, test_count=args.test_count, epochs=args.epochs,
-        input_hw=parse_size(args.input_size), seed=args.seed, jobs=args.jobs,
-        train_backbone=args.train_backbone))
 
 
 def _learning_rate_step(text: str) -> tuple[int, float]:
@@ -405,7 +229,7 @@ def _learning_rate_step(text: str) -> tuple[int, float]:
 def _train(args) -> str:
     from refseg.models.decoder import BRANCHES
     from refseg.models.summary import parse_size
-    from refseg.training import TrainConfig, train
+    from refseg.run.training import TrainConfig, train
 
     config = TrainConfig(
         epochs=args.epochs, batch_size=args.batch_size, input_hw=parse_size(args.input_size),
@@ -421,34 +245,23 @@ def _train(args) -> str:
 
 
 def _predict(args) -> str:
-    from refseg.evaluation import run_predict
+    from refseg.run.evaluation import write_predictions
 
-    done = run_predict(args.run, args.images, args.out)
+    done = write_predictions(args.run, args.images, args.out)
     return "\n".join(f"{folder}  {seconds * 1e3:.0f} ms" for folder, seconds in done)
 
 
 def _evaluate(args) -> str:
-    from refseg import imageio
-    from refseg.evaluation import comparison_panel, evaluate_runs, format_table
+    from refseg.run.evaluation import evaluate_runs, format_table, write_evaluation
 
     rows, pairs, predictions = evaluate_runs(args.data, [args.run, *args.compare])
-    table = format_table(rows)
     if args.out is not None:
-        staging = StagedFolders(args.out)
-        try:
-            folder = staging.folder("evaluation")
-            (folder / "table.md").write_text(table + "\n", encoding="utf-8")
-            imageio.write_json(folder / "scores.json", [r.as_dict() for r in rows])
-            imageio.write_png(folder / "panel.png", comparison_panel(pairs, predictions))
-            staging.publish()
-        except BaseException:
-            staging.abandon()
-            raise
-    return table
+        write_evaluation(args.out, rows, pairs, predictions)
+    return format_table(rows)
 
 
 def _golden(args) -> tuple[str, int]:
-    from refseg import golden, imageio
+    from refseg import golden
 
     if args.golden_command == "write":
         done = golden.write_bundle(args.folder)
@@ -459,43 +272,24 @@ def _golden(args) -> tuple[str, int]:
         return f"{args.destination}: network weights, sha256 {digest}", 0
     report = golden.check_bundle(args.folder, args.candidate, args.select)
     if args.report is not None:
-        imageio.write_json(args.report, report.as_dict())
+        report.write_json(args.report)
     return report.text(), 0 if report.passed else 1
+
+
+_COMMANDS = {"edges": _edges, "demo": _demo, "synth": _synth, "dataset": _dataset,
+             "trace": _trace, "explain": _explain, "weights": _weights, "model": _model,
+             "train": _train, "predict": _predict, "evaluate": _evaluate}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``refseg`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        if args.command == "edges":
-            for folder in run_edges(args.images, args.out, args.sigma):
-                print(folder)
-        elif args.command == "demo":
-            print(_demo(args))
-        elif args.command == "trace":
-            print(_trace(args.write))
-        elif args.command == "explain":
-            print(_explain(args.element, args.golden))
-        elif args.command == "weights":
-            print(_weights(args))
-        elif args.command == "model":
-            print(_model_summary(args))
-        elif args.command == "synth":
-            out = run_synth(args.out, args.count, args.seed, args.size)
-            print(f"{out}: {int(args.count)} synthetic weld images in {out / 'images'}, "
-                  f"labels in {out / 'labels'}")
-        elif args.command == "dataset":
-            print(_dataset_check(args.folder))
-        elif args.command == "train":
-            print(_train(args))
-        elif args.command == "predict":
-            print(_predict(args))
-        elif args.command == "evaluate":
-            print(_evaluate(args))
-        elif args.command == "golden":
+        if args.command == "golden":
             text, status = _golden(args)
             print(text)
             return status
+        print(_COMMANDS[args.command](args))
     except InputError as exc:
         print(f"refseg: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+INFRASTRUCTURE = "the error type and generic argument validation"
+
 
 class InputError(ValueError):
     """Bad input: the message names the argument or file and the problem, on one line."""

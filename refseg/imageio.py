@@ -7,6 +7,7 @@ Spec reading ``R-input``.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -19,8 +20,8 @@ import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 from refseg.errors import InputError
-from refseg.preprocess import MIN_SIZE
-from refseg.trace import implements
+from refseg.claim1.preprocess import MIN_SIZE
+from refseg.trace import implements, infrastructure
 
 #: Divisor taking 16-bit gray (0-65535) to the 0-255 scale: 65535 / 255 (R-input).
 SIXTEEN_BIT_DIVISOR = 257.0
@@ -66,7 +67,7 @@ def _png_bit_depth(head: bytes) -> int | None:
     return None
 
 
-@implements("claim1.step1.acquire", "claim5.acquisition_module")
+@infrastructure("reading files with one-line errors")
 def read_bytes(path, what: str = "file") -> bytes:
     """The whole content of a file that must exist and be non-empty; InputError naming the
     file otherwise (``what`` says what it should have been, e.g. "label file")."""
@@ -85,7 +86,7 @@ def read_bytes(path, what: str = "file") -> bytes:
     return data
 
 
-@implements("claim1.step1.acquire", "claim5.acquisition_module")
+@infrastructure("decoding image files with one-line errors")
 def decode_image(data: bytes, path) -> Image.Image:
     """A fully decoded Pillow image from a file's bytes; InputError naming ``path`` when the
     data is not an image, truncated, corrupt or a decompression bomb."""
@@ -171,7 +172,7 @@ def _to_pixels(image: Image.Image, path: str, png_depth: int | None) -> LoadedIm
     return LoadedImage(np.asarray(image, dtype=np.uint8).copy(), path, mode, depth, tuple(notes))
 
 
-@implements("claim5.feature_module")
+@infrastructure("file permissions of outputs")
 def default_mode(folder: bool = False) -> int:
     """Permissions an ordinary new file (folder) gets under the current umask; temporary
     files start private (0600/0700) and are given these before they are renamed into place."""
@@ -194,34 +195,34 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-@implements("claim5.feature_module")
+@infrastructure("atomic output files")
 def write_png(path, array) -> None:
     """Write a uint8 (M, N) or (M, N, 3) array as PNG, atomically."""
     image = Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8))
     _atomic_write(Path(path), lambda f: image.save(f, format="PNG"))
 
 
-@implements("claim5.feature_module")
+@infrastructure("atomic output files")
 def write_npz(path, **arrays) -> None:
     """Write arrays to an uncompressed .npz, atomically (no pickled objects)."""
     _atomic_write(Path(path), lambda f: np.savez(f, **arrays))
 
 
-@implements("claim5.feature_module")
+@infrastructure("atomic output files")
 def write_text(path, text: str) -> None:
     """Write UTF-8 text, atomically."""
     data = text.encode("utf-8")
     _atomic_write(Path(path), lambda f: f.write(data))
 
 
-@implements("claim5.feature_module")
+@infrastructure("atomic output files")
 def write_json(path, data) -> None:
     """Write JSON (sorted keys, indented), atomically."""
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     _atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
 
 
-@implements("claim5.feature_module", "claim5.output_module")
+@infrastructure("all-or-nothing output folders")
 class StagedFolders:
     """Stage a set of output folders inside ``out`` (a hidden folder there); publish them, by
     renaming, only when all are done, or abandon them: a failed or killed command leaves no
@@ -256,3 +257,21 @@ class StagedFolders:
         shutil.rmtree(self.root, ignore_errors=True)
         if self.created_out and self.out.exists() and not any(self.out.iterdir()):
             self.out.rmdir()
+
+
+@contextlib.contextmanager
+@infrastructure("all-or-nothing output folders")
+def staged_folders(out):
+    """Stage output folders inside ``out`` and publish them together, or not at all.
+
+    ``with staged_folders(out) as staging:`` yields a :class:`StagedFolders`; folders made with
+    ``staging.folder(name)`` are renamed into ``out`` when the block ends normally, and removed
+    when it raises (or is interrupted), so that ``out`` never holds a half-written result.
+    """
+    staging = StagedFolders(Path(out))
+    try:
+        yield staging
+        staging.publish()
+    except BaseException:
+        staging.abandon()
+        raise

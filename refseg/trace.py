@@ -1,10 +1,18 @@
-"""Traceability: claim-element IDs, the ``@implements`` citation, and the generated matrix.
+"""Traceability: claim-element IDs, typed citations, and the generated matrix.
 
 The registry of claim elements lives in ``spec/registry.toml`` (stable IDs such as
-``claim1.step2.cv``, each with its paragraphs, status, English text and readings). Code cites an
-element with ``@implements("claim1.step2.cv")``; tests cite it with
-``@pytest.mark.claim("claim1.step2.cv")``. ``tests/test_traceability.py`` fails when a citation
-points nowhere, when an implemented element has no function or no test, or when
+``claim1.step2.cv``, each with its paragraphs, status, English text and readings). Citations are
+typed, as in duvet:
+
+- ``@implements("claim1.step2.cv")`` on a function or class that implements a claim element;
+- ``@infrastructure("why")`` on a public function that implements none (file writing, hashing,
+  formatting, validation), with the reason; a module whose every public function is such
+  declares ``INFRASTRUCTURE = "why"`` instead;
+- ``@pytest.mark.claim("claim1.step2.cv")`` on a test of an element, and
+  ``@pytest.mark.infrastructure`` on a test of no element (kernel twins, anchors, the spec).
+
+``tests/test_traceability.py`` fails when a citation points nowhere, when an implemented
+element has no function or no test, when a public function carries neither citation, or when
 ``spec/traceability.md`` differs from :func:`render_matrix`.
 """
 from __future__ import annotations
@@ -18,9 +26,14 @@ from pathlib import Path
 
 STATUSES = ("implemented", "planned", "not-applicable")
 MATRIX_FILE = "traceability.md"
+INFRASTRUCTURE = "the citation machinery itself"
 
 # qualified name of each citing function or class -> the element IDs it cites
 _CITATIONS: dict[str, tuple[str, ...]] = {}
+# qualified name of each infrastructure function or class -> the reason it cites no element
+_INFRASTRUCTURE: dict[str, str] = {}
+# qualified name of each citing function or class -> the object, for its file and line
+_OBJECTS: dict[str, object] = {}
 
 
 def implements(*element_ids: str):
@@ -35,6 +48,21 @@ def implements(*element_ids: str):
     def mark(obj):
         obj.__claims__ = tuple(element_ids)
         _CITATIONS[f"{obj.__module__}.{obj.__qualname__}"] = tuple(element_ids)
+        _OBJECTS[f"{obj.__module__}.{obj.__qualname__}"] = obj
+        return obj
+
+    return mark
+
+
+def infrastructure(reason: str):
+    """Decorator: the decorated public function or class implements no claim element; it
+    serves those that do (``reason`` says how, e.g. "atomic file writing")."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise TypeError("infrastructure() takes the reason as a non-empty string")
+
+    def mark(obj):
+        obj.__infrastructure__ = reason
+        _INFRASTRUCTURE[f"{obj.__module__}.{obj.__qualname__}"] = reason
         return obj
 
     return mark
@@ -51,7 +79,6 @@ class Element:
     paragraphs: tuple[str, ...]
     text: str
     readings: tuple[str, ...] = ()
-    issue: int | None = None
     reason: str = ""
 
 
@@ -94,7 +121,7 @@ def load_registry(directory: Path | None = None) -> Registry:
         element = Element(
             id=raw["id"], claim=int(raw["claim"]), title=raw["title"], status=raw["status"],
             paragraphs=tuple(raw.get("paragraphs", ())), text=raw["text"].strip(),
-            readings=tuple(raw.get("readings", ())), issue=raw.get("issue"),
+            readings=tuple(raw.get("readings", ())),
             reason=raw.get("reason", ""),
         )
         if element.status not in STATUSES:
@@ -108,14 +135,48 @@ def load_registry(directory: Path | None = None) -> Registry:
     return Registry(elements, paragraphs, readings, errata, directory, _reading_ids(readings))
 
 
-def code_citations() -> dict[str, tuple[str, ...]]:
-    """Import every refseg module and return {qualified name: cited IDs}."""
+def _import_all() -> None:
     import refseg
 
     for module in pkgutil.walk_packages(refseg.__path__, "refseg."):
         if module.name != "refseg.__main__":
             importlib.import_module(module.name)
+
+
+def code_citations() -> dict[str, tuple[str, ...]]:
+    """Import every refseg module and return {qualified name: cited IDs}."""
+    _import_all()
     return dict(sorted(_CITATIONS.items()))
+
+
+def infrastructure_citations() -> dict[str, str]:
+    """Import every refseg module and return {qualified name: reason} of the functions and
+    classes marked ``@infrastructure``."""
+    _import_all()
+    return dict(sorted(_INFRASTRUCTURE.items()))
+
+
+def code_locations() -> dict[str, str]:
+    """{qualified name: "refseg/<path>.py:<line>"} of every function or class that cites a
+    claim element, the line being that of its ``def`` or ``class`` statement."""
+    import inspect
+
+    import refseg
+
+    _import_all()
+    package = Path(refseg.__file__).resolve().parent
+    out = {}
+    for name, obj in sorted(_OBJECTS.items()):
+        obj = inspect.unwrap(obj)  # a contextmanager's wrapper lives in contextlib
+        try:
+            path = Path(inspect.getsourcefile(obj)).resolve()
+            lines, start = inspect.getsourcelines(obj)
+        except (TypeError, OSError):
+            continue
+        offset = next((i for i, line in enumerate(lines)
+                       if line.lstrip().startswith(("def ", "class ", "async def "))), 0)
+        out[name] = f"refseg/{path.relative_to(package).as_posix()}:{start + offset}"
+    return out
 
 
 def _claim_args(node: ast.AST) -> list[str]:
@@ -128,11 +189,14 @@ def _claim_args(node: ast.AST) -> list[str]:
     return found
 
 
-def scan_test_citations(tests_dir: Path) -> dict[str, tuple[str, ...]]:
-    """Scan test sources: {"tests/file.py::test_name": cited IDs}. Module-level ``pytestmark``
-    and class decorators apply to every test inside."""
+def scan_test_citations(tests_dir: Path, lines: dict | None = None
+                        ) -> dict[str, tuple[str, ...]]:
+    """Scan test sources: {"tests/<path>.py::test_name": cited IDs}. Module-level
+    ``pytestmark`` and class decorators apply to every test inside. When ``lines`` is a dict,
+    it receives {test id: "tests/<path>.py:<line of the def>"}."""
     result: dict[str, list[str]] = {}
-    for path in sorted(tests_dir.glob("test_*.py")):
+    for path in sorted(tests_dir.rglob("test_*.py")):
+        relative = path.relative_to(tests_dir).as_posix()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         module_ids = []
         for node in tree.body:
@@ -149,7 +213,10 @@ def scan_test_citations(tests_dir: Path) -> dict[str, tuple[str, ...]]:
                         and node.name.startswith("test"):
                     ids = inherited + [i for d in node.decorator_list for i in _claim_args(d)]
                     if ids:
-                        result[f"tests/{path.name}::{prefix}{node.name}"] = ids
+                        result[f"tests/{relative}::{prefix}{node.name}"] = ids
+                        if lines is not None:
+                            lines[f"tests/{relative}::{prefix}{node.name}"] = \
+                                f"tests/{relative}:{node.lineno}"
 
         visit(tree.body, "", module_ids)
     return {k: tuple(dict.fromkeys(v)) for k, v in sorted(result.items())}
@@ -179,7 +246,7 @@ def render_matrix(registry: Registry, code: dict[str, tuple[str, ...]],
     ]
     for element in registry.elements.values():
         paragraphs = ", ".join(f"[{p}]" for p in element.paragraphs)
-        status = element.status + (f" (issue {element.issue})" if element.issue else "")
+        status = element.status
         fns = "<br>".join(f"`{f}`" for f in functions.get(element.id, [])) or "-"
         tst = "<br>".join(f"`{t}`" for t in test_names.get(element.id, [])) or "-"
         readings = ", ".join(element.readings) or "-"
@@ -190,21 +257,20 @@ def render_matrix(registry: Registry, code: dict[str, tuple[str, ...]],
     return "\n".join(lines)
 
 
-def explain(registry: Registry, element_id: str, code: dict[str, tuple[str, ...]],
+def explain(registry: Registry, element_id: str, code: dict[str, tuple[str, ...]] | None = None,
             tests: dict[str, tuple[str, ...]] | None = None) -> str:
     """A plain-text account of one element: text, paragraphs, readings, functions, tests."""
     if element_id not in registry.elements:
         raise KeyError(element_id)
     e = registry.elements[element_id]
-    out = [f"{e.id}: {e.title}", f"claim {e.claim}; status {e.status}"
-           + (f" (issue {e.issue})" if e.issue else ""), "", e.text, ""]
+    out = [f"{e.id}: {e.title}", f"claim {e.claim}; status {e.status}", "", e.text, ""]
     for p in e.paragraphs:
         out.append(f"[{p}] {registry.paragraphs.get(p, '(not rendered)')}")
     for r in e.readings:
         out += ["", f"reading {r}: see readings.md"]
         out += _section(registry.readings_text, r)
-    fns = _invert(code).get(e.id, [])
-    out += ["", "functions: " + (", ".join(fns) or "none")]
+    if code is not None:
+        out += ["", "functions: " + (", ".join(_invert(code).get(e.id, [])) or "none")]
     if tests is not None:
         out += ["tests: " + (", ".join(_invert(tests).get(e.id, [])) or "none")]
     if e.reason:
@@ -221,3 +287,87 @@ def _section(text: str, reading_id: str) -> list[str]:
         if inside:
             lines.append(line)
     return lines
+
+
+def checkout_folder() -> Path | None:
+    """The source checkout to read tests from and write the matrix into: the working folder if
+    it holds ``spec/registry.toml`` and ``tests/conftest.py``, else the folder above the
+    imported package if that does (a package run from its source tree); None otherwise."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (Path.cwd(), here):
+        if (candidate / "spec" / "registry.toml").is_file() \
+                and (candidate / "tests" / "conftest.py").is_file():
+            return candidate
+    return None
+
+
+def tests_folder() -> Path | None:
+    """The ``tests/`` folder of the source checkout (:func:`checkout_folder`), or None."""
+    checkout = checkout_folder()
+    return None if checkout is None else checkout / "tests"
+
+
+def matrix_text() -> str:
+    """The traceability matrix as shipped (``spec/traceability.md``)."""
+    return (spec_dir() / MATRIX_FILE).read_text(encoding="utf-8")
+
+
+def write_matrix() -> str:
+    """Regenerate the checkout's ``spec/traceability.md`` from its registry and tests and the
+    citations of the refseg that is imported (install it first); returns what was done, in one
+    line."""
+    from refseg.errors import InputError
+
+    checkout = checkout_folder()
+    if checkout is None:
+        raise InputError(f"{Path.cwd()}: not a refseg source checkout (no spec/registry.toml "
+                         "and tests/conftest.py); --write works in one")
+    registry = load_registry(checkout / "spec")
+    text = render_matrix(registry, code_citations(), scan_test_citations(checkout / "tests"))
+    path = checkout / "spec" / MATRIX_FILE
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return f"{path}: up to date"
+    path.write_text(text, encoding="utf-8")
+    return f"wrote {path}"
+
+
+def _matrix_tests(element_id: str) -> list[str]:
+    """The tests the shipped matrix lists for an element (an installed refseg has no tests/)."""
+    for line in matrix_text().splitlines():
+        if line.startswith(f"| `{element_id}` "):
+            cell = line.rstrip(" |").rsplit(" | ", 1)[-1]
+            return [] if cell == "-" else [c.strip("`") for c in cell.split("<br>")]
+    return []
+
+
+def explain_element(element_id: str, pinned: dict | None = None, golden=None) -> str:
+    """``refseg explain``: one element's text, paragraphs and readings, then each implementing
+    function and each test with its file and line, then (with ``pinned``, from a golden
+    bundle's manifest) the golden arrays that pin it."""
+    from refseg.errors import InputError
+
+    registry = load_registry()
+    if element_id not in registry.elements:
+        raise InputError(f"{element_id}: no such claim element (see `refseg trace`)")
+    text = explain(registry, element_id)
+    locations = code_locations()
+    functions = _invert(code_citations()).get(element_id, [])
+    out = [text, "", f"implemented by ({len(functions)}):"]
+    out += [f"  {locations.get(f, '?')}  {f}" for f in functions] or ["  none"]
+    folder = tests_folder()
+    if folder is not None:
+        lines: dict[str, str] = {}
+        tests = _invert(scan_test_citations(folder, lines)).get(element_id, [])
+        out += ["", f"tested by ({len(tests)}):"]
+        out += [f"  {lines[t]}  {t.split('::', 1)[1]}"
+                for t in tests] or ["  none"]
+    else:
+        tests = _matrix_tests(element_id)
+        out += ["", f"tested by ({len(tests)}; from spec/traceability.md, no tests/ folder "
+                    "here for their lines):"]
+        out += [f"  {t}" for t in tests] or ["  none"]
+    if pinned is not None:
+        names = pinned.get(element_id, [])
+        out += ["", f"golden arrays in {golden} ({len(names)}):"]
+        out += [f"  {n}" for n in names] or ["  none"]
+    return "\n".join(out)

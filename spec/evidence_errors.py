@@ -6,9 +6,9 @@ import sys
 
 import numpy as np
 from scipy import ndimage
-from refseg import dataset
-from refseg.training import load_run
-from refseg.evaluation import predict_image
+from refseg.data import dataset
+from refseg.run.training import load_run
+from refseg.run.evaluation import predict_image
 
 run, data = sys.argv[1], sys.argv[2]
 model, config = load_run(run)

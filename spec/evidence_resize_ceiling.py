@@ -7,9 +7,10 @@ import json
 import sys
 
 import numpy as np
-from refseg import dataset, metrics
-from refseg.inputs import resize_labels, resize_probabilities
-from refseg.synthetic import CONTOUR, LABEL_COLOURS
+from refseg.data import dataset
+from refseg.run import metrics
+from refseg.data.inputs import resize_labels, resize_probabilities
+from refseg.data.labels import CONTOUR, LABEL_COLOURS
 
 data, sizes = sys.argv[1], [tuple(int(v) for v in s.split("x")) for s in sys.argv[2:]]
 labels = [dataset.load_pair(sample)[1] for sample in dataset.load_dataset(data)]

@@ -6,9 +6,11 @@ weights that refseg's reading gives and those of the alternatives the spec rejec
 """
 import numpy as np
 
-from refseg import features, operators as ops, weighting
-from refseg.operators import OPERATORS
-from refseg.synthetic import weld_image
+from refseg.claim1 import features
+from refseg.claim1 import operators as ops
+from refseg.claim1 import weighting
+from refseg.claim1.operators import OPERATORS
+from refseg.data.synthetic import weld_image
 
 PATENT_WELD = {"canny": 0.4124, "sobel": 0.1316, "prewitt": 0.1339, "log": 0.3221}
 

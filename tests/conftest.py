@@ -1,19 +1,37 @@
-"""Test configuration: claim-element markers, and the anchors that cross-checks require.
+"""Test configuration: the installed refseg, claim-element markers, hypothesis profiles.
 
-Each test cites the claim elements it verifies with ``@pytest.mark.claim("claim1.step2.cv")``.
-This file registers the marker, checks every cited ID against ``spec/registry.toml`` at
-collection, and gives each test one marker per ID and per ID prefix, so that
-``pytest -m claim1.step2.cv`` (one element) or ``pytest -m claim1`` (a whole claim) selects them.
+The tests run against refseg as installed (a wheel, or ``pip install .``), never the source tree
+beside them: a session whose ``refseg`` resolves into this checkout stops at once.
+
+Each test cites the claim elements it verifies with ``@pytest.mark.claim("claim1.step2.cv")``,
+or is marked ``@pytest.mark.infrastructure`` when it tests no element (kernel twins, anchors, the
+spec machinery). This file registers the markers, checks every cited ID against
+``spec/registry.toml`` at collection, and gives each test one marker per ID and per ID prefix, so
+that ``pytest -m claim1.step2.cv`` (one element) or ``pytest -m claim1`` (a whole claim) selects
+them.
 """
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
+import refseg  # noqa: E402
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+INSTALLED = Path(refseg.__file__).resolve().parent
+if INSTALLED.is_relative_to(CHECKOUT):
+    raise pytest.UsageError(
+        f"refseg is imported from the source tree ({INSTALLED}), not from an installed "
+        "package: run the tests as the README says (python -m pip install "
+        "'.[test,crosscheck]' && pytest), not with python -m pytest from the checkout or an "
+        "editable install")
+
 from refseg.trace import load_registry  # noqa: E402
 
-REGISTRY = load_registry()
+# the checkout's spec: the one the tests hold the installed code against
+REGISTRY = load_registry(CHECKOUT / "spec")
 
 
 def _prefixes(element_id):
@@ -23,6 +41,8 @@ def _prefixes(element_id):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "claim(id, ...): the claim elements a test verifies")
+    config.addinivalue_line("markers", "infrastructure: a test of no claim element (kernel "
+                                       "twins, anchors, the spec machinery)")
     names = sorted({p for e in REGISTRY.elements for p in _prefixes(e)})
     for name in names:
         config.addinivalue_line("markers", f"{name}: tests of claim element {name}")
@@ -41,17 +61,6 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(name)
     if unknown:
         raise pytest.UsageError("tests cite unknown claim elements: " + "; ".join(unknown))
-
-
-def require(module_name):
-    """Import an anchor library, failing (never skipping) when it is missing."""
-    import importlib
-
-    try:
-        return importlib.import_module(module_name)
-    except ImportError as exc:
-        pytest.fail(f"anchor library {module_name!r} is required for cross-checks "
-                    f"(pip install -e '.[crosscheck]'): {exc}")
 
 
 from hypothesis import settings  # noqa: E402

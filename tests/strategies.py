@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from refseg.operators import OPERATORS
+from refseg.claim1.operators import OPERATORS
 
 #: Image sides drawn by the strategies: the 3x3 minimum and a few odd and even sizes.
 SIDES = st.integers(min_value=3, max_value=24)

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from tests.conftest import require
+from anchors import require
 
-pytestmark = pytest.mark.claim("claim1.step2.extract")
+pytestmark = pytest.mark.infrastructure
 
 
 @pytest.mark.parametrize("module", ["cv2", "skimage", "scipy", "torch", "keras", "h5py"])

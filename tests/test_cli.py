@@ -1,7 +1,5 @@
 """The command line: outputs of `refseg edges`, bad input, `demo`, `trace`, `explain`."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -9,10 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from refseg import features
+from refseg.claim1 import features
 from refseg.cli import main
-from refseg.operators import OPERATORS
-from refseg.synthetic import weld_image
+from refseg.claim1.operators import OPERATORS
+from refseg.data.synthetic import weld_image
+from checkout import run_refseg
 
 NPZ_KEYS = {"gray", "blurred", "canny", "sobel", "prewitt", "log", "mean_image", "final_weight",
             "feature_map", "weights", "cv"}
@@ -51,9 +50,6 @@ def test_edges_writes_every_output(tmp_path, weld_png, capsys):
     assert folder.stat().st_mode & 0o777 == default_mode(folder=True)
 
 
-def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "refseg", *args], capture_output=True,
-                          text=True, cwd=cwd)
 
 
 @pytest.mark.claim("claim5.feature_module", "claim5.acquisition_module")
@@ -67,7 +63,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, weld_png, 
     elif bad == "tiny.png":
         Image.fromarray(np.zeros((1, 1, 3), np.uint8)).save(path)
     out = tmp_path / "out"
-    result = run_cli("edges", str(weld_png), str(path), "--out", str(out))
+    result = run_refseg("edges", str(weld_png), str(path), "--out", str(out))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("refseg: error: ") and str(path) in lines[0]
@@ -79,17 +75,17 @@ def test_colliding_names_are_refused(tmp_path, weld_png):
     other = tmp_path / "b"
     other.mkdir()
     (other / "weld.png").write_bytes(weld_png.read_bytes())
-    result = run_cli("edges", str(weld_png), str(other / "weld.png"), "--out", str(tmp_path / "o"))
+    result = run_refseg("edges", str(weld_png), str(other / "weld.png"), "--out", str(tmp_path / "o"))
     assert result.returncode == 2 and "same name stem" in result.stderr
 
 
 @pytest.mark.claim("claim5.feature_module")
 def test_a_failure_while_writing_leaves_no_output(tmp_path, weld_png, monkeypatch):
-    from refseg import report
+    from refseg.claim1 import outputs
 
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(report, "write_npz", fail)
+    monkeypatch.setattr(outputs, "write_npz", fail)
     out = tmp_path / "out"
     assert main(["edges", str(weld_png), "--out", str(out)]) == 2
     assert not out.exists()
@@ -116,7 +112,7 @@ def test_demo_writes_a_report(tmp_path):
 @pytest.mark.claim("claim1.step3.train", "claim5.output_module")
 def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
     """`--train-backbone` reaches the training runs and the report says the backbones learned."""
-    from refseg import demo
+    from refseg.run import demo
 
     out = tmp_path / "demo"
     demo.run_demo(out, demo.DemoSettings(count=6, test_count=2, epochs=1, input_hw=(32, 96),
@@ -139,7 +135,7 @@ def test_trace_and_explain(capsys):
     assert "claim1.step2.cv" in capsys.readouterr().out
     assert main(["explain", "claim1.step2.cv"]) == 0
     text = capsys.readouterr().out
-    assert "R-cv" in text and "refseg.weighting.coefficients_of_variation" in text
+    assert "R-cv" in text and "refseg.claim1.weighting.coefficients_of_variation" in text
     assert main(["explain", "claim9.nothing"]) == 2
 
 
@@ -159,7 +155,7 @@ def test_rerun_replaces_previous_outputs(tmp_path, weld_png):
 @given(rows=st.integers(3, 60), cols=st.integers(3, 900), gray=st.booleans())
 def test_panel_shape_depends_only_on_the_input_shape(rows, cols, gray):
     """The panel is 2 x 3 tiles whose width is the input width clamped to 360-720 pixels."""
-    from refseg.report import PANEL_TILE_WIDTH, panel
+    from refseg.claim1.outputs import PANEL_TILE_WIDTH, panel
 
     rng = np.random.default_rng(rows * 1000 + cols)
     img = rng.integers(0, 256, (rows, cols) if gray else (rows, cols, 3), dtype=np.uint8)

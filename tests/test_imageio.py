@@ -8,7 +8,6 @@ from PIL import Image
 from refseg.errors import InputError
 from refseg.imageio import read_image, write_json, write_npz, write_png
 
-pytestmark = pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 
 RNG = np.random.default_rng(7)
 RGB = RNG.integers(0, 256, (9, 11, 3), dtype=np.uint8)
@@ -20,23 +19,27 @@ def save(tmp_path, image, name="img.png", **kwargs):
     return path
 
 
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 def test_rgb_png_is_read_as_stored(tmp_path):
     loaded = read_image(save(tmp_path, Image.fromarray(RGB)))
     assert np.array_equal(loaded.pixels, RGB) and loaded.mode == "RGB" and loaded.bit_depth == 8
 
 
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 def test_rgba_drops_alpha(tmp_path):
     rgba = np.dstack([RGB, RNG.integers(0, 256, RGB.shape[:2], dtype=np.uint8)])
     loaded = read_image(save(tmp_path, Image.fromarray(rgba, "RGBA")))
     assert np.array_equal(loaded.pixels, RGB) and "alpha channel ignored" in loaded.notes
 
 
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 def test_palette_is_expanded(tmp_path):
     image = Image.fromarray(RGB).convert("P", palette=Image.Palette.ADAPTIVE, colors=8)
     loaded = read_image(save(tmp_path, image))
     assert np.array_equal(loaded.pixels, np.asarray(image.convert("RGB")))
 
 
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 def test_gray_and_bilevel(tmp_path):
     gray = RGB[..., 0]
     assert np.array_equal(read_image(save(tmp_path, Image.fromarray(gray))).pixels, gray)
@@ -45,11 +48,13 @@ def test_gray_and_bilevel(tmp_path):
     assert set(np.unique(loaded.pixels)) <= {0, 255} and loaded.bit_depth == 1
 
 
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 def test_cmyk_jpeg_is_converted(tmp_path):
     loaded = read_image(save(tmp_path, Image.fromarray(RGB).convert("CMYK"), "c.jpg"))
     assert loaded.pixels.shape == RGB.shape and loaded.pixels.dtype == np.uint8
 
 
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 @given(st.integers(0, 65535), st.integers(0, 65535))
 def test_sixteen_bit_gray_is_scaled_by_257(tmp_path_factory, a, b):
     values = np.array([[a, b, a], [b, a, b], [a, a, b]], dtype=np.uint16)
@@ -60,6 +65,7 @@ def test_sixteen_bit_gray_is_scaled_by_257(tmp_path_factory, a, b):
     assert np.array_equal(loaded.pixels, values / 257.0)
 
 
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 def test_sixteen_bit_rgb_png_depth_is_recorded(tmp_path):
     """Pillow reduces 48-bit PNGs to 8 bits; the file's depth and the reduction are reported."""
     import zlib, struct  # a minimal 16-bit RGB PNG, written by hand (Pillow cannot write one)
@@ -83,6 +89,7 @@ def test_sixteen_bit_rgb_png_depth_is_recorded(tmp_path):
     ("text", "not an image"), ("truncated", "truncated or corrupt"), ("tiny", "1x1 pixels"),
     ("float", "floating-point"),
 ])
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 def test_bad_files_raise_one_line_naming_the_file(tmp_path, case, message):
     path = tmp_path / f"{case}.png"
     if case == "folder":
@@ -105,6 +112,7 @@ def test_bad_files_raise_one_line_naming_the_file(tmp_path, case, message):
     assert message in text and str(path) in text and "\n" not in text
 
 
+@pytest.mark.infrastructure
 def test_writes_are_atomic_and_leave_no_temporary_files(tmp_path):
     write_png(tmp_path / "a.png", RGB)
     write_npz(tmp_path / "a.npz", x=np.arange(3))
@@ -126,6 +134,7 @@ def test_writes_are_atomic_and_leave_no_temporary_files(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "a.npz", "a.png"]
 
 
+@pytest.mark.infrastructure
 @given(rgb=st.integers(3, 40).flatmap(lambda r: st.integers(3, 40).map(lambda c: (r, c)))
        .flatmap(lambda shape: st.just(np.random.default_rng(shape[0] * 41 + shape[1])
                                       .integers(0, 256, (*shape, 3), dtype=np.uint8))))
@@ -137,6 +146,7 @@ def test_png_round_trip_is_exact(tmp_path_factory, rgb):
     assert np.array_equal(loaded.pixels, rgb) and loaded.info()["rows"] == rgb.shape[0]
 
 
+@pytest.mark.claim("claim1.step1.acquire", "claim5.acquisition_module")
 def test_zero_size_png_is_refused(tmp_path):
     """A PNG whose header says 0 x 0 pixels (Pillow cannot write one; built by hand)."""
     import struct

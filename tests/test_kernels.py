@@ -12,11 +12,10 @@ from hypothesis.extra import numpy as hnp
 
 from refseg import _kernels as fast
 from refseg import _reference as twin
-from refseg.operators import LAPLACE_4, PREWITT_X, PREWITT_Y, SOBEL_X, SOBEL_Y, TAN_22_5, TAN_67_5
-from refseg.preprocess import gaussian_kernel
-from tests.strategies import gray_images
+from refseg.claim1.operators import LAPLACE_4, PREWITT_X, PREWITT_Y, SOBEL_X, SOBEL_Y, TAN_22_5, TAN_67_5
+from refseg.claim1.preprocess import gaussian_kernel
+from strategies import gray_images
 
-pytestmark = pytest.mark.claim("claim1.step2.extract")
 
 
 def both(name, *inputs, outputs):

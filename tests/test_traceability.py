@@ -1,21 +1,22 @@
 """Spec <-> code <-> tests: every citation resolves, every implemented element is implemented
-and tested, every public function cites its element, and spec/traceability.md is current."""
+and tested, every public function either implements an element or is marked as
+infrastructure, every test cites what it tests, and spec/traceability.md is current."""
 import inspect
 import subprocess
 import sys
-from pathlib import Path
 
+import pytest
 
 from refseg import trace
 
-ROOT = Path(__file__).resolve().parents[1]
+from checkout import ROOT
+
+pytestmark = pytest.mark.infrastructure
 REGISTRY = trace.load_registry(ROOT / "spec")
 CODE = trace.code_citations()
 TESTS = trace.scan_test_citations(ROOT / "tests")
-#: Modules whose public functions are tooling, not claim elements: the citation machinery
-#: itself, the backend switch and the generic validators.
-UNCITED_MODULES = {"refseg.trace", "refseg.backend", "refseg.errors", "refseg.cli",
-                   "refseg.__main__"}
+#: The console-script shim, which defines nothing.
+ENTRY_POINTS = {"refseg.__main__"}
 
 
 def test_every_cited_id_exists():
@@ -32,11 +33,9 @@ def test_every_implemented_element_has_a_function_and_a_test():
     assert missing == []
 
 
-def test_planned_elements_name_their_issue_and_exceptions_give_a_reason():
+def test_planned_elements_and_exceptions_give_a_reason():
     for e in REGISTRY.elements.values():
-        if e.status == "planned":
-            assert isinstance(e.issue, int), e.id
-        if e.status == "not-applicable":
+        if e.status in ("planned", "not-applicable"):
             assert e.reason.strip(), e.id
 
 
@@ -63,23 +62,84 @@ def test_reading_ids_named_in_code_exist():
             assert name in REGISTRY.reading_ids, f"{path.name}: {name}"
 
 
-def test_every_public_function_cites_a_claim_element():
+def test_every_public_function_implements_an_element_or_is_infrastructure():
+    """duvet's rule, typed: a public function of refseg either cites the claim elements it
+    implements or says why it implements none (on itself, or for its whole module)."""
     import importlib
     import pkgutil
 
     import refseg
 
-    uncited = []
+    unmarked, both = [], []
     for info in pkgutil.walk_packages(refseg.__path__, "refseg."):
-        if info.name in UNCITED_MODULES or info.name.split(".")[-1].startswith("_"):
+        if info.name in ENTRY_POINTS or info.name.split(".")[-1].startswith("_"):
             continue
         module = importlib.import_module(info.name)
+        module_reason = getattr(module, "INFRASTRUCTURE", "")
         for name, obj in vars(module).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
                 continue
-            if inspect.isfunction(obj) and not getattr(obj, "__claims__", None):
-                uncited.append(f"{info.name}.{name}")
-    assert uncited == []
+            if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                continue
+            claims = getattr(obj, "__claims__", None)
+            reason = getattr(obj, "__infrastructure__", None) or module_reason
+            if claims and getattr(obj, "__infrastructure__", None):
+                both.append(f"{info.name}.{name}")
+            elif not claims and not reason and inspect.isfunction(obj):
+                unmarked.append(f"{info.name}.{name}")
+    assert unmarked == [] and both == []
+
+
+def test_infrastructure_modules_implement_nothing():
+    """A module declared infrastructure as a whole cites no claim element."""
+    import importlib
+    import pkgutil
+
+    import refseg
+
+    cited = []
+    for info in pkgutil.walk_packages(refseg.__path__, "refseg."):
+        if info.name in ENTRY_POINTS:
+            continue
+        module = importlib.import_module(info.name)
+        if getattr(module, "INFRASTRUCTURE", ""):
+            cited += [f"{info.name}.{n}" for n, o in vars(module).items()
+                      if getattr(o, "__module__", None) == module.__name__
+                      and getattr(o, "__claims__", None)]
+    assert cited == []
+
+
+def test_every_test_cites_an_element_or_is_infrastructure():
+    """The other direction: a test says which claim element it checks, or that it checks
+    none, so that no test counts for an element it does not test."""
+    import ast
+
+    unmarked = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+
+        def marks(decorators):
+            return {d.attr if isinstance(d, ast.Attribute) else
+                    d.func.attr if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                    else "" for d in decorators}
+
+        module_marks = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(x, ast.Name) and x.id == "pytestmark" for x in node.targets):
+                values = node.value.elts if isinstance(node.value, ast.List) else [node.value]
+                module_marks |= marks(values)
+
+        def visit(body, inherited):
+            for node in body:
+                if isinstance(node, ast.ClassDef):
+                    visit(node.body, inherited | marks(node.decorator_list))
+                elif isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+                    if not (inherited | marks(node.decorator_list)) & {"claim", "infrastructure"}:
+                        unmarked.append(f"{path.relative_to(ROOT)}::{node.name}")
+
+        visit(tree.body, module_marks)
+    assert unmarked == []
 
 
 def test_matrix_is_current():
@@ -91,8 +151,8 @@ def test_matrix_is_current():
 def test_marker_selects_the_tests_of_one_element():
     """`pytest -m claim1.step2.cv` collects exactly the tests that cite it (or a child)."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "claim1.step2.cv",
-         "-p", "no:randomly", str(ROOT / "tests" / "test_weighting.py")],
+        [sys.executable, "-P", "-m", "pytest", "--collect-only", "-q", "-m", "claim1.step2.cv",
+         "-p", "no:randomly", str(ROOT / "tests" / "claim1" / "test_weighting.py")],
         capture_output=True, text=True, cwd=ROOT)
     collected = {line.split("[")[0] for line in result.stdout.splitlines() if "::" in line}
     expected = {t for t, ids in TESTS.items() if "test_weighting.py" in t and
@@ -105,8 +165,7 @@ def test_unknown_ids_fail_collection(tmp_path):
     bad = tmp_path / "test_bad_citation.py"
     bad.write_text("import pytest\n\n@pytest.mark.claim('claim9.nope')\ndef test_x():\n    pass\n")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--rootdir", str(ROOT), "-c",
-         str(ROOT / "pyproject.toml"), "--confcutdir", str(ROOT / "tests"),
-         "-p", "tests.conftest", str(bad)],
+        [sys.executable, "-P", "-m", "pytest", "-q", "--rootdir", str(ROOT), "-c",
+         str(ROOT / "pyproject.toml"), "-p", "conftest", str(bad)],
         capture_output=True, text=True, cwd=ROOT)
     assert result.returncode != 0 and "claim9.nope" in result.stdout + result.stderr

@@ -49,7 +49,7 @@ from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.trace import implements, infrastructure
 
 
 def _pair(value, name, op):
@@ -370,7 +370,7 @@ TRANSPOSED_COLUMNS_MAX_ROWS = 64
 FORCE_ROUTE = None
 
 
-@implements("claim4.propagation")
+@infrastructure("the choice among equivalent convolution algorithms")
 def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=False) -> str:
     """How conv2d computes a convolution with kernel ``w_shape`` (kh, kw, Cin, Cout).
 

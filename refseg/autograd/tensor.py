@@ -16,7 +16,7 @@ import contextlib
 import numpy as np
 
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.trace import implements, infrastructure
 
 #: Floating-point types the engine computes in (float64 for gradient checks).
 DTYPES = (np.float32, np.float64)
@@ -213,7 +213,7 @@ class Op:
         raise NotImplementedError
 
 
-@implements("claim4.propagation")
+@infrastructure("argument validation")
 def as_tensor(value, name: str) -> Tensor:
     """A Tensor as it is, or an array wrapped (no gradient); InputError otherwise."""
     if isinstance(value, Tensor):

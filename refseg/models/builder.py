@@ -10,12 +10,12 @@ import zlib
 
 import numpy as np
 
-from refseg import nn
+from refseg.autograd import layers
 from refseg.models.graph import Graph
-from refseg.trace import implements
+from refseg.trace import infrastructure
 
 
-@implements("claim2.backbones", "claim2.fusion")
+@infrastructure("deterministic per-layer seeds")
 def layer_seed(seed: int, name: str) -> list[int]:
     """The seed of layer ``name``'s initialiser in a model seeded with ``seed``."""
     return [int(seed), zlib.crc32(name.encode())]
@@ -35,37 +35,37 @@ class Builder:
 
     def conv(self, name, source, in_channels, filters, kernel, *, strides=1, padding="valid",
              use_bias=True, activation=None, paragraphs=None):
-        layer = nn.Conv2D(name, in_channels, filters, kernel, strides=strides, padding=padding,
+        layer = layers.Conv2D(name, in_channels, filters, kernel, strides=strides, padding=padding,
                           use_bias=use_bias, activation=activation,
                           seed=layer_seed(self.seed, name), dtype=self.dtype)
         return self._add(layer, source, paragraphs=paragraphs)
 
     def conv_transpose(self, name, source, in_channels, filters, kernel, *, strides,
                        padding="same", activation=None, paragraphs=None):
-        layer = nn.Conv2DTranspose(name, in_channels, filters, kernel, strides=strides,
+        layer = layers.Conv2DTranspose(name, in_channels, filters, kernel, strides=strides,
                                    padding=padding, activation=activation,
                                    seed=layer_seed(self.seed, name), dtype=self.dtype)
         return self._add(layer, source, paragraphs=paragraphs)
 
     def depthwise(self, name, source, channels, *, strides, padding, paragraphs=None):
-        layer = nn.DepthwiseConv2D(name, channels, 3, strides=strides, padding=padding,
+        layer = layers.DepthwiseConv2D(name, channels, 3, strides=strides, padding=padding,
                                    use_bias=False, seed=layer_seed(self.seed, name),
                                    dtype=self.dtype)
         return self._add(layer, source, paragraphs=paragraphs)
 
     def batch_norm(self, name, source, channels, *, epsilon, paragraphs=None):
-        layer = nn.BatchNormalization(name, channels, epsilon=epsilon, dtype=self.dtype)
+        layer = layers.BatchNormalization(name, channels, epsilon=epsilon, dtype=self.dtype)
         return self._add(layer, source, paragraphs=paragraphs)
 
     def relu(self, name, source, *, max_value=None, keras_type="Activation", paragraphs=None):
-        return self._add(nn.ReLU(name, max_value, keras_type), source, paragraphs=paragraphs)
+        return self._add(layers.ReLU(name, max_value, keras_type), source, paragraphs=paragraphs)
 
     def zero_pad(self, name, source, padding, paragraphs=None):
-        return self._add(nn.ZeroPadding2D(name, padding), source, paragraphs=paragraphs)
+        return self._add(layers.ZeroPadding2D(name, padding), source, paragraphs=paragraphs)
 
     def max_pool(self, name, source, pool_size, strides, paragraphs=None):
-        return self._add(nn.MaxPooling2D(name, pool_size, strides), source,
+        return self._add(layers.MaxPooling2D(name, pool_size, strides), source,
                          paragraphs=paragraphs)
 
     def add(self, name, a, b, paragraphs=None):
-        return self._add(nn.Add(name), a, b, paragraphs=paragraphs)
+        return self._add(layers.Add(name), a, b, paragraphs=paragraphs)

@@ -1,7 +1,7 @@
 """A directed acyclic graph of named layers, run from one image input (Keras' functional model,
 reduced to what the fusion network needs).
 
-Each node is a layer of :mod:`refseg.nn` with the names of the nodes it reads, the part of the
+Each node is a layer of :mod:`refseg.autograd.layers` with the names of the nodes it reads, the part of the
 network it belongs to ("resnet50v2", "mobilenetv2", "decoder") and the patent paragraphs it comes
 from. Running the graph for a set of outputs evaluates only the nodes those outputs depend on, in
 insertion order (which is topological: a node can only read nodes added before it), and drops each
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from refseg.autograd.tensor import Tensor
 from refseg.errors import InputError
-from refseg.nn import Layer
+from refseg.autograd.layers import Layer
 from refseg.trace import implements
 
 #: Name of the image input node (Keras' default name of a model's input layer).

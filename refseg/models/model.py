@@ -14,7 +14,7 @@ from refseg.errors import InputError
 from refseg.imageio import write_npz
 from refseg.models import mobilenetv2 as mnv2
 from refseg.models import resnet50v2 as rn50
-from refseg import nn
+from refseg.autograd import layers
 from refseg.models.decoder import BRANCHES, add_decoder
 from refseg.models.graph import INPUT, Graph
 from refseg.models.weights import LoadReport, match_weights, read_weight_file
@@ -88,7 +88,7 @@ class Model:
         """Training mode: trainable batch-norm layers normalise with their batch's statistics
         and update their moving ones (Keras' ``training=True``); frozen ones never do."""
         for layer in self.graph.layers():
-            if isinstance(layer, nn.BatchNormalization):
+            if isinstance(layer, layers.BatchNormalization):
                 layer.training = bool(training)
 
     @implements("claim2.backbones", "claim4.propagation")
@@ -168,17 +168,17 @@ class Model:
         int
             The number of layers calibrated.
         """
-        layers = [layer for part in parts for layer in self.graph.layers(part)
-                  if isinstance(layer, nn.BatchNormalization)]
-        for layer in layers:
+        norms = [layer for part in parts for layer in self.graph.layers(part)
+                 if isinstance(layer, layers.BatchNormalization)]
+        for layer in norms:
             layer.calibrating = True
         try:
             with no_grad():
                 self.graph.run({INPUT: self.check_input(x)}, self.tap_names)
         finally:
-            for layer in layers:
+            for layer in norms:
                 layer.calibrating = False
-        return len(layers)
+        return len(norms)
 
     @implements("claim2.taps")
     def taps(self, x) -> dict[str, np.ndarray]:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from refseg.errors import InputError
 from refseg.models.graph import INPUT
-from refseg.trace import implements
+
+INFRASTRUCTURE = "the network's layer table (reporting)"
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,6 @@ class SummaryRow:
     paragraphs: str
 
 
-@implements("claim2.backbones", "claim2.fusion")
 def summarize(model, input_hw) -> list[SummaryRow]:
     """One row per layer of ``model`` for one image of (H, W) = ``input_hw``.
 
@@ -50,7 +50,6 @@ def summarize(model, input_hw) -> list[SummaryRow]:
     return rows
 
 
-@implements("claim2.backbones", "claim2.fusion")
 def format_summary(model, input_hw, part: str | None = None) -> str:
     """The summary as a text table (the layers of ``part`` only, when given) with totals per
     part and overall."""
@@ -77,7 +76,6 @@ def format_summary(model, input_hw, part: str | None = None) -> str:
     return "\n".join(lines)
 
 
-@implements("claim2.fusion")
 def parse_size(text: str) -> tuple[int, int]:
     """"224x224" -> (224, 224); InputError otherwise."""
     try:

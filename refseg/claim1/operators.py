@@ -1,0 +1,337 @@
+"""Claim 1, step 2: the four edge operators, each giving a raw response and a binary edge map.
+
+Every operator reads the Gaussian-filtered gray image ([0082]: "对预处理操作后的所述待训练图像").
+The binary maps feed the vote of ``weighting.py``, which asks whether an operator "has an edge"
+at a pixel ([0108]-[0115]); spec reading ``R-binary`` explains why each map is binary and how
+its automatic threshold is chosen.
+
+References: [0082]-[0084], [0212]-[0214].
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from refseg.backend import kernels
+from refseg.errors import InputError, as_float_image, check_threshold
+from refseg.claim1.preprocess import MIN_SIZE
+from refseg.trace import implements
+
+#: 1-D smoothing and derivative parts of the 3x3 kernels, combined by outer products.
+SOBEL_SMOOTH = np.array([1.0, 2.0, 1.0])
+PREWITT_SMOOTH = np.array([1.0, 1.0, 1.0])
+CENTRAL_DIFFERENCE = np.array([-1.0, 0.0, 1.0])
+#: x-derivative kernels (positive where intensity rises to the right); y = transpose (down).
+SOBEL_X = np.outer(SOBEL_SMOOTH, CENTRAL_DIFFERENCE)
+SOBEL_Y = SOBEL_X.T.copy()
+PREWITT_X = np.outer(PREWITT_SMOOTH, CENTRAL_DIFFERENCE)
+PREWITT_Y = PREWITT_X.T.copy()
+#: 4-neighbour Laplacian, applied to the Gaussian-filtered image to give the LoG (R-log).
+LAPLACE_4 = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
+
+#: Bins of the histogram behind Otsu's threshold (scikit-image's default too) (R-binary).
+OTSU_BINS = 256
+#: Canny: low threshold = Otsu(Sobel magnitude), high = CANNY_HIGH_RATIO * low (Canny's 2:1).
+CANNY_HIGH_RATIO = 2.0
+#: LoG: a zero crossing counts when its jump exceeds LOG_JUMP_RATIO * Otsu(|response|): both
+#: sides of the crossing in the edge class.
+LOG_JUMP_RATIO = 2.0
+#: Direction sectors of Canny's non-maximum suppression: tan(22.5 deg), tan(67.5 deg).
+TAN_22_5 = math.sqrt(2.0) - 1.0
+TAN_67_5 = math.sqrt(2.0) + 1.0
+
+OPERATORS = ("canny", "sobel", "prewitt", "log")
+
+
+@dataclass(frozen=True)
+class EdgeResult:
+    """One operator's output.
+
+    Attributes
+    ----------
+    name : str
+        "canny", "sobel", "prewitt" or "log".
+    response : ndarray of shape (M, N), float64
+        Raw response: gradient magnitude (Canny, Sobel, Prewitt) or the LoG value (LoG).
+    edges : ndarray of shape (M, N), uint8
+        Binary edge map, 1 on an edge, 0 elsewhere.
+    thresholds : dict of str to float
+        The thresholds applied, after automatic selection.
+    automatic : bool
+        True when the thresholds came from the automatic rule of spec ``R-binary``.
+    """
+
+    name: str
+    response: np.ndarray
+    edges: np.ndarray
+    thresholds: dict = field(default_factory=dict)
+    automatic: bool = True
+
+
+def _gradient(g, kx, ky, backend):
+    """gx, gy, magnitude of a validated float64 image (the kernel trusts its inputs)."""
+    gx, gy, magnitude = np.empty_like(g), np.empty_like(g), np.empty_like(g)
+    kernels(backend).gradient3x3(g, kx, ky, gx, gy, magnitude)
+    return gx, gy, magnitude
+
+
+def _blurred(blurred):
+    return as_float_image(blurred, "blurred", min_size=MIN_SIZE)
+
+
+@implements("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt",
+            "claim1.step2.edges.canny", "claim1.step2.edges.log")
+def otsu_threshold(values, *, bins: int = OTSU_BINS, backend: str = "cython") -> float:
+    """Otsu's threshold: the split of a value histogram that maximises between-class variance.
+
+    Parameters
+    ----------
+    values : ndarray of shape (M, N)
+        Finite values (a gradient magnitude, or |LoG|).
+    bins : int
+        Number of equal-width bins spanning [min, max].
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    float
+        The centre of the last bin of the lower class; ``min`` when all values are equal
+        (so that ``values > threshold`` is empty).
+
+    Notes
+    -----
+    1. Bin k holds the values v with ``min(int((v - min) * bins / (max - min)), bins - 1) == k``.
+    2. For each split after bin k, between-class variance ``w0 w1 (m0 - m1)^2`` with class
+       weights (counts) and means computed from bin centres.
+    3. The first k of largest variance wins; its bin centre is the threshold (the convention
+       of ``skimage.filters.threshold_otsu``).
+
+    References
+    ----------
+    N. Otsu, IEEE Trans. SMC 9(1), 1979; spec ``R-binary``.
+    """
+    v = as_float_image(values, "values")
+    if int(bins) < 2:
+        raise InputError(f"bins: expected an integer >= 2, got {bins!r}")
+    return _otsu(v, int(bins), backend)
+
+
+def _otsu(v, bins, backend):
+    low, high = float(v.min()), float(v.max())
+    if low == high:
+        return low
+    counts = np.empty(bins, dtype=np.int_)
+    kernels(backend).histogram(v, low, high, counts)
+    centres = low + (np.arange(counts.size) + 0.5) * ((high - low) / counts.size)
+    mass = counts * centres
+    w0, w1 = np.cumsum(counts), np.cumsum(counts[::-1])[::-1]
+    m0 = np.cumsum(mass)[:-1] / w0[:-1]
+    m1 = np.cumsum(mass[::-1])[::-1][1:] / w1[1:]
+    between = w0[:-1] * w1[1:] * (m0 - m1) ** 2
+    return float(centres[int(np.argmax(between))])
+
+
+def _binary_gradient(name, blurred, kx, ky, threshold, backend):
+    _, _, magnitude = _gradient(_blurred(blurred), kx, ky, backend)
+    return _threshold_magnitude(name, magnitude, threshold, backend)
+
+
+def _threshold_magnitude(name, magnitude, threshold, backend):
+    automatic = threshold is None
+    t = (_otsu(magnitude, OTSU_BINS, backend) if automatic
+         else check_threshold(threshold, f"{name}_threshold"))
+    edges = np.empty(magnitude.shape, dtype=np.uint8)
+    kernels(backend).threshold_above(magnitude, t, edges)
+    return EdgeResult(name, magnitude, edges, {"magnitude": t}, automatic)
+
+
+@implements("claim1.step2.edges.sobel")
+def sobel(blurred, threshold: float | None = None, *, backend: str = "cython") -> EdgeResult:
+    """Sobel operator: gradient magnitude and its thresholded edge map.
+
+    Parameters
+    ----------
+    blurred : ndarray of shape (M, N), M, N >= 3
+        Gaussian-filtered gray image.
+    threshold : float or None
+        Magnitude threshold; None selects Otsu's threshold of the magnitude (:func:`otsu_threshold`).
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    EdgeResult
+        ``response`` = sqrt(gx^2 + gy^2); ``edges`` = response > threshold.
+
+    Notes
+    -----
+    1. gx, gy: 3x3 correlation with :data:`SOBEL_X` = [[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]]
+       and its transpose :data:`SOBEL_Y`, reflect-101 border.
+    2. magnitude = sqrt(gx^2 + gy^2).
+    3. edge where magnitude > threshold (strict, so a constant image has no edge).
+
+    References
+    ----------
+    [0082]-[0083], [0212]; spec ``R-binary``.
+    """
+    return _binary_gradient("sobel", blurred, SOBEL_X, SOBEL_Y, threshold, backend)
+
+
+@implements("claim1.step2.edges.prewitt")
+def prewitt(blurred, threshold: float | None = None, *, backend: str = "cython") -> EdgeResult:
+    """Prewitt operator: gradient magnitude and its thresholded edge map.
+
+    Parameters
+    ----------
+    blurred : ndarray of shape (M, N), M, N >= 3
+        Gaussian-filtered gray image.
+    threshold : float or None
+        Magnitude threshold; None selects Otsu's threshold of the magnitude (:func:`otsu_threshold`).
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    EdgeResult
+
+    Notes
+    -----
+    As :func:`sobel`, with :data:`PREWITT_X` = [[-1, 0, 1], [-1, 0, 1], [-1, 0, 1]] and its
+    transpose.
+
+    References
+    ----------
+    [0082]-[0083], [0212]; spec ``R-binary``.
+    """
+    return _binary_gradient("prewitt", blurred, PREWITT_X, PREWITT_Y, threshold, backend)
+
+
+@implements("claim1.step2.edges.log")
+def laplacian_of_gaussian(blurred, threshold: float | None = None, *,
+                          backend: str = "cython") -> EdgeResult:
+    """LoG operator: Laplacian of the Gaussian-filtered image and its zero crossings.
+
+    Parameters
+    ----------
+    blurred : ndarray of shape (M, N), M, N >= 3
+        Gaussian-filtered gray image (the "G" of LoG is the 3x3 filter of [0081]).
+    threshold : float or None
+        Minimum jump across a zero crossing; None selects 2 * Otsu(|response|).
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    EdgeResult
+        ``response`` = LoG value (signed); ``edges`` = zero crossings.
+
+    Notes
+    -----
+    1. response = 3x3 correlation with :data:`LAPLACE_4` (reflect-101).
+    2. A pixel with response < 0 is an edge when a 4-neighbour inside the image has
+       response > 0 and the difference exceeds the threshold (the negative side of the
+       crossing is marked).
+    3. A pixel with response exactly 0 is an edge when its left/right or up/down neighbours
+       have opposite signs and differ by more than the threshold.
+
+    References
+    ----------
+    [0082]-[0083], [0212]; spec ``R-log``, ``R-binary``.
+    """
+    return _log(_blurred(blurred), threshold, backend)
+
+
+def _log(g, threshold, backend):
+    k = kernels(backend)
+    response = np.empty_like(g)
+    k.correlate3x3(g, LAPLACE_4, response)
+    automatic = threshold is None
+    t = (LOG_JUMP_RATIO * _otsu(np.abs(response), OTSU_BINS, backend) if automatic
+         else check_threshold(threshold, "log_threshold"))
+    edges = np.empty(g.shape, dtype=np.uint8)
+    k.zero_crossings(response, t, edges)
+    return EdgeResult("log", response, edges, {"slope": t}, automatic)
+
+
+@implements("claim1.step2.edges.canny")
+def canny_thresholds(magnitude, *, backend: str = "cython") -> tuple[float, float]:
+    """Automatic (low, high): low = Otsu threshold of the Sobel magnitude, high = 2 * low.
+
+    Parameters
+    ----------
+    magnitude : ndarray of shape (M, N)
+        Sobel gradient magnitude of the Gaussian-filtered image.
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    (float, float)
+
+    Notes
+    -----
+    Canny's candidates are then exactly the pixels of the Sobel edge map that survive
+    non-maximum suppression, and a chain is kept when it reaches twice that threshold
+    (Canny 1986 recommends a 2:1 to 3:1 high:low ratio). Spec ``R-binary``.
+    """
+    return _canny_thresholds(as_float_image(magnitude, "magnitude"), backend)
+
+
+def _canny_thresholds(magnitude, backend):
+    low = _otsu(magnitude, OTSU_BINS, backend)
+    return low, CANNY_HIGH_RATIO * low
+
+
+def _canny_from_gradient(gx, gy, magnitude, low, high, backend) -> EdgeResult:
+    automatic = low is None and high is None
+    if automatic:
+        low, high = _canny_thresholds(magnitude, backend)
+    elif low is None or high is None:
+        raise InputError("canny thresholds: give both low and high, or neither")
+    else:
+        low = check_threshold(low, "canny low threshold")
+        high = check_threshold(high, "canny high threshold")
+        if low > high:
+            raise InputError(f"canny thresholds: low {low} is above high {high}")
+    k = kernels(backend)
+    candidates = np.empty(magnitude.shape, dtype=np.uint8)
+    k.non_maximum_suppression(gx, gy, magnitude, low, high, TAN_22_5, TAN_67_5, candidates)
+    edges = np.empty(magnitude.shape, dtype=np.uint8)
+    k.hysteresis(candidates, edges)
+    return EdgeResult("canny", magnitude, edges, {"low": low, "high": high}, automatic)
+
+
+@implements("claim1.step2.edges.canny")
+def canny(blurred, low: float | None = None, high: float | None = None, *,
+          backend: str = "cython") -> EdgeResult:
+    """Canny operator on the Gaussian-filtered image.
+
+    Parameters
+    ----------
+    blurred : ndarray of shape (M, N), M, N >= 3
+        Gaussian-filtered gray image; Canny adds no smoothing of its own (the 3x3 filter of
+        [0081] is its smoothing step).
+    low, high : float or None
+        Hysteresis thresholds on the gradient magnitude; both None selects the automatic
+        pair of :func:`canny_thresholds`.
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    EdgeResult
+        ``response`` = Sobel gradient magnitude; ``edges`` = Canny edge map.
+
+    Notes
+    -----
+    1. gx, gy, magnitude with the Sobel kernels (as :func:`sobel`).
+    2. Non-maximum suppression: the gradient direction is quantised to 0, 45, 90 or 135
+       degrees (sector bounds tan 22.5 and tan 67.5); a pixel is kept when its magnitude is
+       > low and exceeds both neighbours along that direction (``>`` before, ``>=`` after on
+       the axis directions, ``>`` on both diagonals; magnitude 0 outside the image).
+    3. Hysteresis: kept pixels with magnitude > high are edges, and so is every kept pixel
+       8-connected to them through kept pixels.
+
+    References
+    ----------
+    [0082]-[0083], [0212]-[0214]; spec ``R-canny``, ``R-binary``.
+    """
+    gx, gy, magnitude = _gradient(_blurred(blurred), SOBEL_X, SOBEL_Y, backend)
+    return _canny_from_gradient(gx, gy, magnitude, low, high, backend)

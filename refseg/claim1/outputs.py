@@ -1,0 +1,220 @@
+"""The files ``refseg edges`` writes for one image: edge maps, mean image, feature map, arrays,
+a JSON report and a panel figure in the spirit of the patent's figs. 3 and 7.
+
+References: [0120], [0212]-[0214]; claim 5's feature extraction module ([0268]).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from refseg import imageio
+from refseg._version import __version__
+from refseg.claim1 import features
+from refseg.claim1.features import STEP_CLAIMS, FeatureResult
+from refseg.claim1.operators import OPERATORS
+from refseg.errors import InputError
+from refseg.imageio import LoadedImage, write_json, write_npz, write_png
+from refseg.trace import implements, infrastructure
+
+#: Display names of the operators in figures and reports.
+OPERATOR_NAMES = {"canny": "Canny", "sobel": "Sobel", "prewitt": "Prewitt", "log": "LoG"}
+#: Tiles of the panel are scaled so that their width falls in this range (pixels).
+PANEL_TILE_WIDTH = (360, 720)
+_CAPTION_HEIGHT = 22
+
+
+@infrastructure("the JSON report of an extraction")
+def report_dict(result: FeatureResult, source: dict | None = None) -> dict:
+    """The JSON report of one extraction: weights, CVs, thresholds, parameters, claim IDs.
+
+    Parameters
+    ----------
+    result : FeatureResult
+    source : dict or None
+        Description of the input (``LoadedImage.info()``).
+
+    Returns
+    -------
+    dict
+        JSON-ready.
+
+    References
+    ----------
+    [0212]-[0213].
+    """
+    return {
+        "refseg_version": __version__,
+        "patent": "CN114419081B",
+        "source": source or {},
+        "operator_order": list(OPERATORS),
+        "weights": result.weights,
+        "cv": result.cv,
+        "std": result.std,
+        "mean": result.mean,
+        "intermediate_cv": result.intermediate_cv,
+        "thresholds": result.thresholds,
+        "edge_pixels": {k: int(result.edges[k].sum()) for k in OPERATORS},
+        "feature_pixels": int(result.feature_map.sum()),
+        "shape": list(result.feature_map.shape),
+        "params": result.params,
+        "claims": STEP_CLAIMS,
+    }
+
+
+def _tile(array: np.ndarray, width: int) -> Image.Image:
+    """A display tile of an image or binary map, scaled to ``width`` (edges kept visible)."""
+    image = Image.fromarray(array)
+    if image.width == width:
+        return image.convert("RGB")
+    if width > image.width:
+        factor = width / image.width
+        return image.resize((width, round(image.height * factor)), Image.Resampling.NEAREST) \
+            .convert("RGB")
+    # shrinking: a box average would fade 1-pixel edges, so any edge in a box shows
+    height = max(1, round(image.height * width / image.width))
+    if array.ndim == 2:
+        shrunk = np.asarray(image.resize((width, height), Image.Resampling.BOX), dtype=np.float64)
+        return Image.fromarray(np.where(shrunk > 0, 255, 0).astype(np.uint8)).convert("RGB")
+    return image.resize((width, height), Image.Resampling.BOX).convert("RGB")
+
+
+@infrastructure("the figure of an extraction")
+def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
+    """A 2x3 figure: input, the four edge maps with weights and CVs, and the feature map.
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (M, N, 3) or (M, N)
+        The input as read (uint8, or float on the 0-255 scale).
+    result : FeatureResult
+
+    Returns
+    -------
+    ndarray of shape (H, W, 3), uint8
+
+    References
+    ----------
+    Figs. 3 and 7, [0120], [0214].
+    """
+    cols = rgb.shape[1]
+    width = int(np.clip(cols, *PANEL_TILE_WIDTH))
+    shown = np.clip(np.asarray(rgb, dtype=np.float64), 0, 255).round().astype(np.uint8)
+    tiles = [(_tile(shown, width), f"input {cols}x{rgb.shape[0]}")]
+    for k in OPERATORS:
+        caption = f"{OPERATOR_NAMES[k]}  w={result.weights[k]:.3f}  V={result.cv[k]:.2f}"
+        tiles.append((_tile(result.edges[k] * np.uint8(255), width), caption))
+    tiles.append((_tile(result.feature_map * np.uint8(255), width),
+                  f"feature map (F >= 0): {int(result.feature_map.sum())} px"))
+    tile_h = max(t.height for t, _ in tiles) + _CAPTION_HEIGHT
+    gap = 6
+    canvas = Image.new("RGB", (3 * width + 4 * gap, 2 * tile_h + 3 * gap), (255, 255, 255))
+    draw = ImageDraw.Draw(canvas)
+    font = ImageFont.load_default()
+    for i, (tile, caption) in enumerate(tiles):
+        x = gap + (i % 3) * (width + gap)
+        y = gap + (i // 3) * (tile_h + gap)
+        draw.text((x + 2, y + 4), caption, fill=(0, 0, 0), font=font)
+        canvas.paste(tile, (x, y + _CAPTION_HEIGHT))
+    return np.asarray(canvas)
+
+
+@infrastructure("writing one image's outputs")
+def write_outputs(folder, loaded: LoadedImage, result: FeatureResult) -> list[str]:
+    """Write every output of one image into ``folder`` (which must exist).
+
+    Parameters
+    ----------
+    folder : str or Path
+    loaded : LoadedImage
+    result : FeatureResult
+
+    Returns
+    -------
+    list of str
+        The file names written.
+
+    Notes
+    -----
+    Files: ``canny.png``, ``sobel.png``, ``prewitt.png``, ``log.png`` (edge maps, 0/255),
+    ``mean_image.png`` (Ē × 255, rounded), ``feature_map.png`` (0/255), ``panel.png``,
+    ``features.npz`` and ``report.json``. Each file is written atomically.
+
+    References
+    ----------
+    [0268].
+    """
+    folder = Path(folder)
+    names = []
+    for k in OPERATORS:
+        write_png(folder / f"{k}.png", result.edges[k] * np.uint8(255))
+        names.append(f"{k}.png")
+    write_png(folder / "mean_image.png", np.round(result.mean_image * 255).astype(np.uint8))
+    write_png(folder / "feature_map.png", result.feature_map * np.uint8(255))
+    write_png(folder / "panel.png", panel(loaded.pixels, result))
+    names += ["mean_image.png", "feature_map.png", "panel.png"]
+    arrays = {
+        "gray": result.gray, "blurred": result.blurred,
+        **{k: result.edges[k] for k in OPERATORS},
+        **{f"{k}_response": result.responses[k] for k in OPERATORS},
+        "mean_image": result.mean_image, "final_weight": result.final_weight,
+        "feature_map": result.feature_map,
+        "weights": result.vector("weights"), "cv": result.vector("cv"),
+        "std": result.vector("std"), "mean": result.vector("mean"),
+    }
+    write_npz(folder / "features.npz", **arrays)
+    report = report_dict(result, loaded.info())
+    report["files"] = sorted(names + ["features.npz", "report.json"])
+    write_json(folder / "report.json", report)
+    return report["files"]
+
+
+def _stems(paths: list[Path]) -> list[str]:
+    """The output folder name of each image: its file name's stem, which must be unique."""
+    seen = {}
+    for path in paths:
+        if path.stem in seen:
+            raise InputError(f"{path}: has the same name stem {path.stem!r} as {seen[path.stem]}; "
+                             "outputs would collide")
+        seen[path.stem] = path
+    return list(seen)
+
+
+@implements("claim5.feature_module")
+def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None) -> list[Path]:
+    """Claim 1 on image files: read every image (all are checked before anything is written),
+    extract the features and write each image's outputs into ``out/<stem>/``.
+
+    Parameters
+    ----------
+    images : list of Path
+        Image files in any format Pillow reads; their name stems must differ.
+    out : Path
+        Output folder; the image folders appear in it together when all are written.
+    sigma : float or None
+        Gaussian sigma; None for the default of :func:`~refseg.claim1.features.extract`.
+
+    Returns
+    -------
+    list of Path
+        The folders written, one per image, in the order given.
+
+    Notes
+    -----
+    This is ``refseg edges``. Each folder holds what :func:`write_outputs` writes.
+
+    References
+    ----------
+    [0266]-[0268].
+    """
+    images = [Path(p) for p in images]
+    stems = _stems(images)
+    loaded = [imageio.read_image(p) for p in images]
+    kwargs = {} if sigma is None else {"sigma": sigma}
+    results = [features.extract(img.pixels, **kwargs) for img in loaded]
+    with imageio.staged_folders(out) as staging:
+        for stem, img, result in zip(stems, loaded, results):
+            write_outputs(staging.folder(stem), img, result)
+    return [Path(out) / s for s in stems]

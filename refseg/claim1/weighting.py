@@ -1,0 +1,276 @@
+"""Claim 1, step 2: coefficient-of-variation weights and the weighted per-pixel vote.
+
+Maps are passed as dicts keyed by operator name in any order; results are dicts in the order
+:data:`OPERATORS` (canny, sobel, prewitt, log). Every formula here was an image in the patent
+and is missing from its text: spec ``readings.md`` gives the reading of each and its evidence.
+
+References: [0085]-[0119]; claim 1.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from refseg.backend import kernels
+from refseg.errors import InputError, as_float_image
+from refseg.claim1.operators import OPERATORS
+from refseg.trace import implements
+
+#: X value of an operator that has an edge at the pixel (grey value > 0) ([0106]).
+EDGE_VALUE = 2.0
+#: X value of an operator without an edge there ([0106]; "< 0" in the text, read "<= 0").
+NON_EDGE_VALUE = 1.0
+#: F = sum_i w_i X_i - VOTE_OFFSET; a pixel is decided an edge where F >= 0 (R-final).
+VOTE_OFFSET = 1.5
+#: Divisor of the standard deviation: M*N - STD_DDOF (R-std; the weights do not depend on it).
+STD_DDOF = 0
+
+
+def _maps(edges: Mapping, name: str = "edges") -> dict[str, np.ndarray]:
+    """Validate: exactly the four operators, same 2-D shape, finite and >= 0."""
+    if not isinstance(edges, Mapping) or set(edges) != set(OPERATORS):
+        keys = sorted(edges) if isinstance(edges, Mapping) else type(edges).__name__
+        raise InputError(f"{name}: expected a mapping with keys {OPERATORS}, got {keys}")
+    maps = {k: as_float_image(edges[k], f"{name}[{k!r}]") for k in OPERATORS}
+    shapes = {m.shape for m in maps.values()}
+    if len(shapes) != 1:
+        raise InputError(f"{name}: the four maps differ in shape: "
+                         + ", ".join(f"{k} {maps[k].shape}" for k in OPERATORS))
+    for k, m in maps.items():
+        if (m < 0).any():
+            raise InputError(f"{name}[{k!r}]: edge images are grey values >= 0; found {m.min()}")
+    return maps
+
+
+def _per_operator(values: Mapping, name: str) -> dict[str, float]:
+    if not isinstance(values, Mapping) or set(values) != set(OPERATORS):
+        raise InputError(f"{name}: expected a mapping with keys {OPERATORS}")
+    out = {k: float(values[k]) for k in OPERATORS}
+    bad = [k for k, v in out.items() if not np.isfinite(v) or v < 0]
+    if bad:
+        raise InputError(f"{name}: values must be finite and >= 0; bad for {bad}")
+    return out
+
+
+@implements("claim1.step2.mean_image")
+def mean_image(edges: Mapping) -> np.ndarray:
+    """Gray-mean image of the four edge images.
+
+    Parameters
+    ----------
+    edges : mapping of str to ndarray of shape (M, N)
+        Edge images keyed "canny", "sobel", "prewitt", "log"; values >= 0.
+
+    Returns
+    -------
+    mean_image : ndarray of shape (M, N), float64
+        ``(E_C + E_S + E_P + E_L) / 4``, summed in that order.
+
+    References
+    ----------
+    [0085]-[0087]; spec ``R-mean``.
+    """
+    m = _maps(edges)
+    return (((m["canny"] + m["sobel"]) + m["prewitt"]) + m["log"]) / 4.0
+
+
+@implements("claim1.step2.std")
+def standard_deviations(edges: Mapping, mean_img) -> dict[str, float]:
+    """Standard deviation of each edge image about the gray-mean image.
+
+    Parameters
+    ----------
+    edges : mapping of str to ndarray of shape (M, N)
+    mean_img : ndarray of shape (M, N)
+        The gray-mean image of :func:`mean_image`.
+
+    Returns
+    -------
+    std : dict of str to float
+        ``sigma_i = sqrt(sum_mn (E_i(m, n) - Ebar(m, n))^2 / (M*N))``.
+
+    References
+    ----------
+    [0088]-[0091]; spec ``R-std``.
+    """
+    m = _maps(edges)
+    bar = as_float_image(mean_img, "mean_img")
+    if bar.shape != m["canny"].shape:
+        raise InputError(f"mean_img: shape {bar.shape} differs from the edge images' "
+                         f"{m['canny'].shape}")
+    n = bar.size - STD_DDOF
+    return {k: float(np.sqrt(np.sum((m[k] - bar) ** 2) / n)) for k in OPERATORS}
+
+
+@implements("claim1.step2.cv")
+def pixel_means(edges: Mapping) -> dict[str, float]:
+    """Pixel mean ``mu_i`` of each edge image ([0094]).
+
+    Parameters
+    ----------
+    edges : mapping of str to ndarray of shape (M, N)
+
+    Returns
+    -------
+    mean : dict of str to float
+
+    References
+    ----------
+    [0092]-[0095].
+    """
+    m = _maps(edges)
+    return {k: float(np.mean(m[k])) for k in OPERATORS}
+
+
+@implements("claim1.step2.cv")
+def coefficients_of_variation(std: Mapping, mean: Mapping) -> dict[str, float]:
+    """Coefficient of variation ``V_i = sigma_i / mu_i`` of each edge image.
+
+    Parameters
+    ----------
+    std, mean : mapping of str to float
+        From :func:`standard_deviations` and :func:`pixel_means`.
+
+    Returns
+    -------
+    cv : dict of str to float
+        ``sigma_i / mu_i``; 0 for an operator with ``mu_i == 0`` (an empty edge image), which
+        therefore gets weight 0 (spec ``R-empty``).
+
+    References
+    ----------
+    [0092]-[0095]; spec ``R-cv``, ``R-empty``.
+    """
+    s, mu = _per_operator(std, "std"), _per_operator(mean, "mean")
+    return {k: (s[k] / mu[k] if mu[k] > 0 else 0.0) for k in OPERATORS}
+
+
+@implements("claim1.step2.intermediate_cv")
+def intermediate_cv(cv: Mapping) -> float:
+    """Intermediate coefficient of variation: ``V = V_C + V_S + V_P + V_L``.
+
+    Parameters
+    ----------
+    cv : mapping of str to float
+
+    Returns
+    -------
+    float
+        The normaliser of :func:`operator_weights`.
+
+    References
+    ----------
+    [0096]-[0099]; spec ``R-weights``.
+    """
+    v = _per_operator(cv, "cv")
+    return ((v["canny"] + v["sobel"]) + v["prewitt"]) + v["log"]
+
+
+@implements("claim1.step2.weights")
+def operator_weights(cv: Mapping) -> dict[str, float]:
+    """Normalised operator weights ``w_i = V_i / V``.
+
+    Parameters
+    ----------
+    cv : mapping of str to float
+        Coefficients of variation, >= 0.
+
+    Returns
+    -------
+    weights : dict of str to float
+        Non-negative, summing to 1 (to rounding). When every ``V_i`` is 0 (every edge image
+        empty or constant) the weights are 1/4 each (spec ``R-empty``).
+
+    References
+    ----------
+    [0100]-[0103], [0213]; spec ``R-weights``.
+    """
+    v = _per_operator(cv, "cv")
+    total = intermediate_cv(v)
+    if total == 0:
+        return {k: 1.0 / len(OPERATORS) for k in OPERATORS}
+    return {k: v[k] / total for k in OPERATORS}
+
+
+@implements("claim1.step2.final_weight")
+def final_weight(edges: Mapping, weights: Mapping, *, backend: str = "cython") -> np.ndarray:
+    """Final weight parameter ``F(x, y) = w_C C + w_S S + w_P P + w_L L - 1.5`` per pixel.
+
+    Parameters
+    ----------
+    edges : mapping of str to ndarray of shape (M, N)
+        Edge images; an operator "has an edge" where its value is > 0.
+    weights : mapping of str to float
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    final : ndarray of shape (M, N), float64
+
+    Notes
+    -----
+    1. X_i(x, y) = 2 where edge image i is > 0 at (x, y), else 1 ([0106]).
+    2. F = ((w_C X_C + w_S X_S) + w_P X_P) + w_L X_L - 1.5, in float64, in that order.
+    With weights summing to 1 this is ``sum of the weights of the operators with an edge
+    - 0.5``: a weighted majority vote (spec ``R-final``).
+
+    References
+    ----------
+    [0104]-[0115]; spec ``R-final``.
+    """
+    m = _maps(edges)
+    return _vote(binary_stack(m), _per_operator(weights, "weights"), backend)
+
+
+@implements("claim1.step2.final_weight", "claim1.step2.mean_image")
+def binary_stack(edges: Mapping) -> np.ndarray:
+    """The four maps as one uint8 array of shape (4, M, N), 1 where a map is > 0, in
+    :data:`OPERATORS` order (the layout the compiled kernels take)."""
+    return np.ascontiguousarray(np.stack([np.asarray(edges[k]) > 0 for k in OPERATORS]),
+                                dtype=np.uint8)
+
+
+def _vote(stack, weights, backend):
+    out = np.empty(stack.shape[1:], dtype=np.float64)
+    kernels(backend).weighted_vote(stack, np.array([weights[k] for k in OPERATORS]),
+                                   VOTE_OFFSET, out)
+    return out
+
+
+def _binary_statistics(stack, backend):
+    """Mean image, std and pixel mean of binary maps in one pass; equal to
+    :func:`mean_image`, :func:`standard_deviations` and :func:`pixel_means` (exact
+    arithmetic for 0/1 maps; ``tests/test_weighting.py`` holds them equal)."""
+    mean_img = np.empty(stack.shape[1:], dtype=np.float64)
+    sums, squared = np.empty(4), np.empty(4)
+    kernels(backend).edge_statistics(stack, mean_img, sums, squared)
+    n = mean_img.size
+    std = {k: float(np.sqrt(squared[i] / (n - STD_DDOF))) for i, k in enumerate(OPERATORS)}
+    mean = {k: float(sums[i] / n) for i, k in enumerate(OPERATORS)}
+    return mean_img, std, mean
+
+
+@implements("claim1.step2.decision", "claim1.step2.traverse")
+def decide(final) -> np.ndarray:
+    """Per-pixel decision: 1 where ``F >= 0``, 0 where ``F < 0``.
+
+    Parameters
+    ----------
+    final : ndarray of shape (M, N)
+        Final weight parameter from :func:`final_weight`.
+
+    Returns
+    -------
+    feature_map : ndarray of shape (M, N), uint8
+        The feature-region image, at the input's resolution: every pixel is decided ([0119]).
+
+    References
+    ----------
+    [0116]-[0119].
+    """
+    return _decide(as_float_image(final, "final"))
+
+
+def _decide(final):
+    return (final >= 0.0).astype(np.uint8)

@@ -1,0 +1,137 @@
+"""What the network sees: the first data set of claim 1 ([0075], [0121], [0203]).
+
+Each training image goes through the claim-1 feature extraction at its own resolution; the
+binary feature-region image is resized to the network's input size and repeated to three
+channels in [-1, 1] (R-dataset). The plain grayscale image is the alternative input the
+patent compares against ([0121], [0264]). Labels are resized with nearest neighbours, so they
+stay exact class ids.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+from PIL import Image
+
+from refseg.claim1 import features
+from refseg.claim1 import preprocess
+from refseg.errors import InputError
+from refseg.trace import implements, infrastructure
+
+#: The two inputs the network can be trained on.
+INPUT_KINDS = ("feature", "gray")
+
+
+def _resize(plane: np.ndarray, input_hw, resample) -> np.ndarray:
+    h, w = input_hw
+    if plane.shape == (h, w):
+        return plane.astype(np.float32)
+    image = Image.fromarray(plane.astype(np.float32), mode="F")
+    return np.asarray(image.resize((w, h), resample=resample), dtype=np.float32)
+
+
+@implements("claim1.step2.dataset", "claim1.step4.predict")
+def network_input(rgb: np.ndarray, input_hw, kind: str = "feature") -> np.ndarray:
+    """One image as the network's input.
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (M, N, 3), uint8 (or (M, N) gray)
+    input_hw : (int, int)
+        The network's input size (H, W), multiples of 32.
+    kind : {"feature", "gray"}
+        "feature": the claim-1 feature-region image (0/1); "gray": the grayscale image (0-255).
+
+    Returns
+    -------
+    ndarray of shape (H, W, 3), float32 in [-1, 1]
+
+    Notes
+    -----
+    1. "feature": ``refseg.claim1.features.extract`` at the image's resolution ([0075], [0203]);
+       "gray": ``refseg.claim1.preprocess.to_gray`` ([0079]).
+    2. Resize to (H, W), bilinear (Pillow, on floats: a binary map becomes a coverage
+       fraction rather than aliased pixels) ([0196]).
+    3. Scale to [-1, 1] (feature: 2f - 1; gray: g / 127.5 - 1, as the backbones expect) and
+       repeat to three channels.
+
+    References
+    ----------
+    [0075], [0121], [0196], [0203]; R-dataset.
+    """
+    if kind not in INPUT_KINDS:
+        raise InputError(f"input kind must be one of {INPUT_KINDS}, got {kind!r}")
+    if kind == "feature":
+        plane = features.extract(rgb).feature_map.astype(np.float32)
+        plane = _resize(plane, input_hw, Image.BILINEAR) * 2 - 1
+    else:
+        gray = rgb if np.ndim(rgb) == 2 else preprocess.to_gray(rgb)
+        plane = _resize(np.asarray(gray, np.float32), input_hw, Image.BILINEAR) / 127.5 - 1
+    plane = np.clip(plane, -1, 1)  # bilinear cannot overshoot, but rounding may by an ulp
+    return np.repeat(plane[:, :, None], 3, axis=2)
+
+
+@implements("claim1.step2.dataset")
+def resize_labels(classes: np.ndarray, input_hw) -> np.ndarray:
+    """Class ids (M, N) uint8 resized to (H, W) by nearest neighbour (ids stay exact)."""
+    h, w = input_hw
+    if classes.shape == (h, w):
+        return classes.astype(np.uint8)
+    image = Image.fromarray(classes.astype(np.uint8), mode="L")
+    return np.asarray(image.resize((w, h), resample=Image.NEAREST), dtype=np.uint8)
+
+
+@implements("claim1.step2.dataset")
+def resize_probabilities(probabilities: np.ndarray, image_hw) -> np.ndarray:
+    """(H, W, C) probabilities back to the image's (M, N) size, bilinear per class ([0197])."""
+    m, n = image_hw
+    planes = [_resize(probabilities[:, :, c], (m, n), Image.BILINEAR)
+              for c in range(probabilities.shape[2])]
+    return np.stack(planes, axis=2)
+
+
+def _prepare_one(args):
+    rgb, classes, input_hw, kind = args
+    x = network_input(rgb, input_hw, kind)
+    return x, None if classes is None else resize_labels(classes, input_hw)
+
+
+@infrastructure("the number of extraction processes")
+def default_jobs() -> int:
+    """Cores this process may use (the default number of extraction processes)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+@implements("claim1.step2.dataset")
+def prepare(pairs, input_hw, kind: str = "feature", jobs: int | None = None):
+    """Network inputs and resized labels of many (rgb, classes) pairs, spread over processes.
+
+    Parameters
+    ----------
+    pairs : iterable of (ndarray (M, N, 3) uint8, ndarray (M, N) uint8 or None)
+    input_hw : (int, int)
+    kind : {"feature", "gray"}
+    jobs : int or None
+        Worker processes (default: every core this process may use; 1 runs in-process).
+
+    Returns
+    -------
+    x : ndarray of shape (count, H, W, 3), float32
+    y : ndarray of shape (count, H, W), uint8, or None when no labels were given
+    """
+    work = [(rgb, classes, tuple(input_hw), kind) for rgb, classes in pairs]
+    jobs = default_jobs() if jobs is None else int(jobs)
+    if jobs < 1:
+        raise InputError(f"jobs must be >= 1, got {jobs}")
+    if jobs == 1 or len(work) < 2:
+        results = [_prepare_one(item) for item in work]
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+            results = list(pool.map(_prepare_one, work, chunksize=4))
+    h, w = input_hw
+    x = np.stack([r[0] for r in results]) if results else np.empty((0, h, w, 3), np.float32)
+    labels = [r[1] for r in results]
+    y = None if any(label is None for label in labels) or not labels else np.stack(labels)
+    return x, y

@@ -1,0 +1,284 @@
+"""The golden bundle's format: names, storage rules, tolerances, hashes, reading and writing.
+
+A bundle is a folder with two files:
+
+``manifest.json``
+    The format and its version, the versions that wrote it (refseg, NumPy, Python, the C
+    compiler), where each input came from, the network's seed and the SHA-256 of its
+    regenerated weights, and one entry per array: shape, dtype, SHA-256, role (input or
+    output), the tolerance a candidate must meet and why, the claim element and paragraphs,
+    the refseg function and its parameters.
+``arrays.npz``
+    The arrays, one ``.npy`` member each, deflate-compressed, written with fixed zip timestamps
+    so that the same refseg on the same machine writes the same bytes.
+
+Array names are paths: ``input/<image>``, ``claim1/<image>/<step>``, ``net/...``,
+``ops/<op>/<role>``. Arrays too large to store (the decoder's big gradient and Adam tensors)
+are stored as two corner slices plus summary statistics.
+
+References: claims 1-4; [0075]-[0119], [0122]-[0197], [0242]-[0255].
+"""
+from __future__ import annotations
+
+import fnmatch
+import functools
+import hashlib
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from refseg.errors import InputError
+from refseg.trace import load_registry
+
+INFRASTRUCTURE = "golden files: the bundle format"
+
+FORMAT = "refseg-golden"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+ARRAYS = "arrays.npz"
+
+#: Arrays with more elements than this are stored as slices and statistics, not in full.
+FULL_LIMIT = 1 << 17
+#: Edge of the corner blocks stored of a large array (along each of its last two axes).
+SLICE_EDGE = 16
+
+# -- tolerances ----------------------------------------------------------------------------------
+#: ``exact``: equal values. ``relmax``: |candidate - golden| <= rtol * max|golden| at every
+#: element (max|golden| taken as 1 when the golden array is all zero).
+TOLERANCES = {
+    "exact": {
+        "rule": "exact", "rtol": 0.0,
+        "why": "integer data (input pixels, labels) and the binary maps of claim 1: a decision "
+               "either agrees or it does not; any difference is a different edge or vote."},
+    "float64": {
+        "rule": "relmax", "rtol": 1e-9,
+        "why": "float64 results of sums and products whose order an independent "
+               "implementation may change (e.g. 0.299 R + 0.587 G + 0.114 B against "
+               "(299 R + 587 G + 114 B) / 1000, separable against 2-D filters): rounding "
+               "differences are ~1e-15 of the largest value; 1e-9 leaves six orders of "
+               "headroom and still catches any change of formula, constant or border."},
+    "float32": {
+        "rule": "relmax", "rtol": 1e-4,
+        "why": "float32 network activations after up to ~50 layers of sums of up to 18,432 "
+               "products (3x3x2048); float32 rounding (6e-8) accumulated over that depth and "
+               "a different GEMM blocking stays below ~1e-5 of the largest value (measured: "
+               "refseg float32 against refseg float64 on the same weights, taps <= 8.1e-7, "
+               "decoder layers <= 6.5e-7; refseg against Keras <= 1.4e-6 per layer); 1e-4 "
+               "catches any wrong weight layout, "
+               "padding or activation, which give errors of order 1."},
+    "float32_grad": {
+        "rule": "relmax", "rtol": 1e-3,
+        "why": "float32 gradients and Adam moments: as float32 activations, plus the "
+               "backward pass through every decoder layer, whose ReLU masks can flip at "
+               "values within rounding of 0 (measured float32 against float64: gradients <= 1.9e-6, "
+               "Adam moments <= 3.6e-5); 1e-3 of the largest value."},
+    "adam_param": {
+        "rule": "relmax", "rtol": 1e-3,
+        "why": "weights after Adam steps: each step moves a weight by lr * m_hat / "
+               "(sqrt(v_hat) + eps), about +-lr (1e-3) wherever |g| >> eps but with a slope "
+               "of up to lr / eps = 1e4 in g where |g| is near eps (1e-7), so rounding-level "
+               "gradient differences are amplified; biases start at 0, so their largest value "
+               "is ~lr. Measured refseg float32 against float64: 3.6e-5; 1e-3 of the largest "
+               "weight still catches a wrong update rule, bias correction or eps placement "
+               "(errors of order 1 relative to lr)."},
+}
+
+#: How SHA-256 digests are taken.
+HASH_RULE = ("sha256 of the array's bytes in C order, little-endian, in its dtype; for the "
+             "network weights: for each key in sorted order, the UTF-8 key, a NUL byte, the "
+             "dtype string (e.g. '<f4'), a NUL byte, the shape as comma-separated integers, a "
+             "NUL byte, then the array's bytes as above")
+
+
+def _canonical(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array)
+    # np.ascontiguousarray would turn a 0-d array into 1-d
+    return np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")
+
+
+def array_sha256(array) -> str:
+    """SHA-256 (hex) of an array's bytes in C order, little-endian (see :data:`HASH_RULE`).
+
+    Parameters
+    ----------
+    array : array_like
+
+    Returns
+    -------
+    str
+    """
+    return hashlib.sha256(_canonical(array).tobytes()).hexdigest()
+
+
+def weights_sha256(weights: dict) -> str:
+    """SHA-256 (hex) of a set of named weight arrays, keys in sorted order (see
+    :data:`HASH_RULE`).
+
+    Parameters
+    ----------
+    weights : dict of str to ndarray
+
+    Returns
+    -------
+    str
+    """
+    digest = hashlib.sha256()
+    for key in sorted(weights):
+        array = _canonical(weights[key])
+        digest.update(key.encode() + b"\0" + array.dtype.str.encode() + b"\0"
+                      + ",".join(str(n) for n in array.shape).encode() + b"\0")
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+# -- building the bundle -------------------------------------------------------------------------
+@dataclass
+class BundleBuilder:
+    arrays: dict = field(default_factory=dict)     # stored npz members
+    entries: dict = field(default_factory=dict)    # manifest entries by array name
+    keep: tuple = ()                               # patterns of arrays to keep whole
+    kept: dict = field(default_factory=dict)       # copies of summary-stored arrays
+
+    def add(self, name, array, tolerance, *, claim, function, paragraphs=None, params=None,
+            role="output", note="", also=()):
+        """Add one array; ``paragraphs`` defaults to the registry's for ``claim``."""
+        array = np.asarray(array)
+        if paragraphs is None:
+            paragraphs = element_paragraphs(claim)
+        if name in self.entries:
+            raise AssertionError(f"golden: duplicate array name {name}")
+        entry = {"shape": list(array.shape), "dtype": array.dtype.str,
+                 "sha256": array_sha256(array), "role": role,
+                 "tolerance": tolerance, "claim": claim, "paragraphs": paragraphs,
+                 "function": function}
+        if also:
+            # further claim elements this array pins: the result of a whole step (the feature
+            # map: the traversal, the extraction, the feature module), not only its last formula
+            entry["also_pins"] = list(also)
+        if params:
+            entry["params"] = params
+        if note:
+            entry["note"] = note
+        if array.size <= FULL_LIMIT:
+            entry["storage"] = "full"
+            self.arrays[name] = _canonical(array)
+        else:
+            entry["storage"] = "summary"
+            if any(fnmatch.fnmatchcase(name, p) for p in self.keep):
+                self.kept[name] = array.copy()
+            entry["stats"] = summary_statistics(array)
+            entry["slices"] = []
+            for i, index in enumerate(_corner_slices(array.shape)):
+                key = f"{name}@slice{i}"
+                self.arrays[key] = _canonical(array[tuple(slice(a, b) for a, b in index)])
+                entry["slices"].append({"member": key, "index": [list(p) for p in index]})
+        self.entries[name] = entry
+
+
+@functools.lru_cache(maxsize=None)
+def element_paragraphs(element_id: str) -> str:
+    """The paragraphs of a claim element as the registry lists them: ``"[0082], [0083]"``."""
+    element = load_registry().elements[element_id]
+    return ", ".join(f"[{p}]" for p in element.paragraphs)
+
+
+def _corner_slices(shape):
+    """The first and the last SLICE_EDGE x SLICE_EDGE block over the last two axes, whole
+    leading axes (a 3x3 kernel's spatial axes) up to 3 elements."""
+    first, last = [], []
+    for axis, n in enumerate(shape):
+        edge = SLICE_EDGE if axis >= len(shape) - 2 else 3
+        first.append((0, min(n, edge)))
+        last.append((max(0, n - edge), n))
+    return [first, last]
+
+
+def summary_statistics(array) -> dict:
+    a = np.asarray(array, dtype=np.float64)
+    return {"sum": float(a.sum()), "abs_sum": float(np.abs(a).sum()),
+            "l2": float(np.sqrt(np.square(a).sum())), "max_abs": float(np.abs(a).max())}
+
+
+def tolerance(kind):
+    return {"name": kind, **TOLERANCES[kind]}
+
+
+def write_deterministic_npz(path: Path, arrays: dict):
+    """An .npz with fixed member timestamps and order: the same arrays give the same bytes."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+        for name in sorted(arrays):
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, arrays[name], allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, buffer.getvalue(), compresslevel=6)
+
+
+def read_bundle(folder) -> tuple[dict, dict]:
+    """The manifest and stored arrays of a bundle.
+
+    Parameters
+    ----------
+    folder : str or Path
+
+    Returns
+    -------
+    manifest : dict
+    arrays : dict of str to ndarray
+
+    Raises
+    ------
+    InputError
+        Missing or unreadable files, another format or a newer format version.
+    """
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{folder}: no {MANIFEST}; not a golden bundle") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{folder / MANIFEST}: not readable JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(f"{folder / MANIFEST}: not a {FORMAT} manifest")
+    if manifest.get("format_version", 0) > FORMAT_VERSION:
+        raise InputError(f"{folder / MANIFEST}: format version "
+                         f"{manifest.get('format_version')} is newer than this refseg "
+                         f"reads ({FORMAT_VERSION})")
+    arrays = read_npz(folder / manifest.get("arrays_file", ARRAYS), "bundle arrays")
+    return manifest, arrays
+
+
+def read_npz(path: Path, what: str) -> dict:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file ({what})")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != b"PK\x03\x04":
+        raise InputError(f"{path}: not an .npz archive ({what})")
+    arrays = {}
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            for key in npz.files:
+                try:
+                    arrays[key] = npz[key]
+                except ValueError as exc:
+                    arrays[key] = exc  # object arrays: reported per array
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"{path}: not a readable .npz archive ({what}: {exc})") from None
+    return arrays
+
+
+def pinned_elements(manifest: dict) -> dict[str, list[str]]:
+    """{claim element: the names of the arrays that pin it} of a bundle's manifest (each
+    array's ``claim`` and its ``also_pins``)."""
+    out: dict[str, list[str]] = {}
+    for name, entry in manifest["arrays"].items():
+        for claim in [entry["claim"], *entry.get("also_pins", [])]:
+            out.setdefault(claim, []).append(name)
+    return out
+

@@ -1,0 +1,1 @@
+"""Running the method: training, evaluation and its metrics, training curves, the demo."""

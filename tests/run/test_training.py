@@ -1,0 +1,286 @@
+"""Training, resuming, predicting and evaluating on a tiny synthetic data set (claim 1 steps
+2-4, claim 4, claim 5's training and output modules)."""
+import io
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refseg import imageio
+from refseg.data import synthetic
+from refseg.cli import main
+from refseg.data.dataset import write_label
+from refseg.errors import InputError
+from refseg.data.inputs import network_input, resize_labels
+from refseg.run.training import TrainConfig, load_run, train
+
+SMALL = dict(epochs=2, batch_size=4, input_hw=(32, 96), calibration_images=8)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("welds")
+    (root / "images").mkdir()
+    (root / "labels").mkdir()
+    for i in range(10):
+        sample = synthetic.weld_image(100 + i, shape=(48, 160))
+        imageio.write_png(root / "images" / f"weld_{i:02d}.png", sample.rgb)
+        write_label(root / "labels" / f"weld_{i:02d}.png", sample.classes)
+    return root
+
+
+def quiet_train(*args, **kwargs):
+    return train(*args, log=io.StringIO(), jobs=1, **kwargs)
+
+
+def checkpoint_arrays(run):
+    with np.load(run / "checkpoint.npz", allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files if k != "history"}
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, data):
+    run = tmp_path_factory.mktemp("runs") / "straight"
+    history = quiet_train(data, run, TrainConfig(**SMALL))
+    return run, history
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
+def test_a_smoke_run_writes_everything(straight):
+    run, history = straight
+    assert [h["epoch"] for h in history] == [1, 2]
+    for entry in history:
+        assert np.isfinite(entry["train_loss"]) and 0 <= entry["val_pixel_accuracy"] <= 1
+        assert len(entry["val_iou"]) == 3
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+    for name in ("config.json", "backbones.npz", "checkpoint.npz", "curves.png"):
+        assert (run / name).is_file(), name
+    assert not list(run.glob(".*.tmp"))
+    model, config = load_run(run)
+    assert config.input_hw == (32, 96) and model.input_shape == (32, 96)
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_resume_after_a_kill_gives_the_uninterrupted_weights(tmp_path, data, straight):
+    """Stopped after epoch 1 (as a kill after the checkpoint), resumed: the same weights and
+    Adam state, bit for bit, as the uninterrupted run; a fresh run with the same seed too."""
+    run = tmp_path / "resumed"
+    quiet_train(data, run, TrainConfig(**SMALL), stop_after_epoch=1)
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["epoch"] == 1
+    history = quiet_train(data, run, TrainConfig(**SMALL), resume=True)
+    assert [h["epoch"] for h in history] == [1, 2]
+    expected = checkpoint_arrays(straight[0])
+    resumed = checkpoint_arrays(run)
+    assert resumed.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+    for a, b in zip(history, straight[1]):
+        assert {k: v for k, v in a.items() if k != "seconds"} == {
+            k: v for k, v in b.items() if k != "seconds"}
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
+def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path, data):
+    """--train-backbone (R-frozen): backbone kernels and moving statistics change; a run stopped after
+    epoch 1 and resumed ends bit for bit where the uninterrupted one does; the reloaded run
+    reproduces the last validation metrics, so the checkpoint holds every trained array, and
+    its moving statistics are those of the final weights."""
+    from refseg.data.inputs import prepare
+    from refseg.run.training import _evaluate, _load_split, _pairs
+
+    config = TrainConfig(**SMALL, train_backbone=True)
+    whole = quiet_train(data, tmp_path / "whole", config)
+    quiet_train(data, tmp_path / "resumed", config, stop_after_epoch=1)
+    resumed = quiet_train(data, tmp_path / "resumed", config, resume=True)
+    expected = checkpoint_arrays(tmp_path / "whole")
+    got = checkpoint_arrays(tmp_path / "resumed")
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+    assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed] == [
+        {k: v for k, v in h.items() if k != "seconds"} for h in whole]
+
+    with np.load(tmp_path / "whole" / "backbones.npz", allow_pickle=False) as npz:
+        start = {k: npz[k] for k in npz.files}
+    for key in ("conv1_conv/kernel", "conv2_block1_preact_bn/moving_mean", "Conv1/kernel",
+                "bn_Conv1/moving_variance"):
+        assert not np.array_equal(expected[f"model/{key}"], start[key]), key
+
+    model, _ = load_run(tmp_path / "whole")
+    training, validation = _load_split(data, config)
+    x_val, y_val = prepare(_pairs(validation), config.input_hw, config.input_kind, 1)
+    again = _evaluate(model, x_val, y_val)
+    # the checkpoint's moving statistics are those of the final weights on the calibration
+    # images (recomputed at the end of each epoch): recomputing them changes nothing
+    x_train, _ = prepare(_pairs(training), config.input_hw, config.input_kind, 1)
+    before = {k: v.copy() for k, v in model.weights().items() if "moving" in k}
+    model.calibrate_batch_norm(x_train[:config.calibration_images])
+    for key, value in before.items():
+        np.testing.assert_array_equal(model.weights()[key], value, err_msg=key)
+    assert again["pixel_accuracy"] == whole[-1]["val_pixel_accuracy"]
+    assert again["loss"] == pytest.approx(whole[-1]["val_loss"], rel=1e-12)
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
+def test_learning_rate_steps_apply_from_their_epoch_and_may_be_added_on_resume(tmp_path, data,
+                                                                              straight):
+    """A step 2:1e-4 trains epoch 1 at 0.001 and epoch 2 at 1e-4 (recorded per epoch); a run
+    stopped after epoch 1 without the step and resumed with it ends bit for bit where the run
+    planned with it does; a step for an epoch already trained is refused."""
+    stepped = TrainConfig(**SMALL, learning_rate_steps=((2, 1e-4),))
+    whole = quiet_train(data, tmp_path / "whole", stepped)
+    assert [h["learning_rate"] for h in whole] == [1e-3, 1e-4]
+    assert [h["learning_rate"] for h in straight[1]] == [1e-3, 1e-3]
+    assert whole[0] | {"seconds": 0} == straight[1][0] | {"seconds": 0}
+    quiet_train(data, tmp_path / "added", TrainConfig(**SMALL), stop_after_epoch=1)
+    resumed = quiet_train(data, tmp_path / "added", stepped, resume=True)
+    expected, got = checkpoint_arrays(tmp_path / "whole"), checkpoint_arrays(tmp_path / "added")
+    plain = checkpoint_arrays(straight[0])
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+    moved = [k for k in expected if k.startswith("model/")
+             and not np.array_equal(expected[k], plain[k])]
+    assert moved, "the step changed no weight"
+    assert [h | {"seconds": 0} for h in resumed] == [h | {"seconds": 0} for h in whole]
+    saved = json.loads((tmp_path / "added" / "config.json").read_text())
+    assert saved["learning_rate_steps"] == [[2, 1e-4]]
+
+    late = TrainConfig(**{**SMALL, "epochs": 3}, learning_rate_steps=((2, 1e-5),))
+    with pytest.raises(InputError, match="change epoch 2, already trained"):
+        quiet_train(data, tmp_path / "added", late, resume=True)
+    for steps in (((1, 1e-4),), ((2, 0.0),), ((2, 1e-4), (2, 1e-5))):
+        with pytest.raises(InputError, match="step"):
+            TrainConfig(learning_rate_steps=steps).check()
+    from refseg.cli import _parser
+
+    args = _parser().parse_args(["train", "d", "--out", "r", "--learning-rate-step", "3:1e-4",
+                                 "--learning-rate-step", "5:1e-5"])
+    assert args.learning_rate_step == [(3, 1e-4), (5, 1e-5)]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["train", "d", "--out", "r", "--learning-rate-step", "3"])
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_a_run_can_start_from_another_runs_checkpoint_at_another_input_size(tmp_path, data,
+                                                                            straight):
+    """--init-from: a 64x128 run started from the 32x96 run's last checkpoint holds the source's
+    weights and statistics as its starting point (backbones.npz), and after one epoch at a
+    learning rate of 1e-12 its decoder has not moved from them; it resumes exactly; a source
+    with other branches, a missing source, or --weights beside it are refused."""
+    config = TrainConfig(**{**SMALL, "epochs": 2, "input_hw": (64, 128)},
+                         learning_rate=1e-12, init_from=str(straight[0]))
+    run = tmp_path / "bigger"
+    quiet_train(data, run, config, stop_after_epoch=1)
+    source = checkpoint_arrays(straight[0])
+    with np.load(straight[0] / "backbones.npz", allow_pickle=False) as npz:
+        source_backbones = {k: npz[k] for k in npz.files}
+    with np.load(run / "backbones.npz", allow_pickle=False) as npz:
+        start = {k: npz[k] for k in npz.files}
+    assert start.keys() == source_backbones.keys()
+    for key, value in start.items():
+        expected = source.get(f"model/{key}", source_backbones[key])
+        np.testing.assert_array_equal(value, expected, err_msg=key)
+    after = checkpoint_arrays(run)
+    decoder = [k for k in after if k.startswith("model/")]
+    assert decoder and all(k in source for k in decoder)
+    for key in decoder:
+        np.testing.assert_allclose(after[key], source[key], rtol=0, atol=1e-9, err_msg=key)
+    history = quiet_train(data, run, config, resume=True)
+    assert [h["epoch"] for h in history] == [1, 2]
+    whole = tmp_path / "whole"
+    quiet_train(data, whole, config)
+    for key, value in checkpoint_arrays(whole).items():
+        np.testing.assert_array_equal(checkpoint_arrays(run)[key], value, err_msg=key)
+
+    with pytest.raises(InputError, match="branches"):
+        quiet_train(data, tmp_path / "one", TrainConfig(**SMALL, branches=("mobilenetv2",),
+                                                        init_from=str(straight[0])))
+    with pytest.raises(InputError, match="checkpointed refseg run"):
+        quiet_train(data, tmp_path / "none", TrainConfig(**SMALL, init_from=str(tmp_path)))
+    with pytest.raises(InputError, match="exclude each other"):
+        TrainConfig(init_from="a", weights="b.npz").check()
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_a_gray_input_run_can_start_from_a_feature_input_run(tmp_path, data, straight):
+    """--init-from across input kinds (how the README's gray-input network started): the gray
+    run starts from the feature run's weights, and its data set is the gray images."""
+    assert json.loads((straight[0] / "config.json").read_text())["input_kind"] == "feature"
+    run = tmp_path / "gray"
+    config = TrainConfig(**{**SMALL, "epochs": 1}, input_kind="gray", learning_rate=1e-12,
+                         init_from=str(straight[0]))
+    log = io.StringIO()
+    train(data, run, config, log=log, jobs=1)
+    assert "first data set (gray images)" in log.getvalue()
+    source = checkpoint_arrays(straight[0])
+    after = checkpoint_arrays(run)
+    decoder = [k for k in after if k.startswith("model/")]
+    assert decoder
+    for key in decoder:
+        np.testing.assert_allclose(after[key], source[key], rtol=0, atol=1e-9, err_msg=key)
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["input_kind"] == "gray" and saved["init_from"] == str(straight[0])
+
+
+@pytest.mark.claim("claim5.training_module")
+def test_runs_refuse_to_overwrite_or_to_resume_with_other_settings(tmp_path, data, straight):
+    with pytest.raises(InputError, match="not empty"):
+        quiet_train(data, straight[0], TrainConfig(**SMALL))
+    with pytest.raises(InputError, match="own settings"):
+        quiet_train(data, straight[0], TrainConfig(**{**SMALL, "seed": 3}), resume=True)
+    with pytest.raises(InputError, match="nothing to resume"):
+        quiet_train(data, tmp_path / "none", TrainConfig(**SMALL), resume=True)
+    with pytest.raises(InputError, match="input"):
+        TrainConfig(input_kind="rgb").check()
+
+
+@pytest.mark.claim("claim1.step4.predict", "claim5.output_module")
+def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys):
+    run = straight[0]
+    images = sorted((data / "images").iterdir())[:2]
+    assert main(["predict", str(run), *map(str, images), "--out", str(tmp_path / "p")]) == 0
+    for image in images:
+        folder = tmp_path / "p" / image.stem
+        label = imageio.read_image(folder / "label.png").pixels
+        assert label.shape == (48, 160, 3)
+        colours = {tuple(c) for c in label.reshape(-1, 3).astype(int)}
+        assert colours <= {(255, 0, 0), (0, 255, 0), (0, 0, 255)}
+        assert json.loads((folder / "prediction.json").read_text())["seconds"] > 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), str(data), "--out", str(tmp_path / "e")]) == 0
+    table = capsys.readouterr().out
+    assert "| Res-Mobile Net, feature input" in table
+    scores = json.loads((tmp_path / "e" / "evaluation" / "scores.json").read_text())
+    assert 0 <= scores[0]["pixel_accuracy"] <= 1
+    assert main(["predict", str(tmp_path), str(images[0]), "--out", str(tmp_path / "q")]) == 2
+    assert "not a finished or checkpointed refseg run" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.claim("claim1.step2.dataset")
+@given(h=st.integers(3, 40), w=st.integers(3, 40), seed=st.integers(0, 2**16),
+       kind=st.sampled_from(["feature", "gray"]))
+def test_network_input_range_shape_and_labels(h, w, seed, kind):
+    rng = np.random.default_rng(seed)
+    rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    x = network_input(rgb, (32, 64), kind)
+    assert x.shape == (32, 64, 3) and x.dtype == np.float32
+    assert x.min() >= -1 and x.max() <= 1
+    np.testing.assert_array_equal(x[:, :, 0], x[:, :, 2])
+    classes = rng.integers(0, 3, (h, w), dtype=np.uint8)
+    resized = resize_labels(classes, (32, 64))
+    assert set(np.unique(resized)) <= set(np.unique(classes))
+
+
+@pytest.mark.claim("claim1.step2.dataset")
+def test_network_input_known_values():
+    flat = np.full((20, 30, 3), 90, np.uint8)  # no edges anywhere: an empty feature map
+    np.testing.assert_array_equal(network_input(flat, (32, 32), "feature"), -1)
+    np.testing.assert_allclose(network_input(flat, (32, 32), "gray"), 90 / 127.5 - 1,
+                               rtol=1e-6)
+    same = np.arange(32 * 64, dtype=np.uint8).reshape(32, 64) % 3
+    np.testing.assert_array_equal(resize_labels(same, (32, 64)), same)
