@@ -95,7 +95,7 @@ import skimage.filters  # noqa: E402
 from scipy import ndimage  # noqa: E402
 
 import refseg  # noqa: E402
-from refseg.claim1 import features
+from refseg.claim1 import features  # noqa: E402
 from refseg.data import synthetic  # noqa: E402
 
 # The claim's constants, restated here so that the anchors do not borrow refseg's code; --check

@@ -19,11 +19,12 @@ from refseg.errors import InputError
 
 INFRASTRUCTURE = "thread control of the native libraries, for reproducible results"
 
-#: (getter, setter) symbol names by library kind, first match wins: OpenBLAS as NumPy and
-#: SciPy wheels build it (64-bit integers, ``scipy_`` prefix) and as distributions build it;
-#: OpenMP's standard functions.
+#: (getter, setter) symbol names by library kind, first match wins: OpenBLAS as NumPy's wheels
+#: build it (64-bit integers: ``64_`` suffix; ``scipy_`` prefix), as SciPy's build it (32-bit,
+#: prefixed) and as distributions build it; OpenMP's standard functions.
 _SYMBOLS = {
     "openblas": (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                 ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
                  ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
                  ("openblas_get_num_threads", "openblas_set_num_threads")),
     "openmp": (("omp_get_max_threads", "omp_set_num_threads"),),
@@ -81,7 +82,7 @@ def native_pools() -> list[NativePool]:
             if hasattr(library, getter) and hasattr(library, setter):
                 get, set_ = getattr(library, getter), getattr(library, setter)
                 get.restype, set_.restype = ctypes.c_int, None
-                set_.argtypes = [ctypes.c_int64 if getter.endswith("64_") else ctypes.c_int]
+                set_.argtypes = [ctypes.c_int]  # the thread count is a C int in every build
                 pools.append(NativePool(kind, path, get, set_))
                 break
     return pools

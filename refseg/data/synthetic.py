@@ -247,19 +247,45 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
         raise InputError(f"shape: at least {MIN_SIDE}x{MIN_SIDE} is needed, got {rows}x{cols}")
     if int(seed) < 0:
         raise InputError(f"seed: expected an integer >= 0, got {seed}")
+    # one generator drawn from in a fixed order, stage by stage: the same seed, the same image
     rng = np.random.default_rng(int(seed))
-    r = np.arange(rows, dtype=np.float64)[:, None]
-    c = np.arange(cols, dtype=np.float64)[None, :]
     top, bottom, params = _geometry(rng, rows, cols)
-    width = np.maximum(bottom - top, 1.0)[None, :]
-    depth = (r - top[None, :]) / width                          # 0 at top, 1 at bottom
-    inside = (depth >= 0) & (depth <= 1)
-    # outside: vertical distance to the band, for the heat tint
-    gap = np.where(depth < 0, top[None, :] - r, np.where(depth > 1, r - bottom[None, :], 0.0))
+    seam = _Seam(rows, cols, top, bottom)
+    seam.strength = _faint_side(rng, cols, params)
+    image, heat = _background(rng, seam)
+    image, contrast = _bead(rng, seam, image)
+    image, arc = _camera(rng, seam, image, params)
+    rgb = _colour(rng, image, heat, arc)
+    classes = np.where(seam.inside, INSIDE, OUTSIDE).astype(np.uint8)
+    limit = CONTOUR_HALF_WIDTH + 0.5
+    for edge in (top, bottom):
+        classes[_near_curve(edge, rows, limit)] = CONTOUR
+    params.update({"rows": rows, "cols": cols, "contrast": float(contrast),
+                   "faint_side": params.get("faint_side"), "arc_end": params.get("arc_end")})
+    return WeldSample(rgb=rgb, classes=classes, seed=int(seed), params=params)
 
-    # a faint side: along part of the seam one boundary loses (almost) all its contrast, the
-    # groove and the heat tint with it, so that no edge operator finds it there
-    strength = np.ones((2, cols))  # per side (top, bottom), per column: edge contrast factor
+
+class _Seam:
+    """Pixel coordinates and where each pixel lies relative to the seam band."""
+
+    def __init__(self, rows: int, cols: int, top: np.ndarray, bottom: np.ndarray):
+        self.rows, self.cols, self.top, self.bottom = rows, cols, top, bottom
+        self.r = np.arange(rows, dtype=np.float64)[:, None]
+        self.c = np.arange(cols, dtype=np.float64)[None, :]
+        self.width = np.maximum(bottom - top, 1.0)[None, :]
+        self.depth = (self.r - top[None, :]) / self.width  # 0 at top, 1 at bottom
+        self.inside = (self.depth >= 0) & (self.depth <= 1)
+        # outside: vertical distance to the band, for the heat tint
+        self.gap = np.where(self.depth < 0, top[None, :] - self.r,
+                            np.where(self.depth > 1, self.r - bottom[None, :], 0.0))
+        # per side (top, bottom), per column: the edge's contrast factor
+        self.strength = np.ones((2, cols))
+
+
+def _faint_side(rng, cols: int, params: dict) -> np.ndarray:
+    """A faint side: along part of the seam one boundary loses (almost) all its contrast, the
+    groove and the heat tint with it, so that no edge operator finds it there."""
+    strength = np.ones((2, cols))
     if rng.random() < FAINT_SIDE_PROBABILITY:
         faint = int(rng.integers(0, 2))
         start, length = rng.uniform(-0.3, 0.7) * cols, rng.uniform(0.3, 1.0) * cols
@@ -268,8 +294,13 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
         strength[faint] = 1 - (1 - rng.uniform(0.0, 0.12)) * ramp
         params["faint_side"] = ("top", "bottom")[faint]
         params["faint_columns"] = [int(max(start, 0)), int(min(start + length, cols))]
+    return strength
 
-    # --- background: brushed metal --------------------------------------------------------
+
+def _background(rng, seam: _Seam) -> tuple[np.ndarray, np.ndarray]:
+    """Brushed metal with stains and scratches, darkened by the heat tint along the seam;
+    returns the gray image and the tint."""
+    rows, cols = seam.rows, seam.cols
     level = rng.uniform(65, 115)
     tilt = np.tan(np.radians(rng.uniform(-2, 2)))
     extra = int(np.ceil(abs(tilt) * cols)) + 2
@@ -278,7 +309,7 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
                                          (0.7, rng.uniform(12, 30)), truncate=2.0)
     # shear the streaks: each column of the taller noise field moves by its own fractional
     # row offset (linear interpolation), so the streaks run at the tilt
-    shift = extra / 2 + tilt * (c[0] - cols / 2)
+    shift = extra / 2 + tilt * (seam.c[0] - cols / 2)
     base, frac = np.floor(shift).astype(np.int64), shift - np.floor(shift)
     src = np.arange(rows)[:, None] + base[None, :]
     cc = np.arange(cols)[None, :]
@@ -295,10 +326,17 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
         _add_segment(image, y0, x0, y0 + length * np.sin(angle), x0 + length * np.cos(angle),
                      rng.uniform(0.5, 0.9), rng.choice([-1, 1]) * rng.uniform(4, 10))
     haz_reach = rng.uniform(4, 16)
-    heat = np.exp(-gap / haz_reach) * np.where(depth < 0, strength[0], strength[1]) * ~inside
+    strength = seam.strength
+    heat = np.exp(-seam.gap / haz_reach) * np.where(seam.depth < 0, strength[0], strength[1]) \
+        * ~seam.inside
     image -= rng.uniform(0, 18) * heat
+    return image, heat
 
-    # --- bead --------------------------------------------------------------------------------
+
+def _bead(rng, seam: _Seam, image: np.ndarray) -> tuple[np.ndarray, float]:
+    """The weld bead inside the band (profile, highlight ridge, chevron ripples, texture) and a
+    dark groove along each boundary; returns the image and the bead's contrast."""
+    rows, cols, depth, strength, r = seam.rows, seam.cols, seam.depth, seam.strength, seam.r
     fade = np.linspace(1.0, rng.uniform(0.3, 0.55), cols)[None, :]
     if rng.random() < 0.5:
         fade = fade[:, ::-1]
@@ -314,18 +352,23 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
     highlight = rng.uniform(0, 0.5) * np.exp(-((depth - ridge_at) ** 2) / (2 * ridge_w ** 2))
     pitch = rng.uniform(6, 13) * (1 + _wave(rng, cols, 0.2, (cols / 2,)))[None, :]
     phase = np.cumsum(1 / pitch, axis=1)  # ripple count along the seam; pitch drifts
-    chevron = rng.choice([-1, 1]) * rng.uniform(0.3, 1.2) * width / 2 / pitch
+    chevron = rng.choice([-1, 1]) * rng.uniform(0.3, 1.2) * seam.width / 2 / pitch
     ripples = np.sin(2 * np.pi * (phase + chevron * (2 * depth - 1) ** 2))
     texture = ndimage.gaussian_filter(rng.normal(0, 1, (rows, cols)), 0.8)
     bead = contrast * fade * side * (profile + highlight + rng.uniform(0.055, 0.125) * ripples) \
         + rng.uniform(2.6, 6.5) * texture / max(texture.std(), 1e-9) * side
-    image = np.where(inside, image + bead, image)
+    image = np.where(seam.inside, image + bead, image)
     groove_depth = rng.uniform(10, 22)
-    for k, edge in enumerate((top, bottom)):
+    for k, edge in enumerate((seam.top, seam.bottom)):
         groove = np.exp(-((r - edge[None, :]) ** 2) / (2 * rng.uniform(1.2, 1.8) ** 2))
         image -= fade * strength[k][None, :] * groove_depth * groove
+    return image, contrast
 
-    # --- camera: lighting, arc, spatter, glare, optics, noise -----------------------------
+
+def _camera(rng, seam: _Seam, image: np.ndarray, params: dict):
+    """What the camera adds: lighting and vignette, the arc's glow, spatter, spark trails,
+    glare, defocus and noise; returns the image and the arc's glow (or None)."""
+    rows, cols, r, c = seam.rows, seam.cols, seam.r, seam.c
     direction = rng.uniform(0, 2 * np.pi)
     ramp = ((c / cols - 0.5) * np.cos(direction) + (r / rows - 0.5) * np.sin(direction))
     light = 1.0 + rng.uniform(0.15, 0.45) * ramp \
@@ -336,7 +379,7 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
         end = int(rng.integers(0, 2))
         ax = (rng.uniform(-0.12, 0.02) if end == 0 else rng.uniform(0.98, 1.12)) * cols
         col = int(np.clip(ax, 0, cols - 1))
-        ay = (top[col] + bottom[col]) / 2
+        ay = (seam.top[col] + seam.bottom[col]) / 2
         arc = rng.uniform(40, 110) * np.exp(-((r - ay) ** 2 + (c - ax) ** 2)
                                             / (2 * rng.uniform(25, 60) ** 2))
         image = image + arc
@@ -364,26 +407,22 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
     # Prewitt on every seed, Sobel and Prewitt at 0.088-0.132 (patent [0213]: 0.13); less noise
     # or stronger ripples leave LoG's map so sparse that its weight crowds Sobel's below 0.08,
     # and stronger ripples also make refseg's and scikit-image's Canny disagree more
-    # (tests/test_crosscheck.py) on the many marginal, curved ripple edges.
+    # (tests/claim1/test_crosscheck.py) on the many marginal, curved ripple edges.
     image = image + rng.normal(0, rng.uniform(2.85, 6.8), image.shape) \
         + rng.normal(0, rng.uniform(0, 1.2), (rows, 1))
+    return image, arc
 
-    # colour: a cast per image, a warm/blue temper tint beside the seam, a bluish arc
+
+def _colour(rng, image: np.ndarray, heat: np.ndarray, arc) -> np.ndarray:
+    """RGB uint8: a colour cast per image, a warm/blue temper tint beside the seam, a bluish
+    arc."""
     cast = np.array([1.0, rng.uniform(0.92, 1.0), rng.uniform(0.8, 0.97)])
     tint = rng.uniform(0, 0.12)
     temper = np.array([1 + tint, 1.0, 1 - 1.5 * tint])
     rgb = image[..., None] * cast * (1 + heat[..., None] * (temper - 1))
     if arc is not None:
         rgb = rgb + arc[..., None] * (np.array([0.9, 0.95, 1.1]) - cast) * 0.5
-    rgb = np.clip(rgb, 0, 255).round().astype(np.uint8)
-
-    classes = np.where(inside, INSIDE, OUTSIDE).astype(np.uint8)
-    limit = CONTOUR_HALF_WIDTH + 0.5
-    for edge in (top, bottom):
-        classes[_near_curve(edge, rows, limit)] = CONTOUR
-    params.update({"rows": rows, "cols": cols, "contrast": float(contrast),
-                   "faint_side": params.get("faint_side"), "arc_end": params.get("arc_end")})
-    return WeldSample(rgb=rgb, classes=classes, seed=int(seed), params=params)
+    return np.clip(rgb, 0, 255).round().astype(np.uint8)
 
 
 def _integer(text, name: str, minimum: int) -> int:

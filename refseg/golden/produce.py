@@ -64,7 +64,6 @@ def _photos():
 
 
 def _welds():
-
     samples = {f"weld{s}": synthetic.weld_image(s, WELD_SHAPE) for s in WELD_SEEDS}
     provenance = {name: {"source": "refseg.data.synthetic.weld_image", "seed": s.seed,
                          "shape": list(WELD_SHAPE), "license": "synthetic, drawn by refseg"}
@@ -73,7 +72,6 @@ def _welds():
 
 
 def _claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray):
-
     r = features.extract(rgb)
     fn = "refseg.claim1.features.extract"
     params = {"sigma": r.params["sigma"], "border": r.params["border"],
@@ -113,7 +111,6 @@ def _claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray):
 
 
 def _ops(bundle: BundleBuilder):
-
     rng = np.random.default_rng(OPS_SEED)
     f64 = tolerance("float64")
 
@@ -191,7 +188,6 @@ def _ops(bundle: BundleBuilder):
 
 
 def _network(bundle: BundleBuilder, welds) -> dict:
-
     f32, grad, exact = tolerance("float32"), tolerance("float32_grad"), tolerance("exact")
     samples = list(welds.values())
     x = np.stack([inputs.network_input(s.rgb, NET_HW) for s in samples])

@@ -135,7 +135,6 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=sys.stderr) -> Pa
 
 
 def _index(settings, rows, histories, timings, coverage, summary, seconds, first) -> str:
-
     main = rows[0].scores
     best = max(rows, key=lambda r: r.scores.pixel_accuracy)
     h, w = settings.input_hw

@@ -117,7 +117,6 @@ class TrainConfig:
 
 # ----------------------------------------------------------------------------------- data
 def _load_split(data_dir, config):
-
     data = dataset.load_dataset(data_dir)
     train_set, validation_set = dataset.split(data, config.validation_fraction, config.seed)
     if not len(train_set) or not len(validation_set):
@@ -128,7 +127,6 @@ def _load_split(data_dir, config):
 
 
 def _pairs(samples):
-
     for sample in samples:
         yield dataset.load_pair(sample)
 
@@ -234,7 +232,6 @@ def _run(model, source, index):
 
 
 def _evaluate(model, source, labels) -> dict:
-
     total, cm = 0.0, np.zeros((3, 3), np.int64)
     model.set_training(False)
     with ag.no_grad():
@@ -306,18 +303,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     config.check()
     run = Path(run_dir)
     started = time.perf_counter()
-    if resume:
-        if not (run / "config.json").is_file():
-            raise InputError(f"{run}: nothing to resume (no config.json)")
-        saved = TrainConfig.from_json(json.loads((run / "config.json").read_text()))
-        extendable = {"epochs": 0, "learning_rate_steps": []}
-        if {**saved.to_json(), **extendable} != {**config.to_json(), **extendable}:
-            raise InputError(f"{run}: --resume needs the run's own settings "
-                             f"({json.dumps(saved.to_json())})")
-    else:
-        if run.exists() and any(run.iterdir()):
-            raise InputError(f"{run}: run folder exists and is not empty (use --resume)")
-        run.mkdir(parents=True, exist_ok=True)
+    saved = _open_run(run, config, resume)
     train_set, validation_set = _load_split(data_dir, config)
     print(f"data: {len(train_set)} training, {len(validation_set)} validation images; "
           f"input {config.input_kind} at {config.input_hw[0]}x{config.input_hw[1]}",
@@ -329,27 +315,12 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     calibrated = resume and (run / "backbones.npz").is_file()
     x_train = x_val = y_train = y_val = None
     if not (cached and calibrated):
-        t = time.perf_counter()
-        x_train, y_train = prepare(_pairs(train_set), config.input_hw, config.input_kind, jobs)
-        x_val, y_val = prepare(_pairs(validation_set), config.input_hw, config.input_kind, jobs)
-        print(f"first data set ({config.input_kind} images): {len(x_train) + len(x_val)} "
-              f"images in {_duration(time.perf_counter() - t)}", file=log)
+        x_train, y_train, x_val, y_val = _first_data_set(train_set, validation_set, config,
+                                                         jobs, log)
     if calibrated:
         model.load_weights(run / "backbones.npz", strict=False)
     else:
-        if config.weights:
-            report = model.load_weights(config.weights, strict=False)
-            for notice in report.notices():
-                print(notice, file=log)
-        if config.init_from:
-            epoch = _initialise_from(model, config)
-            print(f"initialised from {config.init_from} (epoch {epoch}: backbones and decoder)",
-                  file=log)
-        elif config.calibrate:
-            calibration = x_train[:config.calibration_images]
-            count = model.calibrate_batch_norm(calibration)
-            print(f"calibrated {count} backbone batch-norm layers on {len(calibration)} "
-                  "training images (R-frozen)", file=log)
+        _set_starting_weights(model, config, x_train, log)
         write_json(run / "config.json", config.to_json())
         model.save_weights(run / "backbones.npz")
     if config.train_backbone:
@@ -362,7 +333,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
         t = time.perf_counter()
         train_cache = _cache_taps(model, x_train, y_train, cache_dir, "train")
         val_cache = _cache_taps(model, x_val, y_val, cache_dir, "validation")
-        del x_train, x_val
+        del x_train, x_val  # the cached taps replace the images
         train_source, labels = train_cache["taps"], train_cache["labels"]
         val_source, val_labels = val_cache["taps"], val_cache["labels"]
         print(f"taps cached in {_duration(time.perf_counter() - t)}", file=log)
@@ -370,42 +341,13 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     optimizer = Adam(model.trainable_parameters(), learning_rate=config.learning_rate)
     history, first_epoch = [], 1
     if resume and (run / "checkpoint.npz").is_file():
-        weights, state, epoch, history = _read_checkpoint(run / "checkpoint.npz")
-        changed = [e for e in range(1, epoch + 1)
-                   if saved.learning_rate_at(e) != config.learning_rate_at(e)]
-        if changed:
-            raise InputError(f"{run}: the learning-rate steps change epoch {changed[0]}, "
-                             f"already trained (the checkpoint is after epoch {epoch})")
-        model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
-        optimizer.load_state_dict(state)
-        first_epoch = epoch + 1
-        print(f"resumed after epoch {epoch}", file=log)
+        history, first_epoch = _resume_checkpoint(run, model, optimizer, saved, config, log)
     if resume:
         write_json(run / "config.json", config.to_json())  # the epochs and steps now planned
-    count = len(labels)
-    batches = -(-count // config.batch_size)
     for epoch in range(first_epoch, config.epochs + 1):
-        order = np.random.default_rng([config.seed, epoch]).permutation(count)
-        optimizer.learning_rate = config.learning_rate_at(epoch)
-        t0, loss_sum, correct, pixels = time.perf_counter(), 0.0, 0, 0
-        model.set_training(True)
-        for b in range(batches):
-            index = np.sort(order[b * config.batch_size:(b + 1) * config.batch_size])
-            y = labels[index]
-            p = _run(model, train_source, index)
-            loss = ag.categorical_crossentropy(p, y)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            loss_sum += float(loss.data) * y.size
-            correct += int((p.data.argmax(axis=-1) == y).sum())
-            pixels += y.size
-            elapsed = time.perf_counter() - t0
-            rate = (b + 1) * len(index) / elapsed
-            eta = elapsed / (b + 1) * (batches - b - 1)
-            print(f"\repoch {epoch}/{config.epochs} batch {b + 1}/{batches} loss "
-                  f"{loss_sum / pixels:.4f} {rate:.1f} img/s ETA {_duration(eta)}  ",
-                  end="", file=log, flush=True)
+        t0 = time.perf_counter()
+        loss_sum, correct, pixels = _train_epoch(model, optimizer, train_source, labels,
+                                                 config, epoch, log)
         if config.train_backbone:
             # trainable batch norm normalises with batch statistics; its moving averages
             # (momentum 0.99) trail weights that change every step, and predicting with them
@@ -424,14 +366,113 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
               f"{entry['train_pixel_accuracy']:.4f}; validation loss {entry['val_loss']:.4f}, "
               f"accuracy {entry['val_pixel_accuracy']:.4f}, mIoU {entry['val_miou']:.4f} "
               f"({_duration(entry['seconds'])})", file=log)
-        write_npz(run / "checkpoint.npz", **_checkpoint_arrays(model, optimizer, epoch,
-                                                                history))
-        _write_metrics(run / "metrics.jsonl", history)
-        write_curves(history, run / "curves.png")
+        _write_epoch(run, model, optimizer, epoch, history)
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             break
     print(f"done in {_duration(time.perf_counter() - started)}: {run}", file=log)
     return history
+
+
+def _open_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | None:
+    """Check the run folder against the resume policy: a resumed run keeps its settings
+    (only more epochs and later learning-rate steps may be added), a new run starts in an
+    empty folder. Returns the saved settings of a resumed run."""
+    if not resume:
+        if run.exists() and any(run.iterdir()):
+            raise InputError(f"{run}: run folder exists and is not empty (use --resume)")
+        run.mkdir(parents=True, exist_ok=True)
+        return None
+    if not (run / "config.json").is_file():
+        raise InputError(f"{run}: nothing to resume (no config.json)")
+    saved = TrainConfig.from_json(json.loads((run / "config.json").read_text()))
+    extendable = {"epochs": 0, "learning_rate_steps": []}
+    if {**saved.to_json(), **extendable} != {**config.to_json(), **extendable}:
+        raise InputError(f"{run}: --resume needs the run's own settings "
+                         f"({json.dumps(saved.to_json())})")
+    return saved
+
+
+def _first_data_set(train_set, validation_set, config: TrainConfig, jobs, log):
+    """The network inputs and resized labels of both splits ([0075], [0203])."""
+    t = time.perf_counter()
+    x_train, y_train = prepare(_pairs(train_set), config.input_hw, config.input_kind, jobs)
+    x_val, y_val = prepare(_pairs(validation_set), config.input_hw, config.input_kind, jobs)
+    print(f"first data set ({config.input_kind} images): {len(x_train) + len(x_val)} "
+          f"images in {_duration(time.perf_counter() - t)}", file=log)
+    return x_train, y_train, x_val, y_val
+
+
+def _set_starting_weights(model, config: TrainConfig, x_train, log) -> None:
+    """The backbones a new run starts from: a weight file, another run's last checkpoint
+    (backbones and decoder), or random backbones with batch norm calibrated (R-frozen)."""
+    if config.weights:
+        report = model.load_weights(config.weights, strict=False)
+        for notice in report.notices():
+            print(notice, file=log)
+    if config.init_from:
+        epoch = _initialise_from(model, config)
+        print(f"initialised from {config.init_from} (epoch {epoch}: backbones and decoder)",
+              file=log)
+    elif config.calibrate:
+        calibration = x_train[:config.calibration_images]
+        count = model.calibrate_batch_norm(calibration)
+        print(f"calibrated {count} backbone batch-norm layers on {len(calibration)} "
+              "training images (R-frozen)", file=log)
+
+
+def _resume_checkpoint(run: Path, model, optimizer, saved: TrainConfig, config: TrainConfig,
+                       log) -> tuple[list, int]:
+    """Load the last checkpoint into ``model`` and ``optimizer``; returns the history so far
+    and the first epoch still to train. Refuses learning-rate steps that would change an
+    epoch already trained."""
+    weights, state, epoch, history = _read_checkpoint(run / "checkpoint.npz")
+    changed = [e for e in range(1, epoch + 1)
+               if saved.learning_rate_at(e) != config.learning_rate_at(e)]
+    if changed:
+        raise InputError(f"{run}: the learning-rate steps change epoch {changed[0]}, "
+                         f"already trained (the checkpoint is after epoch {epoch})")
+    model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
+    optimizer.load_state_dict(state)
+    print(f"resumed after epoch {epoch}", file=log)
+    return history, epoch + 1
+
+
+def _train_epoch(model, optimizer, source, labels, config: TrainConfig, epoch: int,
+                 log) -> tuple[float, int, int]:
+    """One epoch of steps, in the order drawn from (seed, epoch): forward, per-pixel
+    cross-entropy, backward, Adam ([0242]-[0255]). Returns the summed loss, the correct pixels
+    and the pixels seen."""
+    count = len(labels)
+    batches = -(-count // config.batch_size)
+    order = np.random.default_rng([config.seed, epoch]).permutation(count)
+    optimizer.learning_rate = config.learning_rate_at(epoch)
+    t0, loss_sum, correct, pixels = time.perf_counter(), 0.0, 0, 0
+    model.set_training(True)
+    for b in range(batches):
+        index = np.sort(order[b * config.batch_size:(b + 1) * config.batch_size])
+        y = labels[index]
+        p = _run(model, source, index)
+        loss = ag.categorical_crossentropy(p, y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        loss_sum += float(loss.data) * y.size
+        correct += int((p.data.argmax(axis=-1) == y).sum())
+        pixels += y.size
+        elapsed = time.perf_counter() - t0
+        rate = (b + 1) * len(index) / elapsed
+        eta = elapsed / (b + 1) * (batches - b - 1)
+        print(f"\repoch {epoch}/{config.epochs} batch {b + 1}/{batches} loss "
+              f"{loss_sum / pixels:.4f} {rate:.1f} img/s ETA {_duration(eta)}  ",
+              end="", file=log, flush=True)
+    return loss_sum, correct, pixels
+
+
+def _write_epoch(run: Path, model, optimizer, epoch: int, history: list) -> None:
+    """The epoch's checkpoint, metrics and curves, each written atomically."""
+    write_npz(run / "checkpoint.npz", **_checkpoint_arrays(model, optimizer, epoch, history))
+    _write_metrics(run / "metrics.jsonl", history)
+    write_curves(history, run / "curves.png")
 
 
 def _write_metrics(path: Path, history):
