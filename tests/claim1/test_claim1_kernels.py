@@ -1,0 +1,103 @@
+"""Each claim-1 kernel (``refseg/claim1/_kernels.pxi``) against its NumPy twin: equal bit for
+bit on drawn inputs.
+
+Equality is exact (``np.array_equal``), not approximate: both sides add the same terms in the
+same order, and the build disables floating-point contraction (setup.py), so any difference is
+a bug in one of them.
+"""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from refseg.claim1.operators import (LAPLACE_4, PREWITT_X, PREWITT_Y, SOBEL_X, SOBEL_Y, TAN_22_5,
+                                     TAN_67_5)
+from refseg.claim1.preprocess import gaussian_kernel
+from strategies import gray_images
+from twins import assert_same, both, fast, twin
+
+
+@pytest.mark.claim("claim1.step2.gray")
+@given(hnp.arrays(np.uint8, hnp.array_shapes(min_dims=3, max_dims=3, min_side=1, max_side=20)
+                  .map(lambda s: (s[0], s[1], 3))))
+def test_rgb_to_gray(rgb):
+    assert_same(both("rgb_to_gray", rgb, 299.0, 587.0, 114.0, 1000.0,
+                     outputs=[(rgb.shape[:2], np.float64)]))
+
+
+@pytest.mark.claim("claim1.step2.gauss", "claim1.step2.edges.log")
+@given(gray_images(min_side=1), st.sampled_from(["gauss", "laplace", "random"]),
+       st.floats(0.1, 5))
+def test_correlate3x3(img, which, sigma):
+    kernel = {"gauss": gaussian_kernel(sigma), "laplace": LAPLACE_4,
+              "random": np.arange(9.0).reshape(3, 3) - 4.2}[which]
+    assert_same(both("correlate3x3", img, kernel, outputs=[(img.shape, np.float64)]))
+
+
+@pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt")
+@given(gray_images(min_side=1), st.booleans())
+def test_gradient3x3(img, use_sobel):
+    kx, ky = (SOBEL_X, SOBEL_Y) if use_sobel else (PREWITT_X, PREWITT_Y)
+    assert_same(both("gradient3x3", img, kx, ky, outputs=[(img.shape, np.float64)] * 3))
+
+
+@pytest.mark.claim("claim1.step2.edges.sobel")
+@given(gray_images(min_side=1), st.floats(0, 300))
+def test_threshold_above(img, t):
+    assert_same(both("threshold_above", img, t, outputs=[(img.shape, np.uint8)]))
+
+
+@pytest.mark.claim("claim1.step2.edges.canny")
+@given(gray_images(), st.floats(0, 200), st.floats(0, 400))
+def test_non_maximum_suppression(img, low, extra):
+    gx, gy, mag = (np.zeros(img.shape) for _ in range(3))
+    fast.gradient3x3(img, SOBEL_X, SOBEL_Y, gx, gy, mag)
+    assert_same(both("non_maximum_suppression", gx, gy, mag, low, low + extra, TAN_22_5,
+                     TAN_67_5, outputs=[(img.shape, np.uint8)]))
+
+
+@pytest.mark.claim("claim1.step2.edges.canny")
+@given(hnp.arrays(np.uint8, hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=30),
+                  elements=st.sampled_from([0, 0, 0, 1, 1, 2])))
+def test_hysteresis(candidates):
+    assert_same(both("hysteresis", candidates, outputs=[(candidates.shape, np.uint8)]))
+
+
+@pytest.mark.claim("claim1.step2.edges.log")
+@given(hnp.arrays(np.float64, hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=20),
+                  elements=st.sampled_from([-3.0, -1.0, 0.0, 0.0, 1.0, 2.5])
+                  | st.floats(-100, 100)), st.floats(0, 5))
+def test_zero_crossings(response, t):
+    assert_same(both("zero_crossings", response, t, outputs=[(response.shape, np.uint8)]))
+
+
+@pytest.mark.claim("claim1.step2.final_weight")
+@given(hnp.arrays(np.uint8, st.tuples(st.just(4), st.integers(1, 12), st.integers(1, 12)),
+                  elements=st.integers(0, 1)),
+       hnp.arrays(np.float64, 4, elements=st.floats(0, 1)))
+def test_weighted_vote(edges, weights):
+    assert_same(both("weighted_vote", edges, weights, 1.5,
+                     outputs=[(edges.shape[1:], np.float64)]))
+
+
+@pytest.mark.claim("claim1.step2.mean_image", "claim1.step2.std", "claim1.step2.cv")
+@given(hnp.arrays(np.uint8, st.tuples(st.just(4), st.integers(1, 12), st.integers(1, 12)),
+                  elements=st.integers(0, 3)))
+def test_edge_statistics(edges):
+    assert_same(both("edge_statistics", edges,
+                     outputs=[(edges.shape[1:], np.float64), (4, np.float64), (4, np.float64)]))
+
+
+@pytest.mark.claim("claim1.step2.edges.sobel")
+@given(gray_images(min_side=1), st.integers(2, 300))
+def test_histogram(img, bins):
+    low, high = float(img.min()), float(img.max())
+    if low == high:
+        high = low + 1.0
+    outs = []
+    for module in (fast, twin):
+        counts = np.zeros(bins, dtype=np.int_)
+        module.histogram(img, low, high, counts)
+        outs.append(counts)
+    assert np.array_equal(*outs) and outs[0].sum() == img.size
