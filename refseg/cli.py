@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     ms.add_argument("--part", choices=("resnet50v2", "mobilenetv2", "decoder"), default=None,
                     help="only the layers of one part (totals still cover all)")
 
-    # count, seed and size are parsed by write_synthetic_dataset, not argparse, so that a bad value ends
+    # count, seed and size are parsed by write_synthetic_dataset, not argparse, so that a bad
+    # value ends
     # with refseg's one-line error like every other bad input
     sy = sub.add_parser("synth", help="write a synthetic weld data set (images and labels)")
     sy.add_argument("--count", default=None, help="number of image/label pairs (>= 1)")

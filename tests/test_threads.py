@@ -3,7 +3,8 @@ an independent reading of the same libraries' thread counts)."""
 import os
 
 import pytest
-import scipy.linalg  # noqa: F401  (loads SciPy's own OpenBLAS, so that both BLAS copies are checked)
+# loads SciPy's own OpenBLAS, so that both BLAS copies are checked
+import scipy.linalg  # noqa: F401
 
 from anchors import require
 from refseg.errors import InputError

@@ -1,1 +1,2 @@
-"""Claim 1: grayscale, Gaussian, the four edge operators, the CV weights and vote, the feature image."""
+"""Claim 1, step 2: grayscale, Gaussian, the four edge operators, the coefficient-of-variation
+weights and the vote, the feature-region image, and the files that show them."""

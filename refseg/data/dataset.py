@@ -7,9 +7,9 @@ On disk a data set is a folder with two subfolders::
 
 A label is an RGB image in the three colours of [0263]: the target contour red (255, 0, 0), the
 inside of the closed region green (0, 255, 0), the outside blue (0, 0, 255); in memory it is a
-(H, W) uint8 array of class ids 0 contour, 1 inside, 2 outside (:mod:`refseg.data.synthetic` uses the
-same ids). A pixel of any other colour is an error, never mapped to the nearest class: a label
-edited with an antialiasing brush or saved as JPEG-in-PNG would otherwise train the network on
+(H, W) uint8 array of class ids 0 contour, 1 inside, 2 outside (:mod:`refseg.data.labels`, which
+the synthetic welds use too). A pixel of any other colour is an error, never mapped to the
+nearest class: a label edited with an antialiasing brush or saved as JPEG-in-PNG would otherwise train the network on
 guesses.
 
 :func:`load_dataset` checks the whole folder before anything is trained on it and reports every

@@ -234,7 +234,8 @@ def _network(bundle: BundleBuilder, welds) -> dict:
                role="input",
                params={"images": info["images"], "kind": "feature", "input_hw": list(NET_HW)})
     bundle.add("net/labels", labels, exact, claim="claim1.step2.dataset",
-               function="refseg.data.inputs.resize_labels", role="input", note="0 contour, 1 inside, 2 outside")
+               function="refseg.data.inputs.resize_labels", role="input",
+               note="0 contour, 1 inside, 2 outside")
     taps = model.taps(x)
     for name, value in taps.items():
         bundle.add(f"net/tap/{name}", value.astype(f32_), f32, claim="claim2.taps",
@@ -283,9 +284,11 @@ def _network(bundle: BundleBuilder, welds) -> dict:
                                         ("m", optimizer.m[p.name], grad),
                                         ("v", optimizer.v[p.name], grad)):
                     bundle.add(f"net/adam{step}/{key}/{p.name}", value.astype(f32_), tol,
-                               claim="claim4.update", function="refseg.autograd.optim.Adam.step", params=hyper)
+                               claim="claim4.update", function="refseg.autograd.optim.Adam.step",
+                               params=hyper)
     bundle.add("net/adam/losses", np.array(losses, dtype=np.float32), f32,
-               claim="claim4.update", function="refseg.autograd.optim.Adam.step", note="loss before each Adam step, steps 1..3",
+               claim="claim4.update", function="refseg.autograd.optim.Adam.step",
+               note="loss before each Adam step, steps 1..3",
                also=("claim1.step3.train", "claim5.training_module"))
     return info
 
@@ -356,7 +359,8 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
     images = {**photos, **{name: s.rgb for name, s in welds.items()}}
     for name, rgb in images.items():
         bundle.add(f"input/{name}", rgb, tolerance("exact"), claim="claim1.step1.acquire",
-                   function="skimage.data" if name in photos else "refseg.data.synthetic.weld_image",
+                   function=("skimage.data" if name in photos
+                             else "refseg.data.synthetic.weld_image"),
                    role="input", params=provenance[name],
                    also=("claim5.acquisition_module",))
         _claim1(bundle, name, rgb)

@@ -1,9 +1,9 @@
 """A directed acyclic graph of named layers, run from one image input (Keras' functional model,
 reduced to what the fusion network needs).
 
-Each node is a layer of :mod:`refseg.autograd.layers` with the names of the nodes it reads, the part of the
-network it belongs to ("resnet50v2", "mobilenetv2", "decoder") and the patent paragraphs it comes
-from. Running the graph for a set of outputs evaluates only the nodes those outputs depend on, in
+Each node is a layer of :mod:`refseg.autograd.layers` with the names of the nodes it reads, the
+part of the network it belongs to ("resnet50v2", "mobilenetv2", "decoder") and the patent
+paragraphs it comes from. Running the graph for a set of outputs evaluates only the nodes those outputs depend on, in
 insertion order (which is topological: a node can only read nodes added before it), and drops each
 intermediate as soon as its last reader has run, so inference holds few activations at a time.
 """
