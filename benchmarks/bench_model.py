@@ -17,7 +17,7 @@ One network, 224x224x3 float32 input in [-1, 1], class probabilities out, at bat
   (the input is then a zero-copy NHWC view); the faster one is the one compared.
 * **Keras**: Keras 3 on the torch backend, ``keras.applications.ResNet50V2`` and
   ``MobileNetV2`` on one input plus the hand-written Keras decoder of
-  ``tests/test_models_keras.py`` (imported from there), prediction output only. Two ways of
+  ``tests/models/test_models_keras.py`` (imported from there), prediction output only. Two ways of
   calling it are timed first, ``model.predict_on_batch(x)`` (NumPy in and out) and
   ``model(x, training=False)`` under ``torch.no_grad()``; the faster one is compared.
 

@@ -1,7 +1,7 @@
 """Choice of kernel backend: the compiled kernels or their NumPy twins.
 
 Every public function that runs a hot loop takes ``backend="cython"`` (default) or
-``backend="numpy"``; both produce bit-identical results (see ``tests/test_kernels.py``).
+``backend="numpy"``; both produce bit-identical results (see ``tests/*/test_*_kernels.py``).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
 conv2d runs as im2col + one matrix product (BLAS through NumPy); its input gradient is col2im,
 the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is conv2d's
 input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
-<x, conv2d_transpose(y, W)> for matching geometry (``tests/test_autograd.py``). With few input
+<x, conv2d_transpose(y, W)> for matching geometry (``tests/autograd/test_autograd.py``). With few input
 pixels (x1 and x12 at batch 1) its column matrix is computed transposed, kernel-first, and
 scattered by col2im_transposed (``TRANSPOSED_COLUMNS_MAX_ROWS``).
 

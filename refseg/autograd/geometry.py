@@ -1,7 +1,7 @@
 """Window geometry of convolution and pooling, with Keras' "valid" and "same" paddings.
 
 Output pixel i of a window op reads input rows ``i * stride - pad + a`` for ``a = 0..k-1``;
-rows outside the input read zero. Checked against Keras 3 (``tests/test_autograd_keras.py``).
+rows outside the input read zero. Checked against Keras 3 (``tests/autograd/test_autograd_keras.py``).
 """
 from __future__ import annotations
 

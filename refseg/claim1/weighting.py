@@ -241,7 +241,7 @@ def _vote(stack, weights, backend):
 def _binary_statistics(stack, backend):
     """Mean image, std and pixel mean of binary maps in one pass; equal to
     :func:`mean_image`, :func:`standard_deviations` and :func:`pixel_means` (exact
-    arithmetic for 0/1 maps; ``tests/test_weighting.py`` holds them equal)."""
+    arithmetic for 0/1 maps; ``tests/claim1/test_weighting.py`` holds them equal)."""
     mean_img = np.empty(stack.shape[1:], dtype=np.float64)
     sums, squared = np.empty(4), np.empty(4)
     kernels(backend).edge_statistics(stack, mean_img, sums, squared)

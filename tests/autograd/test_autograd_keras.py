@@ -2,7 +2,7 @@
 
 Each case builds the Keras layer, gives it refseg's weights with ``set_weights`` (refseg uses
 Keras' weight layouts, so no conversion), runs both on the same float32 NHWC input and compares.
-This is the authority for the geometry rules that ``tests/test_autograd_torch.py`` re-expresses
+This is the authority for the geometry rules that ``tests/autograd/test_autograd_torch.py`` re-expresses
 in torch: "same" padding of convolution and pooling (odd pixel at the bottom/right, pooling
 windows padded with -inf), and where Conv2DTranspose's "same" output starts inside the full
 transposed convolution: at max(k - s, 0) // 2, so for kernel < stride at 0, zero-filled at the

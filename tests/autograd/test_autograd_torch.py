@@ -5,7 +5,7 @@ of the same Keras semantics (NCHW: the torch side permutes in and out, and trans
 kernels, inside the differentiated expression, so torch's gradients come back directly in
 refseg's layouts). Keras' "same" padding is applied on the torch side as an explicit, possibly
 asymmetric ``F.pad`` (odd pixel at the bottom/right), and Keras' Conv2DTranspose "same" as a
-crop of torch's full transposed convolution; ``tests/test_autograd_keras.py`` checks those
+crop of torch's full transposed convolution; ``tests/autograd/test_autograd_keras.py`` checks those
 Keras rules against Keras itself.
 
 Both sides get the same inputs and the same upstream gradient ``g`` (random, so that every

@@ -232,7 +232,7 @@ def test_decoder_gradients_hold_a_finite_difference_check():
     with zero biases and the vanishing random MobileNetV2 taps (~1e-12) many ReLU inputs sit
     at 0. Single elements are not checked one by one: most gradients here are ~1e-7 against
     L ~ 1, below what a difference quotient resolves; the ops' element-wise checks are in
-    tests/test_autograd.py."""
+    tests/autograd/test_autograd.py."""
     model = ResMobileNet((32, 32), seed=2, dtype=np.float64)
     rng = np.random.default_rng(0)
     for p in model.trainable_parameters():
