@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from refseg import _reference
 from refseg.errors import InputError
 
 INFRASTRUCTURE = "the switch between compiled kernels and their NumPy twins"
@@ -22,5 +21,9 @@ def kernels(backend: str) -> ModuleType:
 
         return _kernels
     if backend == "numpy":
+        # imported here, not above: the autograd twins live in refseg.autograd, whose modules
+        # import this one
+        from refseg import _reference
+
         return _reference
     raise InputError(f"backend: expected one of {BACKENDS}, got {backend!r}")

@@ -1,0 +1,17 @@
+# The Adam step, included by refseg/_kernels.pyx, which holds the cimports, _threads and the
+# fused type real. NumPy twin: autograd/_reference.py.
+
+def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v, double lr,
+                double beta1, double beta2, double eps, double bias1, double bias2):
+    """m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr * (m / bias1) / (sqrt(v / bias2) + eps),
+    with bias_k = 1 - beta_k^t; elementwise, in the parameter's precision."""
+    cdef Py_ssize_t n = param.shape[0], k
+    cdef real g, mk, vk
+    with nogil:
+        for k in prange(n, schedule="static", num_threads=_threads(n // 4)):
+            g = grad[k]
+            mk = <real> (beta1 * m[k] + (1.0 - beta1) * g)
+            vk = <real> (beta2 * v[k] + (1.0 - beta2) * g * g)
+            m[k] = mk
+            v[k] = vk
+            param[k] = <real> (param[k] - lr * (mk / bias1) / (sqrt(vk / bias2) + eps))
