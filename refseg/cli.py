@@ -107,9 +107,17 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--branches", choices=("both", "resnet50v2", "mobilenetv2"),
                     default="both", help="both backbones (the patent's) or one alone")
     tr.add_argument("--weights", type=Path, default=None,
-                    help=".npz of backbone weights (default: random, BN-calibrated)")
+                    help=".npz of backbone weights, used as loaded: every weight of the "
+                         "backbones must be in it, with its shape and finite values "
+                         "(default: random backbones with calibrated batch norm)")
+    tr.add_argument("--partial-weights", action="store_true",
+                    help="load what fits of --weights and keep the rest random; the run's "
+                         "weights.json records what was loaded")
+    tr.add_argument("--recalibrate", action="store_true",
+                    help="calibrate the batch norm of the --weights backbones too")
     tr.add_argument("--no-calibrate", action="store_true",
-                    help="keep the backbones' BN statistics as they are")
+                    help="keep the random backbones' batch-norm statistics (mean 0, variance "
+                         "1)")
     tr.add_argument("--train-backbone", action="store_true",
                     help="train the backbones too (an extension: the patent freezes them; "
                          "no tap cache, each step runs them)")
@@ -239,6 +247,7 @@ def _train(args) -> str:
         validation_fraction=args.validation,
         branches=BRANCHES if args.branches == "both" else (args.branches,),
         weights=None if args.weights is None else str(args.weights),
+        partial_weights=args.partial_weights, recalibrate=args.recalibrate,
         calibrate=not args.no_calibrate, train_backbone=args.train_backbone,
         init_from=None if args.init_from is None else str(args.init_from))
     history = train(args.data, args.out, config, resume=args.resume, jobs=args.jobs)

@@ -98,10 +98,7 @@ class Model:
         report = match_weights(source, arrays, self.weight_shapes(), self.ignorable)
         if strict and report.problems:
             raise InputError(f"{source}: weights do not fit {self.name}: {report.problem_line()}")
-        for key in report.loaded:
-            layer, slot = self._index[key]
-            target = slot.data if isinstance(slot, Tensor) else layer.state[slot]
-            target[...] = arrays[key]  # in place: optimizers and ops keep their references
+        self._assign(arrays, report.loaded)
         return report
 
     @implements("claim2.backbones", "claim4.propagation")
@@ -122,6 +119,47 @@ class Model:
             ``notices()`` lists ignored layers and, when not strict, what was not loaded.
         """
         return self.set_weights(read_weight_file(path), strict=strict, source=str(path))
+
+    @implements("claim2.backbones")
+    def load_part_weights(self, path, parts, *, strict: bool = True) -> LoadReport:
+        """Load the weights of the layers of ``parts`` (e.g. both backbones) from an ``.npz``.
+
+        Parameters
+        ----------
+        path : str or Path
+        parts : sequence of str
+            The parts whose every weight the file must hold ("resnet50v2", "mobilenetv2").
+            Weights of other parts the file holds with the right shape are loaded too; keys the
+            model does not have are reported, not loaded.
+        strict : bool
+            True: every weight of ``parts`` must be in the file, and every array the model uses
+            must have its shape, be floating point and finite; otherwise InputError naming the
+            file, the first problem and how many more there are, and the model is unchanged.
+            False: load what fits and report the rest (``LoadReport.problem_line``).
+
+        Returns
+        -------
+        LoadReport
+        """
+        arrays = read_weight_file(path)
+        report = match_weights(str(path), arrays, self.weight_shapes(), self.ignorable)
+        required = {key for part in parts for layer in self.graph.layers(part)
+                    for key in layer.weights()}
+        report.missing = [key for key in report.missing if key in required]
+        blocking = [f"{kind.replace('_', '-')} {key}" for kind in report.PROBLEMS
+                    if kind != "unexpected" for key in getattr(report, kind)]
+        if strict and blocking:
+            more = f" (and {len(blocking) - 1} more problems)" if len(blocking) > 1 else ""
+            raise InputError(f"{path}: weights do not fit the {' and '.join(parts)} "
+                             f"backbones: {blocking[0]}{more}; --partial-weights loads what fits")
+        self._assign(arrays, report.loaded)
+        return report
+
+    def _assign(self, arrays: dict[str, np.ndarray], keys) -> None:
+        for key in keys:
+            layer, slot = self._index[key]
+            target = slot.data if isinstance(slot, Tensor) else layer.state[slot]
+            target[...] = arrays[key]  # in place: optimizers and ops keep their references
 
     def save_weights(self, path) -> None:
         """Write every weight and state array to ``path`` (.npz, atomically)."""

@@ -58,7 +58,14 @@ class TrainConfig:
     validation_fraction: float = 0.2
     branches: tuple[str, ...] = BRANCHES
     weights: str | None = None
+    #: load what fits of ``weights`` instead of refusing a file that lacks a backbone weight or
+    #: holds one of the wrong shape, dtype or value
+    partial_weights: bool = False
+    #: calibrate the random backbones' batch norm on training images (R-frozen)
     calibrate: bool = True
+    #: calibrate the batch norm of loaded backbones too (by default loaded weights and
+    #: statistics are used as loaded)
+    recalibrate: bool = False
     calibration_images: int = 32
     #: train the backbones too (an extension, R-frozen: the patent freezes them)
     train_backbone: bool = False
@@ -89,6 +96,8 @@ class TrainConfig:
                              f"{self.validation_fraction}")
         if not self.learning_rate > 0:
             raise InputError(f"learning rate must be > 0, got {self.learning_rate}")
+        if self.partial_weights and self.weights is None:
+            raise InputError("--partial-weights needs --weights")
         if self.init_from is not None and self.weights is not None:
             raise InputError("--init-from and --weights exclude each other (the run named "
                              "by --init-from has its own backbone weights)")
@@ -303,16 +312,20 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     config.check()
     run = Path(run_dir)
     started = time.perf_counter()
-    saved = _open_run(run, config, resume)
+    saved = _check_run(run, config, resume)
     train_set, validation_set = _load_split(data_dir, config)
+    model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
+    calibrated = resume and (run / "backbones.npz").is_file()
+    # the starting weights are read and checked before any image is extracted
+    loaded = None if calibrated else _load_starting_weights(model, config, log)
+    if not resume:
+        run.mkdir(parents=True, exist_ok=True)
     print(f"data: {len(train_set)} training, {len(validation_set)} validation images; "
           f"input {config.input_kind} at {config.input_hw[0]}x{config.input_hw[1]}",
           file=log)
-    model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
     cache_dir = run / "cache"
     cached = not config.train_backbone and all(
         (cache_dir / f"{s}.json").is_file() for s in ("train", "validation"))
-    calibrated = resume and (run / "backbones.npz").is_file()
     x_train = x_val = y_train = y_val = None
     if not (cached and calibrated):
         x_train, y_train, x_val, y_val = _first_data_set(train_set, validation_set, config,
@@ -320,7 +333,13 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     if calibrated:
         model.load_weights(run / "backbones.npz", strict=False)
     else:
-        _set_starting_weights(model, config, x_train, log)
+        if (loaded is None and config.calibrate) or config.recalibrate:
+            calibration = x_train[:config.calibration_images]
+            count = model.calibrate_batch_norm(calibration)
+            print(f"calibrated {count} backbone batch-norm layers on {len(calibration)} "
+                  "training images (R-frozen)", file=log)
+        if loaded is not None:
+            write_json(run / "weights.json", loaded)
         write_json(run / "config.json", config.to_json())
         model.save_weights(run / "backbones.npz")
     if config.train_backbone:
@@ -373,14 +392,13 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     return history
 
 
-def _open_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | None:
+def _check_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | None:
     """Check the run folder against the resume policy: a resumed run keeps its settings
     (only more epochs and later learning-rate steps may be added), a new run starts in an
-    empty folder. Returns the saved settings of a resumed run."""
+    empty folder. Returns the saved settings of a resumed run; writes nothing."""
     if not resume:
-        if run.exists() and any(run.iterdir()):
+        if run.exists() and (not run.is_dir() or any(run.iterdir())):
             raise InputError(f"{run}: run folder exists and is not empty (use --resume)")
-        run.mkdir(parents=True, exist_ok=True)
         return None
     if not (run / "config.json").is_file():
         raise InputError(f"{run}: nothing to resume (no config.json)")
@@ -402,22 +420,26 @@ def _first_data_set(train_set, validation_set, config: TrainConfig, jobs, log):
     return x_train, y_train, x_val, y_val
 
 
-def _set_starting_weights(model, config: TrainConfig, x_train, log) -> None:
-    """The backbones a new run starts from: a weight file, another run's last checkpoint
-    (backbones and decoder), or random backbones with batch norm calibrated (R-frozen)."""
+def _load_starting_weights(model, config: TrainConfig, log) -> dict | None:
+    """The weights a new run starts from, if not random: a weight file (strictly, unless
+    ``partial_weights``) or another run's last checkpoint (backbones and decoder). Returns what
+    was loaded, as recorded in the run's ``weights.json``, or None for random backbones."""
     if config.weights:
-        report = model.load_weights(config.weights, strict=False)
+        report = model.load_part_weights(config.weights, config.branches,
+                                         strict=not config.partial_weights)
         for notice in report.notices():
             print(notice, file=log)
+        return {"source": str(config.weights), "partial": config.partial_weights,
+                "loaded": len(report.loaded),
+                **{kind: sorted(keys) for kind, keys in report.problems.items()},
+                "ignored": sorted(report.ignored)}
     if config.init_from:
         epoch = _initialise_from(model, config)
         print(f"initialised from {config.init_from} (epoch {epoch}: backbones and decoder)",
               file=log)
-    elif config.calibrate:
-        calibration = x_train[:config.calibration_images]
-        count = model.calibrate_batch_norm(calibration)
-        print(f"calibrated {count} backbone batch-norm layers on {len(calibration)} "
-              "training images (R-frozen)", file=log)
+        return {"source": str(config.init_from), "epoch": epoch,
+                "loaded": "every weight and moving statistic of its last checkpoint"}
+    return None
 
 
 def _resume_checkpoint(run: Path, model, optimizer, saved: TrainConfig, config: TrainConfig,

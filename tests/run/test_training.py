@@ -284,3 +284,111 @@ def test_network_input_known_values():
                                rtol=1e-6)
     same = np.arange(32 * 64, dtype=np.uint8).reshape(32, 64) % 3
     np.testing.assert_array_equal(resize_labels(same, (32, 64)), same)
+
+
+def backbone_weights(seed=5):
+    """Every backbone array of a seeded network, moving statistics drawn away from Keras'
+    initial 0 and 1 so that a recalibration cannot leave them equal by chance."""
+    from refseg.models import ResMobileNet
+
+    model = ResMobileNet(SMALL["input_hw"], seed=seed)
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for part in ("resnet50v2", "mobilenetv2"):
+        for layer in model.graph.layers(part):
+            for key, value in layer.weights().items():
+                if "moving_mean" in key:
+                    value = rng.uniform(-0.5, 0.5, value.shape).astype(value.dtype)
+                elif "moving_variance" in key:
+                    value = rng.uniform(0.5, 2.0, value.shape).astype(value.dtype)
+                arrays[key] = np.ascontiguousarray(value)
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def weight_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("weights") / "backbones.npz"
+    np.savez(path, **backbone_weights())
+    return path
+
+
+@pytest.mark.claim("claim2.backbones", "claim1.step3.train")
+@pytest.mark.parametrize("recalibrate", [False, True])
+def test_loaded_backbones_are_used_as_loaded_unless_recalibration_is_asked(
+        tmp_path, data, weight_file, recalibrate):
+    """--weights: the run's backbones (weights and all 99 pairs of moving statistics) are the
+    file's bit for bit, no calibration; --recalibrate changes the moving statistics only."""
+    run = tmp_path / "run"
+    quiet_train(data, run, TrainConfig(**{**SMALL, "epochs": 1}, weights=str(weight_file),
+                                       recalibrate=recalibrate))
+    with np.load(weight_file, allow_pickle=False) as given, \
+            np.load(run / "backbones.npz", allow_pickle=False) as used:
+        moving = [k for k in given.files if "moving_" in k]
+        assert len(moving) == 2 * 99
+        for key in given.files:
+            same = np.array_equal(given[key], used[key])
+            assert same != (recalibrate and key in moving), key
+    record = json.loads((run / "weights.json").read_text())
+    assert record["source"] == str(weight_file) and record["loaded"] == len(given.files)
+    assert not record["partial"] and "missing" not in record
+
+
+def _damaged(path, weights, how):
+    arrays = dict(weights)
+    first = sorted(arrays)[0]
+    if how == "renamed":
+        arrays = {f"model/{key}": value for key, value in arrays.items()}
+    elif how == "misshaped":
+        arrays[first] = arrays[first][..., :1]
+    elif how == "integer":
+        arrays[first] = arrays[first].astype(np.int32)
+    elif how == "nan":
+        arrays[first] = arrays[first].copy()
+        arrays[first].flat[0] = np.nan
+    elif how == "missing":
+        del arrays[first]
+    if how == "no-npy":
+        import zipfile
+
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("notes.txt", "not weights")
+    else:
+        np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.claim("claim2.backbones")
+@pytest.mark.parametrize("how, problem", [
+    ("renamed", "missing"), ("misshaped", "misshaped"), ("integer", "not-float"),
+    ("nan", "non-finite"), ("missing", "missing"), ("no-npy", "missing")])
+def test_a_weight_file_that_does_not_fit_fails_in_one_line_before_any_work(
+        tmp_path, data, capsys, how, problem):
+    """Strict by default: the first problem named with the file, a count of the rest, exit 2,
+    and no run folder (the check comes before the data set's extraction)."""
+    bad = _damaged(tmp_path / f"{how}.npz", backbone_weights(), how)
+    out = tmp_path / "run"
+    status = main(["train", str(data), "--out", str(out), "--epochs", "1",
+                   "--input-size", "32x96", "--weights", str(bad)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"refseg: error: {bad}: weights do not fit") and problem in err
+    assert not out.exists()
+
+
+@pytest.mark.claim("claim2.backbones", "claim1.step3.train")
+def test_partial_weights_load_what_fits_and_the_run_records_the_rest(tmp_path, data):
+    weights = backbone_weights()
+    dropped = sorted(k for k in weights if k.startswith("conv1_conv"))
+    path = tmp_path / "half.npz"
+    np.savez(path, **{k: v for k, v in weights.items() if k not in dropped})
+    with pytest.raises(InputError, match="missing conv1_conv"):
+        quiet_train(data, tmp_path / "strict", TrainConfig(**{**SMALL, "epochs": 1},
+                                                           weights=str(path)))
+    run = tmp_path / "run"
+    quiet_train(data, run, TrainConfig(**{**SMALL, "epochs": 1}, weights=str(path),
+                                       partial_weights=True))
+    record = json.loads((run / "weights.json").read_text())
+    assert record["partial"] and record["missing"] == dropped
+    assert record["loaded"] == len(weights) - len(dropped)
+    with pytest.raises(InputError, match="--partial-weights needs --weights"):
+        TrainConfig(partial_weights=True).check()
