@@ -19,6 +19,7 @@ A run folder holds:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -125,11 +126,10 @@ class TrainConfig:
 
 
 # ----------------------------------------------------------------------------------- data
-def _load_split(data_dir, config):
-    data = dataset.load_dataset(data_dir)
+def _split(data, config):
     train_set, validation_set = dataset.split(data, config.validation_fraction, config.seed)
     if not len(train_set) or not len(validation_set):
-        raise InputError(f"{data_dir}: {len(data)} images are too few to split "
+        raise InputError(f"{data.folder}: {len(data)} images are too few to split "
                          f"{1 - config.validation_fraction:.0%} / "
                          f"{config.validation_fraction:.0%}")
     return train_set, validation_set
@@ -313,7 +313,11 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     run = Path(run_dir)
     started = time.perf_counter()
     saved = _check_run(run, config, resume)
-    train_set, validation_set = _load_split(data_dir, config)
+    data = dataset.load_dataset(data_dir)
+    identity = data_identity(data)
+    if resume:
+        _check_data(run, identity, log)
+    train_set, validation_set = _split(data, config)
     model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
     calibrated = resume and (run / "backbones.npz").is_file()
     # the starting weights are read and checked before any image is extracted
@@ -340,6 +344,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
                   "training images (R-frozen)", file=log)
         if loaded is not None:
             write_json(run / "weights.json", loaded)
+        write_json(run / DATA_RECORD, identity)
         write_json(run / "config.json", config.to_json())
         model.save_weights(run / "backbones.npz")
     if config.train_backbone:
@@ -403,11 +408,60 @@ def _check_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | No
     if not (run / "config.json").is_file():
         raise InputError(f"{run}: nothing to resume (no config.json)")
     saved = TrainConfig.from_json(json.loads((run / "config.json").read_text()))
-    extendable = {"epochs": 0, "learning_rate_steps": []}
-    if {**saved.to_json(), **extendable} != {**config.to_json(), **extendable}:
-        raise InputError(f"{run}: --resume needs the run's own settings "
-                         f"({json.dumps(saved.to_json())})")
+    extendable = {"epochs", "learning_rate_steps"}
+    old, new = saved.to_json(), config.to_json()
+    for name in old:
+        if name not in extendable and old[name] != new[name]:
+            raise InputError(f"{run}: --resume needs the run's own settings: {name} is "
+                             f"{json.dumps(old[name])} in the run, {json.dumps(new[name])} now")
     return saved
+
+
+#: The run's record of the data set it trains on.
+DATA_RECORD = "data.json"
+
+
+@infrastructure("the identity of a run's data set, for resuming")
+def data_identity(data) -> dict:
+    """What identifies a data set: its folder, and each pair's stem, file names, sizes and the
+    SHA-256 of the image's and the label's bytes; ``sha256`` digests all of them in order."""
+    digest, files = hashlib.sha256(), []
+    for sample in data:
+        entry = {"stem": sample.stem}
+        for role, path in (("image", sample.image_path), ("label", sample.label_path)):
+            content = path.read_bytes()
+            entry[role] = {"name": path.name, "bytes": len(content),
+                           "sha256": hashlib.sha256(content).hexdigest()}
+            digest.update(entry[role]["sha256"].encode())
+        files.append(entry)
+    return {"folder": str(Path(data.folder).resolve()), "pairs": len(files),
+            "sha256": digest.hexdigest(), "files": files}
+
+
+def _check_data(run: Path, identity: dict, log) -> None:
+    """A resumed run trains on the data it started with: the same pairs with the same bytes
+    (the folder may have moved). Runs from before this record are resumed unchecked."""
+    path = run / DATA_RECORD
+    if not path.is_file():
+        print(f"{run}: no {DATA_RECORD} (a run of an older refseg): the data set is not "
+              "checked", file=log)
+        return
+    saved = json.loads(path.read_text())
+    if saved["sha256"] == identity["sha256"]:
+        if saved["folder"] != identity["folder"]:
+            print(f"data set moved: {saved['folder']} -> {identity['folder']} (same files)",
+                  file=log)
+        return
+    before = {f["stem"]: f for f in saved["files"]}
+    now = {f["stem"]: f for f in identity["files"]}
+    gone, added = sorted(set(before) - set(now)), sorted(set(now) - set(before))
+    changed = sorted(s for s in set(before) & set(now) if before[s] != now[s])
+    what = "; ".join(part for part in (
+        f"{len(gone)} pairs gone ({', '.join(gone[:3])})" if gone else "",
+        f"{len(added)} pairs added ({', '.join(added[:3])})" if added else "",
+        f"{len(changed)} pairs changed ({', '.join(changed[:3])})" if changed else "") if part)
+    raise InputError(f"{identity['folder']}: not the data set the run {run} was trained on "
+                     f"({what}); --resume needs the same images and labels")
 
 
 def _first_data_set(train_set, validation_set, config: TrainConfig, jobs, log):

@@ -89,7 +89,8 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
     reproduces the last validation metrics, so the checkpoint holds every trained array, and
     its moving statistics are those of the final weights."""
     from refseg.data.inputs import prepare
-    from refseg.run.training import _evaluate, _load_split, _pairs
+    from refseg.data.dataset import load_dataset
+    from refseg.run.training import _evaluate, _pairs, _split
 
     config = TrainConfig(**SMALL, train_backbone=True)
     whole = quiet_train(data, tmp_path / "whole", config)
@@ -110,7 +111,7 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
         assert not np.array_equal(expected[f"model/{key}"], start[key]), key
 
     model, _ = load_run(tmp_path / "whole")
-    training, validation = _load_split(data, config)
+    training, validation = _split(load_dataset(data), config)
     x_val, y_val = prepare(_pairs(validation), config.input_hw, config.input_kind, 1)
     again = _evaluate(model, x_val, y_val)
     # the checkpoint's moving statistics are those of the final weights on the calibration
@@ -230,7 +231,7 @@ def test_a_gray_input_run_can_start_from_a_feature_input_run(tmp_path, data, str
 def test_runs_refuse_to_overwrite_or_to_resume_with_other_settings(tmp_path, data, straight):
     with pytest.raises(InputError, match="not empty"):
         quiet_train(data, straight[0], TrainConfig(**SMALL))
-    with pytest.raises(InputError, match="own settings"):
+    with pytest.raises(InputError, match="own settings: seed is 0 in the run, 3 now$"):
         quiet_train(data, straight[0], TrainConfig(**{**SMALL, "seed": 3}), resume=True)
     with pytest.raises(InputError, match="nothing to resume"):
         quiet_train(data, tmp_path / "none", TrainConfig(**SMALL), resume=True)
@@ -392,3 +393,41 @@ def test_partial_weights_load_what_fits_and_the_run_records_the_rest(tmp_path, d
     assert record["loaded"] == len(weights) - len(dropped)
     with pytest.raises(InputError, match="--partial-weights needs --weights"):
         TrainConfig(partial_weights=True).check()
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_resume_refuses_another_data_set_and_accepts_the_same_one_moved(tmp_path, data):
+    """The run records its data set (each pair's names, sizes and SHA-256); --resume with
+    changed, added or removed pairs fails in one line naming them, before any work, and the
+    run is left as it was; the same files in another folder resume to the same weights."""
+    import shutil
+
+    config = TrainConfig(**SMALL)
+    run = tmp_path / "run"
+    quiet_train(data, run, config, stop_after_epoch=1)
+    record = json.loads((run / "data.json").read_text())
+    assert record["pairs"] == 10 and record["folder"] == str(data.resolve())
+    assert [f["stem"] for f in record["files"]] == [f"weld_{i:02d}" for i in range(10)]
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+
+    changed = tmp_path / "changed"
+    shutil.copytree(data, changed)
+    sample = synthetic.weld_image(999, shape=(48, 160))
+    write_label(changed / "labels" / "weld_03.png", sample.classes)
+    (changed / "images" / "weld_09.png").unlink()
+    (changed / "labels" / "weld_09.png").unlink()
+    with pytest.raises(InputError, match=r"1 pairs gone \(weld_09\); 1 pairs changed "
+                                         r"\(weld_03\)\); --resume needs the same"):
+        quiet_train(changed, run, config, resume=True)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+    moved = tmp_path / "moved"
+    shutil.copytree(data, moved)
+    log = io.StringIO()
+    train(moved, run, config, resume=True, jobs=1, log=log)
+    assert "data set moved" in log.getvalue()
+    whole = tmp_path / "whole"
+    quiet_train(data, whole, config)
+    assert checkpoint_arrays(run).keys() == checkpoint_arrays(whole).keys()
+    for key, value in checkpoint_arrays(whole).items():
+        np.testing.assert_array_equal(checkpoint_arrays(run)[key], value, err_msg=key)
