@@ -234,7 +234,9 @@ def read_bundle(folder) -> tuple[dict, dict]:
     Raises
     ------
     InputError
-        Missing or unreadable files, another format or a newer format version.
+        Missing or unreadable files, another format or a newer format version, a malformed
+        manifest (:func:`_check_manifest`), an ``arrays.npz`` whose SHA-256 or any of whose
+        arrays' SHA-256 is not the manifest's.
     """
     folder = Path(folder)
     try:
@@ -249,8 +251,78 @@ def read_bundle(folder) -> tuple[dict, dict]:
         raise InputError(f"{folder / MANIFEST}: format version "
                          f"{manifest.get('format_version')} is newer than this refseg "
                          f"reads ({FORMAT_VERSION})")
-    arrays = read_npz(folder / manifest.get("arrays_file", ARRAYS), "bundle arrays")
+    path = folder / MANIFEST
+    _check_manifest(manifest, path)
+    arrays_path = folder / ARRAYS
+    if arrays_path.is_file():
+        digest = hashlib.sha256(arrays_path.read_bytes()).hexdigest()
+        if digest != manifest["arrays_file_sha256"]:
+            raise InputError(f"{arrays_path}: its SHA-256 is not the one {MANIFEST} records; "
+                             "the bundle was changed after it was written")
+    arrays = read_npz(arrays_path, "bundle arrays")
+    for name, entry in manifest["arrays"].items():
+        members = [name] if entry["storage"] == "full" else \
+            [part["member"] for part in entry["slices"]]
+        for member in members:
+            if member not in arrays or isinstance(arrays[member], Exception):
+                raise InputError(f"{arrays_path}: no readable array {member!r}, which "
+                                 f"{MANIFEST} lists")
+        if entry["storage"] == "full" and array_sha256(arrays[name]) != entry["sha256"]:
+            raise InputError(f"{arrays_path}: array {name!r} does not hash to the SHA-256 "
+                             f"{MANIFEST} records; the bundle was changed after it was written")
     return manifest, arrays
+
+
+#: The fields every array entry of a manifest has, and their JSON types.
+ENTRY_FIELDS = {"shape": list, "dtype": str, "sha256": str, "role": str, "tolerance": dict,
+                "claim": str, "storage": str}
+
+
+def _check_manifest(manifest: dict, path: Path) -> None:
+    """The manifest's structure, before any array is read: the arrays file is the bundle's own
+    ``arrays.npz`` (no path leads elsewhere), every entry has its fields with their types, and
+    every tolerance is one of :data:`TOLERANCES` exactly (a bundle cannot widen its own)."""
+    if manifest.get("arrays_file", ARRAYS) != ARRAYS:
+        raise InputError(f"{path}: arrays_file must be {ARRAYS!r}, the bundle's own file, "
+                         f"got {manifest.get('arrays_file')!r}")
+    if not isinstance(manifest.get("arrays_file_sha256"), str):
+        raise InputError(f"{path}: no arrays_file_sha256, so {ARRAYS} cannot be verified")
+    entries = manifest.get("arrays")
+    if not isinstance(entries, dict) or not entries:
+        raise InputError(f"{path}: no 'arrays' table of array entries")
+    allowed = {kind: {"name": kind, **rule} for kind, rule in TOLERANCES.items()}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise InputError(f"{path}: entry {name!r} is not a table")
+        for key, kind in ENTRY_FIELDS.items():
+            if not isinstance(entry.get(key), kind):
+                raise InputError(f"{path}: entry {name!r}: {key!r} missing or not a "
+                                 f"{kind.__name__}")
+        try:
+            np.dtype(entry["dtype"])
+            shape = tuple(int(n) for n in entry["shape"])
+        except (TypeError, ValueError):
+            raise InputError(f"{path}: entry {name!r}: dtype {entry['dtype']!r} or shape "
+                             f"{entry['shape']!r} is not valid") from None
+        if any(n < 0 for n in shape):
+            raise InputError(f"{path}: entry {name!r}: negative length in shape {shape}")
+        if entry["tolerance"] != allowed.get(entry["tolerance"].get("name")):
+            raise InputError(f"{path}: entry {name!r}: tolerance {entry['tolerance']} is not "
+                             f"one of the format's ({', '.join(TOLERANCES)})")
+        if entry["role"] not in ("input", "output"):
+            raise InputError(f"{path}: entry {name!r}: role {entry['role']!r} is not input or "
+                             "output")
+        if entry["storage"] == "summary":
+            slices, stats = entry.get("slices"), entry.get("stats")
+            if not (isinstance(slices, list) and slices and isinstance(stats, dict)
+                    and all(isinstance(s, dict) and isinstance(s.get("member"), str)
+                            and isinstance(s.get("index"), list) for s in slices)
+                    and all(isinstance(stats.get(k), (int, float))
+                            for k in ("sum", "abs_sum", "l2", "max_abs"))):
+                raise InputError(f"{path}: entry {name!r}: slices or statistics malformed")
+        elif entry["storage"] != "full":
+            raise InputError(f"{path}: entry {name!r}: storage {entry['storage']!r} is not "
+                             "full or summary")
 
 
 def read_npz(path: Path, what: str) -> dict:

@@ -263,3 +263,62 @@ def test_every_implemented_element_is_pinned_and_explain_lists_the_arrays(bundle
     assert main(["explain", "claim1.step2.traverse", "--golden", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "golden arrays in" in out and "claim1/weld0/feature_map" in out
+
+
+def _copy_bundle(bundle, tmp_path):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(bundle[0], folder)
+    return folder, json.loads((folder / "manifest.json").read_text())
+
+
+def _write_manifest(folder, manifest):
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
+@pytest.mark.infrastructure
+def test_a_bundle_changed_after_writing_is_refused(bundle, tmp_path, capsys):
+    """An arrays.npz rewritten with one array changed (its file hash updated too, or not)
+    fails before any comparison, in one line, even against a candidate that matches it."""
+    folder, manifest = _copy_bundle(bundle, tmp_path)
+    with np.load(folder / "arrays.npz", allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays[f"{IMAGE}/gray"] = arrays[f"{IMAGE}/gray"] + 1.0
+    golden.format.write_deterministic_npz(folder / "arrays.npz", arrays)
+    candidate = tmp_path / "candidate.npz"
+    np.savez(candidate, **{f"{IMAGE}/gray": arrays[f"{IMAGE}/gray"]})
+    check = ["golden", "check", str(folder), str(candidate), "--select", f"{IMAGE}/gray"]
+    assert cli.main(check) == 2
+    err = capsys.readouterr().err
+    assert "arrays.npz: its SHA-256 is not the one manifest.json records" in err
+    assert err.count("\n") == 1
+    import hashlib
+
+    manifest["arrays_file_sha256"] = hashlib.sha256(
+        (folder / "arrays.npz").read_bytes()).hexdigest()
+    _write_manifest(folder, manifest)
+    assert cli.main(check) == 2
+    assert f"array '{IMAGE}/gray' does not hash to the SHA-256" in capsys.readouterr().err
+
+
+@pytest.mark.infrastructure
+@pytest.mark.parametrize("tamper, message", [
+    (lambda m, e: m.update(arrays_file="../elsewhere.npz"), "arrays_file must be 'arrays.npz'"),
+    (lambda m, e: m.pop("arrays_file_sha256"), "no arrays_file_sha256"),
+    (lambda m, e: e["tolerance"].update(rtol=1e30), "is not one of the format's"),
+    (lambda m, e: e.pop("shape"), "'shape' missing or not a list"),
+    (lambda m, e: e.update(dtype="no-such-type"), "is not valid"),
+    (lambda m, e: e.update(storage="zipped"), "storage 'zipped'"),
+    (lambda m, e: m.update(arrays=[]), "no 'arrays' table"),
+])
+def test_a_malformed_or_widened_manifest_is_refused_in_one_line(bundle, tmp_path, capsys,
+                                                                 tamper, message):
+    folder, manifest = _copy_bundle(bundle, tmp_path)
+    tamper(manifest, manifest["arrays"][f"{IMAGE}/gray"])
+    _write_manifest(folder, manifest)
+    candidate = tmp_path / "candidate.npz"
+    np.savez(candidate, x=np.zeros(1))
+    assert cli.main(["golden", "check", str(folder), str(candidate)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
