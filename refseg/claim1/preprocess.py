@@ -23,6 +23,10 @@ GRAY_WEIGHTS = tuple(w / GRAY_SCALE for w in GRAY_WEIGHTS_PER_MILLE)
 GAUSSIAN_SIZE = 3
 #: Default standard deviation: OpenCV's rule for a 3x3 kernel, 0.3*((3-1)/2 - 1) + 0.8 (R-gauss).
 DEFAULT_SIGMA = 0.8
+#: The sigmas accepted: below 0.01 the 3x3 kernel is the identity and above 1000 flat to within
+#: 1e-6, so nothing outside changes a result; far outside, 2 sigma^2 overflows or underflows
+#: and the kernel would be NaN.
+SIGMA_RANGE = (0.01, 1000.0)
 #: Border rule of every 3x3 neighbourhood operation (R-border).
 BORDER = "reflect101"
 #: Smallest image side the 3x3 operators accept (R-border).
@@ -108,9 +112,13 @@ def gaussian_kernel(sigma: float = DEFAULT_SIGMA) -> np.ndarray:
     ----------
     [0081], [0208]-[0211].
     """
-    s = float(sigma)
-    if not math.isfinite(s) or s <= 0:
-        raise InputError(f"sigma: expected a finite number > 0, got {sigma!r}")
+    try:
+        s = float(sigma)
+    except (TypeError, ValueError):
+        raise InputError(f"sigma: expected a number, got {sigma!r}") from None
+    low, high = SIGMA_RANGE
+    if not math.isfinite(s) or not low <= s <= high:
+        raise InputError(f"sigma: expected a number from {low:g} to {high:g}, got {sigma!r}")
     x = np.arange(GAUSSIAN_SIZE, dtype=np.float64) - GAUSSIAN_SIZE // 2
     xx, yy = np.meshgrid(x, x, indexing="xy")
     density = np.exp(-(xx ** 2 + yy ** 2) / (2.0 * s * s)) / (2.0 * math.pi * s * s)

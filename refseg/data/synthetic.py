@@ -32,6 +32,11 @@ MIN_SIDE = 32
 #: Largest image side :func:`write_synthetic_dataset` draws: far above the patent's 550x156,
 #: low enough that a typo cannot ask for gigabytes.
 MAX_SIDE = 8192
+#: Most pairs one :func:`write_synthetic_dataset` call draws (about 10 GB at 550x156): a typo
+#: in the count fails at once instead of filling the disk.
+MAX_COUNT = 100_000
+#: Largest seed of any image (``seed + count - 1``).
+MAX_SEED = 2 ** 32 - 1
 #: The manifest :func:`write_synthetic_dataset` writes beside ``images/`` and ``labels/``.
 SYNTH_MANIFEST = "synth.json"
 #: Half-width in pixels of the contour class band drawn along each seam boundary: a pixel is
@@ -493,7 +498,11 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
     if count is None:
         raise InputError("--count: the number of images is required")
     count = _integer(count, "--count", 1)
+    if count > MAX_COUNT:
+        raise InputError(f"--count: expected at most {MAX_COUNT}, got {count}")
     seed = _integer(seed, "--seed", 0)
+    if seed + count - 1 > MAX_SEED:
+        raise InputError(f"--seed: the last image's seed {seed + count - 1} exceeds {MAX_SEED}")
     rows, cols = parse_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
     out = Path(out)
     ours = (out / SYNTH_MANIFEST).is_file()

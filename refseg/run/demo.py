@@ -24,12 +24,13 @@ from refseg import imageio
 from refseg.claim1 import features, outputs
 from refseg.data import dataset
 from refseg.data.labels import CONTOUR
-from refseg.data.synthetic import write_synthetic_dataset
+from refseg.data.synthetic import MAX_COUNT, write_synthetic_dataset
 from refseg.errors import InputError
 from refseg.models import ResMobileNet
 from refseg.models.summary import summarize
 from refseg.run.evaluation import comparison_panel, evaluate_runs, format_table
-from refseg.run.training import TrainConfig, remove_cache, train
+from refseg.run.training import (TrainConfig, check_input_size, check_range, remove_cache,
+                                 train)
 from refseg.trace import implements
 
 #: The runs of the demo: name, branches, input kind (the first is the patent's network).
@@ -59,6 +60,14 @@ class DemoSettings:
     def __post_init__(self):
         if self.count < 5 or self.test_count < 1 or self.epochs < 1:
             raise InputError("demo: --count must be >= 5, --test-count and --epochs >= 1")
+        for name, value in (("--count", self.count), ("--test-count", self.test_count)):
+            if value > MAX_COUNT:
+                raise InputError(f"demo: {name} must be at most {MAX_COUNT}, got {value}")
+        check_range(self.epochs, "epochs")
+        check_range(self.seed, "seed")
+        if self.jobs is not None:
+            check_range(self.jobs, "jobs")
+        self.input_hw = check_input_size(self.input_hw)
 
 
 def _contour_coverage(data_dir) -> float:

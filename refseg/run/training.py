@@ -44,6 +44,44 @@ from refseg.trace import implements, infrastructure
 
 #: Images per batch when computing taps and validation predictions (memory, not results).
 INFERENCE_BATCH = 8
+#: The ranges of the numeric settings, checked before anything is read or written: wide
+#: enough for any run on one machine, narrow enough that a typo fails at once instead of
+#: running for days or asking for terabytes.
+RANGES = {"epochs": (1, 10_000), "batch_size": (1, 1024), "calibration_images": (1, 100_000),
+          "seed": (0, 2 ** 32 - 1), "jobs": (1, 1024)}
+#: Largest side of the network input (the patent's welds are 550x156).
+MAX_INPUT_SIDE = 4096
+#: Adam's learning rate lies in (0, MAX_LEARNING_RATE].
+MAX_LEARNING_RATE = 1.0
+
+
+@infrastructure("argument validation")
+def check_range(value, name: str) -> int:
+    """``value`` as an int within :data:`RANGES` [name]; InputError otherwise."""
+    low, high = RANGES[name]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"{name}: expected an integer from {low} to {high}, got {value!r}")
+    if not low <= value <= high:
+        raise InputError(f"{name}: expected an integer from {low} to {high}, got {value}")
+    return int(value)
+
+
+@infrastructure("argument validation")
+def check_input_size(input_hw) -> tuple[int, int]:
+    """Each side a positive multiple of 32, at most :data:`MAX_INPUT_SIDE`."""
+    try:
+        h, w = (int(v) for v in input_hw)
+    except (TypeError, ValueError):
+        raise InputError(f"input size: expected two integers, got {input_hw!r}") from None
+    if min(h, w) < 32 or max(h, w) > MAX_INPUT_SIDE or h % 32 or w % 32:
+        raise InputError(f"input size: each side must be a multiple of 32 from 32 to "
+                         f"{MAX_INPUT_SIDE}, got {h}x{w}")
+    return h, w
+
+
+def _check_rate(rate, name: str) -> None:
+    if not (isinstance(rate, (int, float)) and 0 < rate <= MAX_LEARNING_RATE):
+        raise InputError(f"{name}: expected a number in (0, {MAX_LEARNING_RATE:g}], got {rate}")
 
 
 @dataclass
@@ -89,14 +127,13 @@ class TrainConfig:
     def check(self):
         if self.input_kind not in INPUT_KINDS:
             raise InputError(f"--input must be one of {INPUT_KINDS}, got {self.input_kind!r}")
-        for name in ("epochs", "batch_size", "calibration_images"):
-            if int(getattr(self, name)) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("epochs", "batch_size", "calibration_images", "seed"):
+            check_range(getattr(self, name), name)
+        check_input_size(self.input_hw)
         if not 0 < self.validation_fraction < 1:
             raise InputError(f"validation fraction must lie in (0, 1), got "
                              f"{self.validation_fraction}")
-        if not self.learning_rate > 0:
-            raise InputError(f"learning rate must be > 0, got {self.learning_rate}")
+        _check_rate(self.learning_rate, "learning rate")
         if self.partial_weights and self.weights is None:
             raise InputError("--partial-weights needs --weights")
         if self.init_from is not None and self.weights is not None:
@@ -106,9 +143,9 @@ class TrainConfig:
         if len(set(epochs)) != len(epochs):
             raise InputError(f"learning-rate steps name an epoch twice: {epochs}")
         for first, rate in self.learning_rate_steps:
-            if int(first) < 2 or not rate > 0:
-                raise InputError(f"learning-rate step {first}:{rate}: the epoch must be >= 2 "
-                                 "and the rate > 0")
+            if not 2 <= int(first) <= RANGES["epochs"][1]:
+                raise InputError(f"learning-rate step {first}:{rate}: the epoch must be >= 2")
+            _check_rate(rate, f"learning-rate step {first}:{rate}: the rate")
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -310,6 +347,8 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     """
 
     config.check()
+    if jobs is not None:
+        check_range(jobs, "jobs")
     run = Path(run_dir)
     started = time.perf_counter()
     saved = _check_run(run, config, resume)

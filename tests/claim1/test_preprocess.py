@@ -76,10 +76,18 @@ def test_kernel_flattens_as_sigma_grows():
 
 
 @pytest.mark.claim("claim1.step2.gauss")
-@pytest.mark.parametrize("sigma", [0, -1, np.nan, np.inf])
-def test_kernel_rejects_bad_sigma(sigma):
+@pytest.mark.parametrize("sigma", [0, -1, np.nan, np.inf, 1e308, 1e-300, 0.0099, 1000.1, "x"])
+def test_kernel_rejects_sigma_outside_its_range(sigma):
+    """The stated range [0.01, 1000]; 1e308 and 1e-300 made a NaN kernel before."""
     with pytest.raises(InputError, match="sigma"):
         gaussian_kernel(sigma)
+
+
+@pytest.mark.claim("claim1.step2.gauss")
+@pytest.mark.parametrize("sigma", [0.01, 1000.0])
+def test_kernel_at_the_ends_of_its_range_is_finite_and_normalised(sigma):
+    k = gaussian_kernel(sigma)
+    assert np.isfinite(k).all() and abs(k.sum() - 1) < 1e-15
 
 
 @pytest.mark.claim("claim1.step2.gauss")
