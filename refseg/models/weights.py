@@ -63,6 +63,9 @@ def read_weight_file(path) -> dict[str, np.ndarray]:
             NotImplementedError) as error:
         raise InputError(f"{path}: not a readable .npz weight file, truncated or corrupt "
                          f"({type(error).__name__}: {error})") from None
+    for key, value in arrays.items():
+        if not isinstance(value, np.ndarray):  # np.load hands back other members as bytes
+            raise InputError(f"{path}: member {key!r} is not a .npy array")
     return arrays
 
 

@@ -216,6 +216,15 @@ def _checkpoint_arrays(model, optimizer, epoch, history) -> dict:
     return arrays
 
 
+def _read_config(path: Path) -> TrainConfig:
+    """A run's settings; InputError naming the file when it is not a run's config.json."""
+    try:
+        return TrainConfig.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InputError(f"{path}: not the settings of a refseg run "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
 def _read_checkpoint(path: Path):
     arrays = read_weight_file(path)
     for key in ("epoch", "history"):
@@ -224,8 +233,17 @@ def _read_checkpoint(path: Path):
     model = {k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")}
     optimizer = {k[len("optimizer/"):]: v for k, v in arrays.items()
                  if k.startswith("optimizer/")}
-    history = json.loads(arrays["history"].tobytes().decode())
-    return model, optimizer, int(arrays["epoch"]), history
+    try:
+        history = json.loads(arrays["history"].tobytes().decode())
+        epoch = int(arrays["epoch"])
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{path}: a damaged refseg checkpoint (its epoch or history: "
+                         f"{type(exc).__name__}: {exc})") from None
+    if not isinstance(history, list) or len(history) != epoch:
+        raise InputError(f"{path}: a damaged refseg checkpoint (a history of "
+                         f"{len(history) if isinstance(history, list) else 'no'} epochs "
+                         f"after epoch {epoch})")
+    return model, optimizer, epoch, history
 
 
 @infrastructure("reading a run folder")
@@ -242,7 +260,7 @@ def _run_config(run: Path, problem: str) -> TrainConfig:
     """The settings of a checkpointed run folder (else InputError: ``run: problem (...)``)."""
     if not (run / "config.json").is_file() or not (run / "checkpoint.npz").is_file():
         raise InputError(f"{run}: {problem} (config.json and checkpoint.npz expected)")
-    return TrainConfig.from_json(json.loads((run / "config.json").read_text()))
+    return _read_config(run / "config.json")
 
 
 def _restore(model, run: Path) -> int:
@@ -446,7 +464,7 @@ def _check_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | No
         return None
     if not (run / "config.json").is_file():
         raise InputError(f"{run}: nothing to resume (no config.json)")
-    saved = TrainConfig.from_json(json.loads((run / "config.json").read_text()))
+    saved = _read_config(run / "config.json")
     extendable = {"epochs", "learning_rate_steps"}
     old, new = saved.to_json(), config.to_json()
     for name in old:

@@ -373,7 +373,7 @@ def test_bad_h5_one_line_exit_2_nothing_written(keras, small_model, tmp_path, ca
     assert list(out.parent.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind", ["pickled", "text", "npy", "truncated", "missing"])
+@pytest.mark.parametrize("kind", ["pickled", "text", "npy", "truncated", "missing", "not-npy"])
 def test_bad_npz_one_line_exit_2(tmp_path, capsys, kind):
     path = tmp_path / f"{kind}.npz"
     if kind == "pickled":
@@ -386,12 +386,19 @@ def test_bad_npz_one_line_exit_2(tmp_path, capsys, kind):
     elif kind == "truncated":
         np.savez(path, **{"conv1_conv/kernel": np.zeros((7, 7, 3, 64), np.float32)})
         path.write_bytes(path.read_bytes()[:3000])
+    elif kind == "not-npy":
+        import zipfile
+
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("notes.txt", "a zip member that is not .npy")
     with pytest.raises(InputError) as info:
         inspect_npz(path, expected=EXPECTED)
     message = str(info.value)
     assert message.startswith(f"{path}: ") and "\n" not in message
     if kind == "pickled":
         assert "pickled" in message
+    if kind == "not-npy":
+        assert message == f"{path}: member 'notes.txt' is not a .npy array"
     assert main(["weights", "inspect", str(path)]) == 2
     printed = capsys.readouterr()
     assert printed.err == f"refseg: error: {message}\n" and printed.out == ""

@@ -431,3 +431,34 @@ def test_resume_refuses_another_data_set_and_accepts_the_same_one_moved(tmp_path
     assert checkpoint_arrays(run).keys() == checkpoint_arrays(whole).keys()
     for key, value in checkpoint_arrays(whole).items():
         np.testing.assert_array_equal(checkpoint_arrays(run)[key], value, err_msg=key)
+
+
+@pytest.mark.claim("claim1.step4.predict", "claim5.output_module")
+@pytest.mark.parametrize("damage, message", [
+    ("config", "config.json: not the settings of a refseg run"),
+    ("config-fields", "config.json: not the settings of a refseg run"),
+    ("history", "checkpoint.npz: a damaged refseg checkpoint"),
+    ("short-history", "checkpoint.npz: a damaged refseg checkpoint (a history of 1 epochs"),
+])
+def test_a_damaged_run_folder_is_one_line_not_a_traceback(tmp_path, data, straight, capsys,
+                                                          damage, message):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(straight[0], run)
+    if damage == "config":
+        (run / "config.json").write_text("{not json")
+    elif damage == "config-fields":
+        (run / "config.json").write_text(json.dumps({"epochs": 2, "colour": "red"}))
+    else:
+        with np.load(run / "checkpoint.npz", allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        history = b"{bad" if damage == "history" else json.dumps(
+            json.loads(arrays["history"].tobytes())[:1]).encode()
+        arrays["history"] = np.frombuffer(history, dtype=np.uint8)
+        np.savez(run / "checkpoint.npz", **arrays)
+    image = sorted((data / "images").iterdir())[0]
+    out = tmp_path / "predicted"
+    assert main(["predict", str(run), str(image), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not out.exists()
