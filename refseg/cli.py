@@ -22,7 +22,9 @@ place only when complete. Nothing in refseg imports this module.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from refseg._version import __version__
@@ -32,6 +34,7 @@ INFRASTRUCTURE = "the command line: parsing and dispatch"
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -291,9 +294,20 @@ _COMMANDS = {"edges": _edges, "demo": _demo, "synth": _synth, "dataset": _datase
              "train": _train, "predict": _predict, "evaluate": _evaluate}
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised wherever the program is, so that it unwinds as on Ctrl-C: staged outputs
+    are removed and every written file is whole."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``refseg`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
         if args.command == "golden":
             text, status = _golden(args)
@@ -307,10 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"refseg: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         # outputs are staged or written atomically: what exists is whole (the last checkpoint)
-        print("\nrefseg: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        terminated = isinstance(stop, _Terminated)
+        print(f"\nrefseg: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

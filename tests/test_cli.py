@@ -163,3 +163,26 @@ def test_panel_shape_depends_only_on_the_input_shape(rows, cols, gray):
     width = min(max(cols, PANEL_TILE_WIDTH[0]), PANEL_TILE_WIDTH[1])
     assert figure.dtype == np.uint8 and figure.shape[2] == 3
     assert figure.shape[1] == 3 * width + 4 * 6
+
+
+@pytest.mark.infrastructure
+def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_staging(tmp_path):
+    """SIGTERM during `refseg synth` ends with exit 143 and one line; the staged images are
+    removed and nothing is published (before, a killed run left .refseg-staging-* behind)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "set"
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "refseg", "synth", "--count", "3000",
+                             "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(out.glob(".refseg-staging-*/images/*.png")):
+        time.sleep(0.05)
+    assert list(out.glob(".refseg-staging-*/images/*.png")), "synth never started writing"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.strip() == "refseg: terminated"
+    assert not out.exists() or list(out.iterdir()) == []
