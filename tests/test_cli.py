@@ -140,17 +140,6 @@ def test_trace_and_explain(capsys):
 
 
 @pytest.mark.claim("claim5.feature_module")
-def test_rerun_replaces_previous_outputs(tmp_path, weld_png):
-    out = tmp_path / "out"
-    assert main(["edges", str(weld_png), "--out", str(out)]) == 0
-    (out / "weld" / "stale.txt").write_text("from an older run")
-    assert main(["edges", str(weld_png), "--out", str(out), "--sigma", "1.0"]) == 0
-    assert not (out / "weld" / "stale.txt").exists()
-    assert json.loads((out / "weld" / "report.json").read_text())["params"]["sigma"] == 1.0
-    assert sorted(p.name for p in out.iterdir()) == ["weld"]
-
-
-@pytest.mark.claim("claim5.feature_module")
 @settings(max_examples=15)
 @given(rows=st.integers(3, 60), cols=st.integers(3, 900), gray=st.booleans())
 def test_panel_shape_depends_only_on_the_input_shape(rows, cols, gray):
@@ -186,3 +175,19 @@ def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_staging(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and err.strip() == "refseg: terminated"
     assert not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.mark.claim("claim5.feature_module")
+def test_edges_replaces_its_own_outputs_but_never_a_folder_of_the_users(tmp_path, weld_png,
+                                                                         capsys):
+    out = tmp_path / "out"
+    assert main(["edges", str(weld_png), "--out", str(out)]) == 0
+    assert main(["edges", str(weld_png), "--out", str(out), "--sigma", "1.0"]) == 0
+    assert json.loads((out / "weld" / "report.json").read_text())["params"]["sigma"] == 1.0
+    assert sorted(p.name for p in out.iterdir()) == ["weld"]
+    (out / "weld" / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["edges", str(weld_png), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds files refseg edges did not write (notes.txt)" in err and err.count("\n") == 1
+    assert (out / "weld" / "notes.txt").read_text() == "mine"

@@ -171,6 +171,25 @@ def write_outputs(folder, loaded: LoadedImage, result: FeatureResult) -> list[st
     return report["files"]
 
 
+#: The files :func:`write_outputs` writes into an image's folder.
+OUTPUT_FILES = frozenset({*(f"{k}.png" for k in OPERATORS), "mean_image.png", "feature_map.png",
+                          "panel.png", "features.npz", "report.json"})
+
+
+def _check_replaceable(out: Path, stems: list[str]) -> None:
+    """An existing ``out/<stem>`` is replaced only when it holds nothing but what
+    :func:`write_outputs` writes: a folder of the user's is never deleted."""
+    for stem in stems:
+        folder = out / stem
+        if not folder.exists():
+            continue
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in OUTPUT_FILES) \
+            if folder.is_dir() else [folder.name]
+        if foreign:
+            raise InputError(f"{folder}: exists and holds files refseg edges did not write "
+                             f"({', '.join(foreign[:3])}); choose another --out")
+
+
 def _stems(paths: list[Path]) -> list[str]:
     """The output folder name of each image: its file name's stem, which must be unique."""
     seen = {}
@@ -211,6 +230,7 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     """
     images = [Path(p) for p in images]
     stems = _stems(images)
+    _check_replaceable(Path(out), stems)
     loaded = [imageio.read_image(p) for p in images]
     kwargs = {} if sigma is None else {"sigma": sigma}
     results = [features.extract(img.pixels, **kwargs) for img in loaded]
