@@ -265,8 +265,11 @@ def _predict(args) -> str:
 
 
 def _evaluate(args) -> str:
+    from refseg.imageio import check_output_folder
     from refseg.run.evaluation import evaluate_runs, format_table, write_evaluation
 
+    if args.out is not None:
+        check_output_folder(args.out)
     rows, pairs, predictions = evaluate_runs(args.data, [args.run, *args.compare])
     if args.out is not None:
         write_evaluation(args.out, rows, pairs, predictions)

@@ -259,6 +259,16 @@ class StagedFolders:
             self.out.rmdir()
 
 
+@infrastructure("checking an output folder before the work that fills it")
+def check_output_folder(out) -> Path:
+    """``out`` as a Path, after checking that outputs can be staged there: it is a folder or
+    does not exist yet. Call it before heavy work, so that a wrong ``--out`` fails at once."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a folder")
+    return out
+
+
 @contextlib.contextmanager
 @infrastructure("all-or-nothing output folders")
 def staged_folders(out):

@@ -240,7 +240,7 @@ def test_runs_refuse_to_overwrite_or_to_resume_with_other_settings(tmp_path, dat
 
 
 @pytest.mark.claim("claim1.step4.predict", "claim5.output_module")
-def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys):
+def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys, monkeypatch):
     run = straight[0]
     images = sorted((data / "images").iterdir())[:2]
     assert main(["predict", str(run), *map(str, images), "--out", str(tmp_path / "p")]) == 0
@@ -260,6 +260,18 @@ def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys):
     assert main(["predict", str(tmp_path), str(images[0]), "--out", str(tmp_path / "q")]) == 2
     assert "not a finished or checkpointed refseg run" in capsys.readouterr().err
     assert not (tmp_path / "q").exists()
+    # a wrong --out fails before the evaluation, not after it
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    import refseg.run.evaluation as evaluation
+
+    def not_called(*args, **kwargs):
+        raise AssertionError("evaluated before the output folder was checked")
+
+    monkeypatch.setattr(evaluation, "evaluate_runs", not_called)
+    assert main(["evaluate", str(run), str(data), "--out", str(notes)]) == 2
+    assert f"{notes}: exists and is not a folder" in capsys.readouterr().err
+    assert notes.read_text() == "mine"
 
 
 @pytest.mark.claim("claim1.step2.dataset")
