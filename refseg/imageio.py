@@ -184,7 +184,8 @@ def default_mode(folder: bool = False) -> int:
 def _atomic_write(path: Path, write) -> None:
     """Call ``write(file_object)`` on a temporary file beside ``path``, then rename it."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                               dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -222,6 +223,42 @@ def write_json(path, data) -> None:
     _atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
 
 
+#: Staging folders are named ``.refseg-staging-<pid>-<random>``, temporary files
+#: ``.<name>.<pid>.<random>.tmp``: the pid tells a live writer's from a dead one's.
+STAGING_PREFIX = ".refseg-staging-"
+
+
+def _dead(pid_text: str) -> bool:
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, PermissionError, OverflowError):
+        return False  # not ours to judge: another user's process, or not a pid at all
+    return False
+
+
+@infrastructure("removing what killed refseg processes left behind")
+def sweep_stale(folder) -> list[str]:
+    """Remove the staging folders and temporary files that a refseg process killed outright
+    (SIGKILL, power loss) left in ``folder``; those of live processes are kept. Returns the
+    names removed."""
+    removed = []
+    for entry in Path(folder).iterdir():
+        name = entry.name
+        if name.startswith(STAGING_PREFIX) and entry.is_dir():
+            pid = name[len(STAGING_PREFIX):].split("-", 1)[0]
+        elif name.startswith(".") and name.endswith(".tmp") and name.count(".") >= 4:
+            pid = name.rsplit(".", 3)[-3]
+        else:
+            continue
+        if pid.isdigit() and _dead(pid):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else \
+                entry.unlink(missing_ok=True)
+            removed.append(name)
+    return sorted(removed)
+
+
 @infrastructure("all-or-nothing output folders")
 class StagedFolders:
     """Stage a set of output folders inside ``out`` (a hidden folder there); publish them, by
@@ -234,7 +271,8 @@ class StagedFolders:
         if out.exists() and not out.is_dir():
             raise InputError(f"{out}: exists and is not a folder")
         out.mkdir(parents=True, exist_ok=True)
-        self.root = Path(tempfile.mkdtemp(prefix=".refseg-staging-", dir=out))
+        sweep_stale(out)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
 
     def folder(self, name: str) -> Path:
         path = self.root / name

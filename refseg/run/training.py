@@ -31,7 +31,7 @@ import numpy as np
 
 from refseg import autograd as ag
 from refseg.errors import InputError
-from refseg.imageio import write_json, write_npz, write_text
+from refseg.imageio import sweep_stale, write_json, write_npz, write_text
 from refseg.data.inputs import INPUT_KINDS, prepare
 from refseg.models import ResMobileNet
 from refseg.models.decoder import BRANCHES
@@ -370,6 +370,8 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     run = Path(run_dir)
     started = time.perf_counter()
     saved = _check_run(run, config, resume)
+    if resume:
+        sweep_stale(run)  # a killed run's half-written checkpoint
     data = dataset.load_dataset(data_dir)
     identity = data_identity(data)
     if resume:
