@@ -266,10 +266,8 @@ class StagedFolders:
     half-written output."""
 
     def __init__(self, out: Path):
-        self.out = out
+        self.out = out = check_output_folder(out)
         self.created_out = not out.exists()
-        if out.exists() and not out.is_dir():
-            raise InputError(f"{out}: exists and is not a folder")
         out.mkdir(parents=True, exist_ok=True)
         sweep_stale(out)
         self.root = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))

@@ -30,8 +30,6 @@ INFRASTRUCTURE = "the citation machinery itself"
 
 # qualified name of each citing function or class -> the element IDs it cites
 _CITATIONS: dict[str, tuple[str, ...]] = {}
-# qualified name of each infrastructure function or class -> the reason it cites no element
-_INFRASTRUCTURE: dict[str, str] = {}
 # qualified name of each citing function or class -> the object, for its file and line
 _OBJECTS: dict[str, object] = {}
 
@@ -62,7 +60,6 @@ def infrastructure(reason: str):
 
     def mark(obj):
         obj.__infrastructure__ = reason
-        _INFRASTRUCTURE[f"{obj.__module__}.{obj.__qualname__}"] = reason
         return obj
 
     return mark
@@ -147,13 +144,6 @@ def code_citations() -> dict[str, tuple[str, ...]]:
     """Import every refseg module and return {qualified name: cited IDs}."""
     _import_all()
     return dict(sorted(_CITATIONS.items()))
-
-
-def infrastructure_citations() -> dict[str, str]:
-    """Import every refseg module and return {qualified name: reason} of the functions and
-    classes marked ``@infrastructure``."""
-    _import_all()
-    return dict(sorted(_INFRASTRUCTURE.items()))
 
 
 def code_locations() -> dict[str, str]:

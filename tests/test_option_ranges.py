@@ -4,8 +4,8 @@ import pytest
 
 from checkout import run_refseg
 
-pytestmark = pytest.mark.claim("claim5.training_module", "claim5.acquisition_module",
-                               "claim5.feature_module")
+# argument validation (refseg.run.training.check_range and its kin): no claim element
+pytestmark = pytest.mark.infrastructure
 
 TRAIN = ["train", "DATA", "--out", "OUT", "--epochs", "1", "--input-size", "32x64"]
 CASES = [

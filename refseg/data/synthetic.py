@@ -255,8 +255,7 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
     # one generator drawn from in a fixed order, stage by stage: the same seed, the same image
     rng = np.random.default_rng(int(seed))
     top, bottom, params = _geometry(rng, rows, cols)
-    seam = _Seam(rows, cols, top, bottom)
-    seam.strength = _faint_side(rng, cols, params)
+    seam = _Seam(rows, cols, top, bottom, _faint_side(rng, cols, params))
     image, heat = _background(rng, seam)
     image, contrast = _bead(rng, seam, image)
     image, arc = _camera(rng, seam, image, params)
@@ -273,8 +272,11 @@ def weld_image(seed: int, shape: tuple[int, int] = WELD_SHAPE) -> WeldSample:
 class _Seam:
     """Pixel coordinates and where each pixel lies relative to the seam band."""
 
-    def __init__(self, rows: int, cols: int, top: np.ndarray, bottom: np.ndarray):
+    def __init__(self, rows: int, cols: int, top: np.ndarray, bottom: np.ndarray,
+                 strength: np.ndarray):
         self.rows, self.cols, self.top, self.bottom = rows, cols, top, bottom
+        # per side (top, bottom), per column: the edge's contrast factor (:func:`_faint_side`)
+        self.strength = strength
         self.r = np.arange(rows, dtype=np.float64)[:, None]
         self.c = np.arange(cols, dtype=np.float64)[None, :]
         self.width = np.maximum(bottom - top, 1.0)[None, :]
@@ -283,8 +285,6 @@ class _Seam:
         # outside: vertical distance to the band, for the heat tint
         self.gap = np.where(self.depth < 0, top[None, :] - self.r,
                             np.where(self.depth > 1, self.r - bottom[None, :], 0.0))
-        # per side (top, bottom), per column: the edge's contrast factor
-        self.strength = np.ones((2, cols))
 
 
 def _faint_side(rng, cols: int, params: dict) -> np.ndarray:
@@ -441,7 +441,7 @@ def _integer(text, name: str, minimum: int) -> int:
 
 
 @infrastructure("argument parsing")
-def parse_size(text) -> tuple[int, int]:
+def parse_image_size(text) -> tuple[int, int]:
     """``"HxW"`` (rows x cols) as two ints, each side from :data:`MIN_SIDE` to :data:`MAX_SIDE`."""
     parts = str(text).lower().split("x")
     try:
@@ -503,7 +503,7 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
     seed = _integer(seed, "--seed", 0)
     if seed + count - 1 > MAX_SEED:
         raise InputError(f"--seed: the last image's seed {seed + count - 1} exceeds {MAX_SEED}")
-    rows, cols = parse_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
+    rows, cols = parse_image_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
     out = Path(out)
     ours = (out / SYNTH_MANIFEST).is_file()
     for name in (dataset.IMAGES_DIR, dataset.LABELS_DIR):
