@@ -8,10 +8,13 @@ Spec reading ``R-input``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,13 +187,25 @@ def default_mode(folder: bool = False) -> int:
 def _atomic_write(path: Path, write) -> None:
     """Call ``write(file_object)`` on a temporary file beside ``path``, then rename it."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
-                               dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
+                                   dir=path.parent)
+    except OSError as exc:
+        if not path.parent.is_dir():
+            raise OSError(exc.errno, "the output folder does not exist",
+                          str(path.parent)) from None
+        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
+                      str(path)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
         os.chmod(tmp, default_mode())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        # named by the file the user asked for, not by its temporary name
+        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
+                      str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -226,6 +241,12 @@ def write_json(path, data) -> None:
 #: Staging folders are named ``.refseg-staging-<pid>-<random>``, temporary files
 #: ``.<name>.<pid>.<random>.tmp``: the pid tells a live writer's from a dead one's.
 STAGING_PREFIX = ".refseg-staging-"
+#: Every output folder refseg publishes holds this file; a later command may replace such a
+#: folder (or add to it), never a folder of someone else's files.
+OUTPUT_MARKER = ".refseg-output"
+_TARGET_SUFFIX = ".target"
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
 
 
 def _dead(pid_text: str) -> bool:
@@ -238,39 +259,112 @@ def _dead(pid_text: str) -> bool:
     return False
 
 
+def _writer_pid(name: str) -> str | None:
+    """The pid in the name of a refseg staging folder, its journal, or a temporary file."""
+    if name.startswith(STAGING_PREFIX):
+        return name[len(STAGING_PREFIX):].split("-", 1)[0]
+    if name.startswith(".") and name.endswith(".tmp") and name.count(".") >= 4:
+        return name.rsplit(".", 3)[-3]
+    return None
+
+
+def _is_ours_in_progress(name: str) -> bool:
+    pid = _writer_pid(name)
+    return pid is not None and pid.isdigit()
+
+
 @infrastructure("removing what killed refseg processes left behind")
 def sweep_stale(folder) -> list[str]:
     """Remove the staging folders and temporary files that a refseg process killed outright
-    (SIGKILL, power loss) left in ``folder``; those of live processes are kept. Returns the
-    names removed."""
+    (SIGKILL, power loss) left in ``folder``; those of live processes are kept. A publication
+    that was cut between its two renames (only where the file system cannot swap two folders
+    in one step) is completed first. Returns the names removed."""
+    folder = Path(folder)
     removed = []
-    for entry in Path(folder).iterdir():
-        name = entry.name
-        if name.startswith(STAGING_PREFIX) and entry.is_dir():
-            pid = name[len(STAGING_PREFIX):].split("-", 1)[0]
-        elif name.startswith(".") and name.endswith(".tmp") and name.count(".") >= 4:
-            pid = name.rsplit(".", 3)[-3]
-        else:
-            continue
-        if pid.isdigit() and _dead(pid):
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else \
-                entry.unlink(missing_ok=True)
-            removed.append(name)
-    return sorted(removed)
+    entries = sorted(folder.iterdir()) if folder.is_dir() else []
+    for journal in [e for e in entries if e.name.endswith(_TARGET_SUFFIX)]:
+        pid = _writer_pid(journal.name)
+        if pid and pid.isdigit() and _dead(pid):
+            staged = journal.with_name(journal.name[:-len(_TARGET_SUFFIX)])
+            target = folder / journal.read_text(encoding="utf-8").strip()
+            if staged.is_dir() and not target.exists() and target.parent == folder:
+                staged.rename(target)  # the new result was complete: finish publishing it
+            journal.unlink(missing_ok=True)
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+        pid = _writer_pid(entry.name)
+        if pid and pid.isdigit() and _dead(pid):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and \
+                not entry.is_symlink() else entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths ``a`` and ``b`` in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``); False where the system or the file system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _refseg_wrote(out: Path) -> bool:
+    """Whether ``out`` may be replaced by a refseg command: it is empty (but for refseg's own
+    leftovers) or holds :data:`OUTPUT_MARKER`."""
+    if (out / OUTPUT_MARKER).is_file():
+        return True
+    return all(_is_ours_in_progress(entry.name) for entry in out.iterdir())
+
+
+@infrastructure("checking an output folder before the work that fills it")
+def check_output_folder(out) -> Path:
+    """``out`` as a Path, after checking that a refseg command may publish there: it does not
+    exist yet, is empty, or was published by refseg (it holds :data:`OUTPUT_MARKER`). Call it
+    before heavy work, so that a wrong ``--out`` fails at once."""
+    out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise InputError(f"{out}: is a link to nothing")
+    if out.exists():
+        if not out.is_dir():
+            raise InputError(f"{out}: exists and is not a folder")
+        if not _refseg_wrote(out):
+            others = sorted(e.name for e in out.iterdir() if not _is_ours_in_progress(e.name))
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise InputError(f"{out}: holds files that refseg did not write ({shown}); "
+                             "choose a new or empty folder")
+    return out
 
 
 @infrastructure("all-or-nothing output folders")
 class StagedFolders:
-    """Stage a set of output folders inside ``out`` (a hidden folder there); publish them, by
-    renaming, only when all are done, or abandon them: a failed or killed command leaves no
-    half-written output."""
+    """Stage the whole next state of an output folder ``out`` in a hidden sibling folder, then
+    swap it into place in one step: a failed or killed command leaves ``out`` as it was, and a
+    reader never sees a mix of old and new outputs.
+
+    Entries of an existing ``out`` that the command does not write again are carried over
+    (hard links, no copying), so that ``edges a.png`` after ``edges b.png`` keeps ``b/``.
+    ``out`` itself is a new folder afterwards: a shell whose working folder was ``out`` must
+    ``cd`` into it again.
+    """
 
     def __init__(self, out: Path):
-        self.out = out = check_output_folder(out)
-        self.created_out = not out.exists()
-        out.mkdir(parents=True, exist_ok=True)
-        sweep_stale(out)
-        self.root = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+        # a link to a folder: its target is the folder replaced, the link stays
+        self.out = out = Path(os.path.realpath(check_output_folder(out)))
+        missing = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
+        self.created = missing[-1] if missing else None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(out.parent)
+        if out.is_dir():
+            sweep_stale(out)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-",
+                                          dir=out.parent))
 
     def folder(self, name: str) -> Path:
         path = self.root / name
@@ -278,41 +372,63 @@ class StagedFolders:
         return path
 
     def publish(self) -> None:
-        for staged in sorted(self.root.iterdir()):
-            final = self.out / staged.name
-            if final.exists():
-                old = self.root.with_name(self.root.name + ".old")
-                final.rename(old)
-                staged.rename(final)
-                shutil.rmtree(old) if old.is_dir() else old.unlink()
-            else:
-                staged.rename(final)
-        self.root.rmdir()
+        out, root = self.out, self.root
+        if out.is_dir():
+            for entry in sorted(out.iterdir()):
+                if not (root / entry.name).exists() and not _is_ours_in_progress(entry.name):
+                    _carry_over(entry, root / entry.name)
+        write_json(root / OUTPUT_MARKER, {"written_by": "refseg", "version": _version()})
+        os.chmod(root, stat.S_IMODE(out.stat().st_mode) if out.is_dir()
+                 else default_mode(folder=True))
+        if not out.exists():
+            root.rename(out)
+        elif _exchange(root, out):
+            shutil.rmtree(root)  # now the previous state of out
+        else:
+            journal = root.with_name(root.name + _TARGET_SUFFIX)
+            write_text(journal, out.name)
+            old = root.with_name(root.name + "-old")
+            out.rename(old)
+            root.rename(out)
+            journal.unlink()
+            shutil.rmtree(old)
 
     def abandon(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-        if self.created_out and self.out.exists() and not any(self.out.iterdir()):
-            self.out.rmdir()
+        if self.created is not None:
+            # folders made only to hold ``out``, emptied again
+            for folder in (self.out.parent, *self.out.parent.parents):
+                if folder == self.created.parent:
+                    break
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
 
 
-@infrastructure("checking an output folder before the work that fills it")
-def check_output_folder(out) -> Path:
-    """``out`` as a Path, after checking that outputs can be staged there: it is a folder or
-    does not exist yet. Call it before heavy work, so that a wrong ``--out`` fails at once."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out}: exists and is not a folder")
-    return out
+def _carry_over(source: Path, destination: Path) -> None:
+    if source.is_dir() and not source.is_symlink():
+        shutil.copytree(source, destination, symlinks=True, copy_function=os.link)
+    else:
+        os.link(source, destination, follow_symlinks=False)
+
+
+def _version() -> str:
+    from refseg._version import __version__
+    return __version__
 
 
 @contextlib.contextmanager
 @infrastructure("all-or-nothing output folders")
 def staged_folders(out):
-    """Stage output folders inside ``out`` and publish them together, or not at all.
+    """Stage the next state of the folder ``out`` and publish it in one step, or not at all.
 
-    ``with staged_folders(out) as staging:`` yields a :class:`StagedFolders`; folders made with
-    ``staging.folder(name)`` are renamed into ``out`` when the block ends normally, and removed
-    when it raises (or is interrupted), so that ``out`` never holds a half-written result.
+    ``with staged_folders(out) as staging:`` yields a :class:`StagedFolders`: what the block
+    writes into ``staging.root`` (or folders made with ``staging.folder(name)``) becomes
+    ``out`` when the block ends normally, together with what ``out`` held that the block did
+    not write again; when the block raises (or is interrupted) it is removed and ``out`` is
+    untouched. ``out`` must be new, empty or a folder refseg published
+    (:func:`check_output_folder`).
     """
     staging = StagedFolders(Path(out))
     try:

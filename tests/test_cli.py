@@ -11,6 +11,7 @@ from refseg.claim1 import features
 from refseg.cli import main
 from refseg.claim1.operators import OPERATORS
 from refseg.data.synthetic import weld_image
+from refseg.imageio import OUTPUT_MARKER
 from checkout import run_refseg
 
 NPZ_KEYS = {"gray", "blurred", "canny", "sobel", "prewitt", "log", "mean_image", "final_weight",
@@ -44,7 +45,7 @@ def test_edges_writes_every_output(tmp_path, weld_png, capsys):
     report = json.loads((folder / "report.json").read_text())
     assert report["weights"] == expected.weights and report["claims"]["cv"] == "claim1.step2.cv"
     assert report["params"]["sigma"] == 0.8 and report["source"]["rows"] == 156
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [OUTPUT_MARKER]
     from refseg.imageio import default_mode  # readable like any new file, not 0600 temporaries
     assert (folder / "panel.png").stat().st_mode & 0o777 == default_mode()
     assert folder.stat().st_mode & 0o777 == default_mode(folder=True)
@@ -106,7 +107,7 @@ def test_demo_writes_a_report(tmp_path):
                  "runs/fusion-feature/checkpoint.npz", "data/images/weld_00005.png"):
         assert (out / name).is_file(), name
     assert not (out / "runs" / "fusion-gray" / "checkpoint.npz").exists()
-    assert not list(out.glob(".refseg-staging-*"))
+    assert not list(out.glob(".refseg-staging-*")) and not list(tmp_path.glob(".refseg-*"))
 
 
 @pytest.mark.claim("claim1.step3.train", "claim5.output_module")
@@ -168,13 +169,14 @@ def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_staging(tmp_path):
                              "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(out.glob(".refseg-staging-*/images/*.png")):
+    staged = ".refseg-staging-*/images/*.png"
+    while time.monotonic() < deadline and not list(tmp_path.glob(staged)):
         time.sleep(0.05)
-    assert list(out.glob(".refseg-staging-*/images/*.png")), "synth never started writing"
+    assert list(tmp_path.glob(staged)), "synth never started writing"
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and err.strip() == "refseg: terminated"
-    assert not out.exists() or list(out.iterdir()) == []
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.claim("claim5.feature_module")
@@ -184,7 +186,7 @@ def test_edges_replaces_its_own_outputs_but_never_a_folder_of_the_users(tmp_path
     assert main(["edges", str(weld_png), "--out", str(out)]) == 0
     assert main(["edges", str(weld_png), "--out", str(out), "--sigma", "1.0"]) == 0
     assert json.loads((out / "weld" / "report.json").read_text())["params"]["sigma"] == 1.0
-    assert sorted(p.name for p in out.iterdir()) == ["weld"]
+    assert sorted(p.name for p in out.iterdir()) == [OUTPUT_MARKER, "weld"]
     (out / "weld" / "notes.txt").write_text("mine")
     capsys.readouterr()
     assert main(["edges", str(weld_png), "--out", str(out)]) == 2

@@ -167,25 +167,29 @@ def test_zero_size_png_is_refused(tmp_path):
 @pytest.mark.infrastructure
 def test_what_a_killed_process_left_is_swept_and_a_live_ones_kept(tmp_path):
     """Staging folders and temporary files carry their writer's pid: the next command that
-    stages into the folder removes those of dead processes, never those of live ones."""
+    publishes beside them removes those of dead processes, never those of live ones, and keeps
+    what the user put into a folder refseg wrote."""
     import os
     import subprocess
 
     from refseg.data.synthetic import write_synthetic_dataset
-    from refseg.imageio import sweep_stale
+    from refseg.imageio import OUTPUT_MARKER, sweep_stale
 
     finished = subprocess.Popen(["true"])
     finished.wait()
     dead = finished.pid
     out = tmp_path / "set"
-    out.mkdir()
+    write_synthetic_dataset(out, 1, size="48x96")
     (out / f".refseg-staging-{dead}-abc123").mkdir()
     (out / f".refseg-staging-{dead}-abc123" / "weld_00000.png").write_bytes(b"half")
     (out / f".synth.json.{dead}.q1w2e3.tmp").write_bytes(b"half")
-    live = out / f".refseg-staging-{os.getpid()}-keepme"
+    (tmp_path / f".refseg-staging-{dead}-sibling").mkdir()
+    live = tmp_path / f".refseg-staging-{os.getpid()}-keepme"
     live.mkdir()
     (out / ".notes.tmp").write_text("a user's file")
     write_synthetic_dataset(out, 1, size="48x96")
     names = sorted(p.name for p in out.iterdir())
-    assert names == [".notes.tmp", live.name, "images", "labels", "synth.json"]
-    assert sweep_stale(out) == []
+    assert names == [".notes.tmp", OUTPUT_MARKER, "images", "labels", "synth.json"]
+    assert (out / ".notes.tmp").read_text() == "a user's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "set"]
+    assert sweep_stale(out) == [] and sweep_stale(tmp_path) == []

@@ -230,7 +230,8 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     """
     images = [Path(p) for p in images]
     stems = _stems(images)
-    _check_replaceable(Path(out), stems)
+    out = imageio.check_output_folder(out)
+    _check_replaceable(out, stems)
     loaded = [imageio.read_image(p) for p in images]
     kwargs = {} if sigma is None else {"sigma": sigma}
     results = [features.extract(img.pixels, **kwargs) for img in loaded]

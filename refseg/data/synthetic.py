@@ -478,16 +478,16 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
     Raises
     ------
     InputError
-        Bad arguments, or ``out`` already holds ``images/`` or ``labels/`` that this function
-        did not write (a hand-labelled data set is never overwritten).
+        Bad arguments, or ``out`` holds files that refseg did not write (a hand-labelled data
+        set is never overwritten).
 
     Notes
     -----
     This is ``refseg synth``. Images are RGB PNGs (:func:`weld_image`), labels RGB PNGs in the
-    colours of [0263]. Both folders are staged in a hidden folder inside ``out`` and renamed
-    into place when every file is written (replacing those of an earlier run); then
-    ``synth.json`` (seeds, size, each image's drawn parameters, refseg version) is written
-    atomically. The same arguments give byte-identical files.
+    colours of [0263]; ``synth.json`` holds the seeds, the size, each image's drawn parameters
+    and the refseg version. All three are staged beside ``out`` and swapped into place in one
+    step when every file is written (replacing those of an earlier run): a killed run leaves
+    the earlier set whole. The same arguments give byte-identical files.
 
     References
     ----------
@@ -504,12 +504,7 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
     if seed + count - 1 > MAX_SEED:
         raise InputError(f"--seed: the last image's seed {seed + count - 1} exceeds {MAX_SEED}")
     rows, cols = parse_image_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
-    out = Path(out)
-    ours = (out / SYNTH_MANIFEST).is_file()
-    for name in (dataset.IMAGES_DIR, dataset.LABELS_DIR):
-        if (out / name).exists() and not ours:
-            raise InputError(f"{out / name}: exists and was not written by refseg synth "
-                             f"(no {SYNTH_MANIFEST}); choose another --out")
+    out = imageio.check_output_folder(out)
     digits = max(5, len(str(count - 1)))
     records = []
     with imageio.staged_folders(out) as staging:
@@ -521,9 +516,10 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
             imageio.write_png(images / f"{stem}.png", sample.rgb)
             dataset.write_label(labels / f"{stem}.png", sample.classes)
             records.append({"stem": stem, "seed": seed + i, "params": sample.params})
-    imageio.write_json(out / SYNTH_MANIFEST, {
-        "generator": "refseg.data.synthetic.weld_image", "refseg_version": __version__,
-        "count": count, "seed": seed, "size": {"rows": rows, "cols": cols},
-        "classes": class_table(), "label_colours": colour_table(),
-        "contour_half_width": CONTOUR_HALF_WIDTH, "samples": records})
+        # inside the staged folder: images, labels and their description appear together
+        imageio.write_json(staging.root / SYNTH_MANIFEST, {
+            "generator": "refseg.data.synthetic.weld_image", "refseg_version": __version__,
+            "count": count, "seed": seed, "size": {"rows": rows, "cols": cols},
+            "classes": class_table(), "label_colours": colour_table(),
+            "contour_half_width": CONTOUR_HALF_WIDTH, "samples": records})
     return out

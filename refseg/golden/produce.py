@@ -408,8 +408,8 @@ def write_bundle(folder, network_threads: int | None = 1, keep=()) -> WriteResul
 
     Notes
     -----
-    The folder is staged beside its destination and renamed into place when both files are
-    complete. The same refseg on the same machine writes byte-identical files.
+    The folder is staged beside its destination and swapped into place in one step when both
+    files are complete: an earlier bundle stays whole until then. The same refseg on the same machine writes byte-identical files.
 
     References
     ----------
@@ -421,14 +421,15 @@ def write_bundle(folder, network_threads: int | None = 1, keep=()) -> WriteResul
     if folder.exists():
         if not folder.is_dir():
             raise InputError(f"{folder}: exists and is not a folder")
-        others = sorted(p.name for p in folder.iterdir() if p.name not in (MANIFEST, ARRAYS))
+        others = sorted(p.name for p in folder.iterdir()
+                        if p.name not in (MANIFEST, ARRAYS, imageio.OUTPUT_MARKER))
         if others or (any(folder.iterdir()) and not (folder / MANIFEST).is_file()):
             raise InputError(f"{folder}: exists and holds files that are not a golden bundle "
                              f"({', '.join(others[:3]) or 'no manifest.json'}); choose another "
                              "folder")
     manifest, arrays, kept = build_bundle(network_threads, keep)
-    with imageio.staged_folders(folder.parent) as staging:
-        target = staging.folder(folder.name)
+    with imageio.staged_folders(folder) as staging:
+        target = staging.root
         write_deterministic_npz(target / ARRAYS, arrays)
         manifest["arrays_file_sha256"] = hashlib.sha256(
             (target / ARRAYS).read_bytes()).hexdigest()

@@ -133,6 +133,7 @@ def write_predictions(run_dir, images, out) -> list:
     list of (Path, float)
         Each output folder and the image's prediction time in seconds.
     """
+    out = imageio.check_output_folder(out)
     model, config = load_run(run_dir)
     stems = [Path(p).stem for p in images]
     if len(set(stems)) != len(stems):
@@ -200,7 +201,7 @@ def comparison_panel(pairs, predictions, count: int = 4) -> np.ndarray:
 
 @infrastructure("writing an evaluation report")
 def write_evaluation(out, rows: list[RunScores], pairs, predictions) -> Path:
-    """Write ``out/evaluation/``: ``table.md`` (:func:`format_table`), ``scores.json`` (one
+    """Write the folder ``out``: ``table.md`` (:func:`format_table`), ``scores.json`` (one
     entry per run) and ``panel.png`` (:func:`comparison_panel`), all or nothing.
 
     Returns
@@ -209,8 +210,7 @@ def write_evaluation(out, rows: list[RunScores], pairs, predictions) -> Path:
         The folder written.
     """
     with imageio.staged_folders(out) as staging:
-        folder = staging.folder("evaluation")
-        imageio.write_text(folder / "table.md", format_table(rows) + "\n")
-        imageio.write_json(folder / "scores.json", [r.as_dict() for r in rows])
-        imageio.write_png(folder / "panel.png", comparison_panel(pairs, predictions))
-    return Path(out) / "evaluation"
+        imageio.write_text(staging.root / "table.md", format_table(rows) + "\n")
+        imageio.write_json(staging.root / "scores.json", [r.as_dict() for r in rows])
+        imageio.write_png(staging.root / "panel.png", comparison_panel(pairs, predictions))
+    return Path(out)

@@ -15,6 +15,7 @@ from refseg import imageio
 from refseg.data import dataset
 from refseg.cli import main
 from refseg.errors import InputError
+from refseg.imageio import OUTPUT_MARKER
 from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE
 from refseg.data.synthetic import CONTOUR_HALF_WIDTH, weld_image
 from strategies import LABEL_PALETTE, label_maps, off_palette_colours
@@ -305,7 +306,8 @@ def test_synth_writes_a_loadable_data_set(tmp_path, capsys):
     assert main(["synth", "--count", "3", "--out", str(out), "--seed", "5",
                  "--size", "48x96"]) == 0
     assert str(out) in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["images", "labels", "synth.json"]
+    assert sorted(p.name for p in out.iterdir()) == [OUTPUT_MARKER, "images", "labels",
+                                                     "synth.json"]
     data = dataset.load_dataset(out)
     assert data.stems == ["weld_00000", "weld_00001", "weld_00002"]
     for i, sample in enumerate(data):
@@ -326,7 +328,7 @@ def test_synth_writes_a_loadable_data_set(tmp_path, capsys):
     # a second run replaces the first one's images and labels whole
     assert main(["synth", "--count", "1", "--out", str(out), "--size", "40x40"]) == 0
     assert dataset.load_dataset(out).stems == ["weld_00000"]
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [OUTPUT_MARKER]
 
 
 @pytest.mark.claim("claim5.acquisition_module")
@@ -334,7 +336,7 @@ def test_synth_never_overwrites_a_data_set_it_did_not_write(tmp_path, capsys):
     root = make_dataset(tmp_path / "hand", [(4, 4)])
     before = listing(root)
     assert main(["synth", "--count", "2", "--out", str(root)]) == 2
-    assert "not written by refseg synth" in capsys.readouterr().err
+    assert "holds files that refseg did not write (images, labels)" in capsys.readouterr().err
     assert listing(root) == before
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from refseg import cli, golden
+from refseg.imageio import OUTPUT_MARKER
 from anchors import require
 
 from checkout import ROOT
@@ -46,7 +47,8 @@ def _row(report, name):
 @pytest.mark.infrastructure
 def test_bundle_layout_size_and_manifest(bundle):
     folder, manifest, stored, _ = bundle
-    assert sorted(p.name for p in folder.iterdir()) == ["arrays.npz", "manifest.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [OUTPUT_MARKER, "arrays.npz",
+                                                        "manifest.json"]
     assert (folder / "arrays.npz").stat().st_size < 30e6
     entries = manifest["arrays"]
     for name, e in entries.items():

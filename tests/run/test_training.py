@@ -255,7 +255,7 @@ def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys, monkeyp
     assert main(["evaluate", str(run), str(data), "--out", str(tmp_path / "e")]) == 0
     table = capsys.readouterr().out
     assert "| Res-Mobile Net, feature input" in table
-    scores = json.loads((tmp_path / "e" / "evaluation" / "scores.json").read_text())
+    scores = json.loads((tmp_path / "e" / "scores.json").read_text())
     assert 0 <= scores[0]["pixel_accuracy"] <= 1
     assert main(["predict", str(tmp_path), str(images[0]), "--out", str(tmp_path / "q")]) == 2
     assert "not a finished or checkpointed refseg run" in capsys.readouterr().err
