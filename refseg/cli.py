@@ -37,8 +37,19 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
 
+_MAX_PIXELS_HELP = ("refuse larger images, before decoding them (default 25000000; about "
+                    "120 bytes of memory per pixel)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line like every other bad input."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT, f"refseg: error: {self.prog}: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="refseg", description=(
+    p = _Parser(prog="refseg", description=(
         "Reference implementation of the image semantic segmentation method of patent "
         "CN114419081B."))
     p.add_argument("--version", action="version", version=f"refseg {__version__}")
@@ -48,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("images", nargs="+", type=Path, help="image files (any format Pillow reads)")
     e.add_argument("--out", type=Path, required=True, help="output folder (one subfolder each)")
     e.add_argument("--sigma", type=float, default=None, help="Gaussian sigma (default 0.8)")
+    e.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
+    e.add_argument("--arrays", choices=("all", "maps"), default="all",
+                   help="what features.npz keeps: every intermediate (default) or the binary "
+                        "maps and the weights only")
 
     d = sub.add_parser("demo", help="the main job: the whole method on synthetic weld seams")
     d.add_argument("--out", type=Path, default=Path("demo-out"), help="report folder")
@@ -141,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("run", type=Path, help="run folder of refseg train")
     pr.add_argument("images", nargs="+", type=Path)
     pr.add_argument("--out", type=Path, required=True, help="output folder (one per image)")
+    pr.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
 
     ev = sub.add_parser("evaluate", help="score a run on a data set (and compare runs)")
     ev.add_argument("run", type=Path, help="run folder of refseg train")
@@ -170,7 +186,9 @@ def _parser() -> argparse.ArgumentParser:
 def _edges(args) -> str:
     from refseg.claim1.outputs import write_edge_outputs
 
-    return "\n".join(str(f) for f in write_edge_outputs(args.images, args.out, args.sigma))
+    return "\n".join(str(f) for f in write_edge_outputs(args.images, args.out, args.sigma,
+                                                       max_pixels=args.max_pixels,
+                                                       arrays=args.arrays))
 
 
 def _demo(args) -> str:
@@ -260,7 +278,7 @@ def _train(args) -> str:
 def _predict(args) -> str:
     from refseg.run.evaluation import write_predictions
 
-    done = write_predictions(args.run, args.images, args.out)
+    done = write_predictions(args.run, args.images, args.out, max_pixels=args.max_pixels)
     return "\n".join(f"{folder}  {seconds * 1e3:.0f} ms" for folder, seconds in done)
 
 

@@ -16,6 +16,8 @@ import os
 import shutil
 import stat
 import tempfile
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,26 @@ from PIL import Image, ImageFile, UnidentifiedImageError
 from refseg.errors import InputError
 from refseg.claim1.preprocess import MIN_SIZE
 from refseg.trace import implements, infrastructure
+
+#: The largest image (rows x cols) read unless a caller asks for more: ``refseg edges`` peaks
+#: at about 120 bytes per pixel (0.72 GB for 3000x2000), so 25 megapixels (a 6000x4000
+#: photograph) needs some 3 GB; a file's declared size is checked before any pixel is decoded.
+MAX_PIXELS = 25_000_000
+
+#: The most that ``max_pixels`` may be raised to.
+MAX_PIXELS_CEILING = 10 ** 10
+
+
+@infrastructure("argument validation")
+def check_max_pixels(value) -> int:
+    """``value`` as a pixel limit from 9 (3x3) to :data:`MAX_PIXELS_CEILING`; InputError
+    otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+            not 9 <= value <= MAX_PIXELS_CEILING:
+        raise InputError(f"--max-pixels: expected an integer from 9 to "
+                         f"{MAX_PIXELS_CEILING}, got {value!r}")
+    return int(value)
+
 
 #: Divisor taking 16-bit gray (0-65535) to the 0-255 scale: 65535 / 255 (R-input).
 SIXTEEN_BIT_DIVISOR = 257.0
@@ -90,14 +112,26 @@ def read_bytes(path, what: str = "file") -> bytes:
 
 
 @infrastructure("decoding image files with one-line errors")
-def decode_image(data: bytes, path) -> Image.Image:
+def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """A fully decoded Pillow image from a file's bytes; InputError naming ``path`` when the
-    data is not an image, truncated, corrupt or a decompression bomb."""
+    data is not an image, truncated, corrupt, or declares more than ``max_pixels`` pixels
+    (checked from the header, before decoding)."""
     ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            im.load()
-            return im.copy()
+        with warnings.catch_warnings():
+            # refseg's own limit decides; Pillow's bomb warning would be a second message
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                cols, rows = im.size
+                if rows * cols > max_pixels:
+                    raise InputError(
+                        f"{path}: {cols}x{rows} pixels is more than the limit of "
+                        f"{max_pixels:,} (--max-pixels raises it; about 120 bytes of memory "
+                        "per pixel are needed)")
+                im.load()
+                return im.copy()
+    except InputError:
+        raise
     except UnidentifiedImageError:
         raise InputError(f"{path}: not an image file Pillow can read") from None
     except Image.DecompressionBombError as exc:
@@ -107,12 +141,15 @@ def decode_image(data: bytes, path) -> Image.Image:
 
 
 @implements("claim1.step1.acquire", "claim5.acquisition_module")
-def read_image(path) -> LoadedImage:
+def read_image(path, max_pixels: int = MAX_PIXELS) -> LoadedImage:
     """Read an image file for claim-1 feature extraction.
 
     Parameters
     ----------
     path : str or Path
+    max_pixels : int
+        Refuse images with more pixels (rows x cols) than this, before decoding them
+        (default :data:`MAX_PIXELS`).
 
     Returns
     -------
@@ -121,8 +158,8 @@ def read_image(path) -> LoadedImage:
     Raises
     ------
     InputError
-        Missing file, a folder, not an image, truncated or corrupt data, a floating-point
-        image, 32-bit values outside 0-65535, or fewer than 3x3 pixels; the message names the
+        Missing file, a folder, not an image, truncated or corrupt data, more than
+        ``max_pixels`` pixels, a floating-point image, 32-bit values outside 0-65535, or fewer than 3x3 pixels; the message names the
         file.
 
     Notes
@@ -137,7 +174,7 @@ def read_image(path) -> LoadedImage:
     """
     p = Path(path)
     data = read_bytes(p, "image file")
-    image = decode_image(data, p)
+    image = decode_image(data, p, max_pixels)
     cols, rows = image.size
     if rows < MIN_SIZE or cols < MIN_SIZE:
         raise InputError(f"{p}: image is {cols}x{rows} pixels (width x height); "
@@ -219,9 +256,25 @@ def write_png(path, array) -> None:
 
 
 @infrastructure("atomic output files")
-def write_npz(path, **arrays) -> None:
-    """Write arrays to an uncompressed .npz, atomically (no pickled objects)."""
-    _atomic_write(Path(path), lambda f: np.savez(f, **arrays))
+def write_npz(path, compressed: bool = False, **arrays) -> None:
+    """Write arrays to an .npz, atomically (no pickled objects); with ``compressed``, the
+    integer and boolean arrays are deflated."""
+    if not compressed:
+        _atomic_write(Path(path), lambda f: np.savez(f, **arrays))
+        return
+
+    def save(f):
+        with zipfile.ZipFile(f, "w") as archive:
+            for name, value in arrays.items():
+                value = np.asanyarray(value)
+                # integer maps deflate 50-fold in moments; float planes hardly shrink and take
+                # seconds per megapixel, so they are stored
+                method = zipfile.ZIP_STORED if value.dtype.kind in "fc" else zipfile.ZIP_DEFLATED
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = method
+                with archive.open(info, "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, value, allow_pickle=False)
+    _atomic_write(Path(path), save)
 
 
 @infrastructure("atomic output files")

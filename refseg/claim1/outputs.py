@@ -121,8 +121,14 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
     return np.asarray(canvas)
 
 
+#: What ``features.npz`` may hold: every intermediate, or the binary maps and the vectors
+#: only (a photograph's float planes take 8 bytes per pixel each).
+NPZ_CONTENTS = ("all", "maps")
+
+
 @infrastructure("writing one image's outputs")
-def write_outputs(folder, loaded: LoadedImage, result: FeatureResult) -> list[str]:
+def write_outputs(folder, loaded: LoadedImage, result: FeatureResult,
+                  arrays: str = "all") -> list[str]:
     """Write every output of one image into ``folder`` (which must exist).
 
     Parameters
@@ -130,6 +136,9 @@ def write_outputs(folder, loaded: LoadedImage, result: FeatureResult) -> list[st
     folder : str or Path
     loaded : LoadedImage
     result : FeatureResult
+    arrays : {"all", "maps"}
+        What ``features.npz`` holds: every intermediate array, or only the four edge maps,
+        the feature map and the per-operator vectors.
 
     Returns
     -------
@@ -140,7 +149,7 @@ def write_outputs(folder, loaded: LoadedImage, result: FeatureResult) -> list[st
     -----
     Files: ``canny.png``, ``sobel.png``, ``prewitt.png``, ``log.png`` (edge maps, 0/255),
     ``mean_image.png`` (Ē × 255, rounded), ``feature_map.png`` (0/255), ``panel.png``,
-    ``features.npz`` and ``report.json``. Each file is written atomically.
+    ``features.npz`` (its binary maps deflated) and ``report.json``. Each file is written atomically.
 
     References
     ----------
@@ -155,16 +164,19 @@ def write_outputs(folder, loaded: LoadedImage, result: FeatureResult) -> list[st
     write_png(folder / "feature_map.png", result.feature_map * np.uint8(255))
     write_png(folder / "panel.png", panel(loaded.pixels, result))
     names += ["mean_image.png", "feature_map.png", "panel.png"]
-    arrays = {
-        "gray": result.gray, "blurred": result.blurred,
-        **{k: result.edges[k] for k in OPERATORS},
-        **{f"{k}_response": result.responses[k] for k in OPERATORS},
-        "mean_image": result.mean_image, "final_weight": result.final_weight,
-        "feature_map": result.feature_map,
+    if arrays not in NPZ_CONTENTS:
+        raise InputError(f"--arrays: expected one of {', '.join(NPZ_CONTENTS)}, got {arrays!r}")
+    kept = {
+        **{k: result.edges[k] for k in OPERATORS}, "feature_map": result.feature_map,
         "weights": result.vector("weights"), "cv": result.vector("cv"),
         "std": result.vector("std"), "mean": result.vector("mean"),
     }
-    write_npz(folder / "features.npz", **arrays)
+    if arrays == "all":
+        kept.update({
+            "gray": result.gray, "blurred": result.blurred,
+            **{f"{k}_response": result.responses[k] for k in OPERATORS},
+            "mean_image": result.mean_image, "final_weight": result.final_weight})
+    write_npz(folder / "features.npz", compressed=True, **kept)
     report = report_dict(result, loaded.info())
     report["files"] = sorted(names + ["features.npz", "report.json"])
     write_json(folder / "report.json", report)
@@ -202,7 +214,8 @@ def _stems(paths: list[Path]) -> list[str]:
 
 
 @implements("claim5.feature_module")
-def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None) -> list[Path]:
+def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None, *,
+                       max_pixels: int | None = None, arrays: str = "all") -> list[Path]:
     """Claim 1 on image files: read every image (all are checked before anything is written),
     extract the features and write each image's outputs into ``out/<stem>/``.
 
@@ -214,6 +227,10 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
         Output folder; the image folders appear in it together when all are written.
     sigma : float or None
         Gaussian sigma; None for the default of :func:`~refseg.claim1.features.extract`.
+    max_pixels : int or None
+        Refuse larger images (None: :data:`refseg.imageio.MAX_PIXELS`).
+    arrays : {"all", "maps"}
+        What each ``features.npz`` holds (:func:`write_outputs`).
 
     Returns
     -------
@@ -230,12 +247,15 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     """
     images = [Path(p) for p in images]
     stems = _stems(images)
+    limit = imageio.MAX_PIXELS if max_pixels is None else imageio.check_max_pixels(max_pixels)
+    if arrays not in NPZ_CONTENTS:
+        raise InputError(f"--arrays: expected one of {', '.join(NPZ_CONTENTS)}, got {arrays!r}")
     out = imageio.check_output_folder(out)
     _check_replaceable(out, stems)
-    loaded = [imageio.read_image(p) for p in images]
+    loaded = [imageio.read_image(p, limit) for p in images]
     kwargs = {} if sigma is None else {"sigma": sigma}
     results = [features.extract(img.pixels, **kwargs) for img in loaded]
     with imageio.staged_folders(out) as staging:
         for stem, img, result in zip(stems, loaded, results):
-            write_outputs(staging.folder(stem), img, result)
+            write_outputs(staging.folder(stem), img, result, arrays)
     return [Path(out) / s for s in stems]

@@ -8,7 +8,9 @@ stay exact class ids.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -104,6 +106,21 @@ def default_jobs() -> int:
         os.cpu_count() or 1)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_start(parent: int) -> None:
+    """Set up an extraction worker: it dies with its parent (a killed ``train`` leaves no
+    orphans behind) and leaves Ctrl-C to the parent, which reports it once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the pool's own shutdown is all there is
+    if os.getppid() != parent:  # the parent died before the request took hold
+        os._exit(1)
+
+
 @implements("claim1.step2.dataset")
 def prepare(pairs, input_hw, kind: str = "feature", jobs: int | None = None):
     """Network inputs and resized labels of many (rgb, classes) pairs, spread over processes.
@@ -128,7 +145,8 @@ def prepare(pairs, input_hw, kind: str = "feature", jobs: int | None = None):
     if jobs == 1 or len(work) < 2:
         results = [_prepare_one(item) for item in work]
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(work)), initializer=_worker_start,
+                                 initargs=(os.getpid(),)) as pool:
             results = list(pool.map(_prepare_one, work, chunksize=4))
     h, w = input_hw
     x = np.stack([r[0] for r in results]) if results else np.empty((0, h, w, 3), np.float32)

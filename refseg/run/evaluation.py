@@ -124,7 +124,7 @@ def _run_label(config) -> str:
 
 
 @implements("claim1.step4.predict", "claim5.output_module")
-def write_predictions(run_dir, images, out) -> list:
+def write_predictions(run_dir, images, out, *, max_pixels: int | None = None) -> list:
     """``refseg predict``: every image's label PNG ([0263] colours), overlay PNG and time in
     ``out/<stem>/``; all images are read before anything is written.
 
@@ -133,12 +133,13 @@ def write_predictions(run_dir, images, out) -> list:
     list of (Path, float)
         Each output folder and the image's prediction time in seconds.
     """
+    limit = imageio.MAX_PIXELS if max_pixels is None else imageio.check_max_pixels(max_pixels)
     out = imageio.check_output_folder(out)
     model, config = load_run(run_dir)
     stems = [Path(p).stem for p in images]
     if len(set(stems)) != len(stems):
         raise InputError("two images share a name stem; their outputs would collide")
-    loaded = [imageio.read_image(p) for p in images]
+    loaded = [imageio.read_image(p, limit) for p in images]
     done = []
     with imageio.staged_folders(out) as staging:
         for stem, path, image in zip(stems, images, loaded):
