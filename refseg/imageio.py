@@ -12,12 +12,14 @@ import ctypes
 import errno
 import io
 import json
+import math
 import os
 import shutil
 import stat
 import tempfile
 import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,6 +277,62 @@ def write_npz(path, compressed: bool = False, **arrays) -> None:
                 with archive.open(info, "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, value, allow_pickle=False)
     _atomic_write(Path(path), save)
+
+
+#: The most the arrays of one ``.npz`` that refseg reads may declare, together: ten times the
+#: largest file refseg writes (a checkpoint with both backbones trained).
+MAX_NPZ_BYTES = 2 * 2 ** 30
+
+
+@infrastructure("reading .npz archives without trusting their headers")
+def check_npz_members(path, max_bytes: int = MAX_NPZ_BYTES, *,
+                      objects_ok: bool = False) -> None:
+    """Check an ``.npz`` archive's members from their headers, before anything is allocated.
+
+    Each member must be a ``.npy`` array of a non-object dtype whose declared shape agrees
+    with the bytes the archive records for it, and the declared sizes together may not exceed
+    ``max_bytes``: a small file that declares a huge array (or inflates to one) is refused with
+    one line naming the file, instead of a MemoryError. With ``objects_ok``, object-dtype
+    members pass here, for a caller that reports them one by one (``np.load`` with
+    ``allow_pickle=False`` refuses them).
+    """
+    total = 0
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                name = info.filename
+                if not name.endswith(".npy"):
+                    raise InputError(f"{path}: member {name!r} is not a .npy array")
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                    else:
+                        raise InputError(f"{path}: member {name!r}: .npy format version "
+                                         f"{version} is not read")
+                    header = member.tell()
+                if dtype.hasobject and objects_ok:
+                    continue
+                if dtype.hasobject:
+                    raise InputError(f"{path}: holds pickled objects ({name[:-4]}), which "
+                                     "refseg never loads")
+                declared = math.prod(shape) * dtype.itemsize
+                if info.file_size != header + declared:
+                    raise InputError(
+                        f"{path}: member {name!r} declares {shape} {dtype} ({declared:,} "
+                        f"bytes) but holds {info.file_size - header:,}: truncated or forged")
+                total += declared
+                if total > max_bytes:
+                    raise InputError(f"{path}: its arrays declare more than {max_bytes:,} "
+                                     f"bytes (at {name!r}); refused before loading")
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError,
+            NotImplementedError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{path}: not a readable .npz archive, truncated or corrupt "
+                         f"({type(exc).__name__}: {exc})") from None
 
 
 @infrastructure("atomic output files")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from refseg import imageio
 from refseg.errors import InputError
 from refseg.trace import load_registry
 
@@ -332,6 +333,7 @@ def read_npz(path: Path, what: str) -> dict:
         head = f.read(4)
     if head != b"PK\x03\x04":
         raise InputError(f"{path}: not an .npz archive ({what})")
+    imageio.check_npz_members(path, objects_ok=True)
     arrays = {}
     try:
         with np.load(path, allow_pickle=False) as npz:

@@ -32,6 +32,7 @@ and no ``pointwise_kernel`` (that would be a SeparableConv2D) has it renamed ``k
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,10 @@ from refseg.models.registry import known_weight_shapes
 from refseg.models.weights import read_weight_file
 
 INFRASTRUCTURE = "conversion and inspection of Keras weight files"
+
+#: The largest array a weight file's dataset may declare: the biggest backbone weight
+#: (ResNet50V2's 3x3x512x512 float32 kernels, 9.4 MB) many times over.
+MAX_WEIGHT_BYTES = 256 * 2 ** 20
 
 #: Keras 3 ``.weights.h5``: the names of a layer's variables ``vars/0``, ``vars/1``, ... by layer
 #: type (Keras' snake-cased class name, the group name without its ``_<n>`` suffix) and number
@@ -221,6 +226,12 @@ def _read_array(dataset, h5py) -> np.ndarray:
         raise _Bad(f"{dataset.name}: stored outside the file (virtual or external), refused")
     if dataset.dtype.kind not in "biuf":
         raise _Bad(f"{dataset.name}: unsupported element type {dataset.dtype}")
+    declared = math.prod(dataset.shape or ()) * dataset.dtype.itemsize
+    if declared > MAX_WEIGHT_BYTES:
+        # checked from the header: a few KB of HDF5 may declare a TiB
+        raise _Bad(f"{dataset.name}: declares {dataset.shape} {dataset.dtype} "
+                   f"({declared:,} bytes), more than any backbone weight "
+                   f"({MAX_WEIGHT_BYTES:,}); refused before reading")
     return np.asarray(dataset[()])
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from refseg.errors import InputError
+from refseg.imageio import check_npz_members
 from refseg.trace import implements
 
 
@@ -48,6 +49,7 @@ def read_weight_file(path) -> dict[str, np.ndarray]:
         raise InputError(f"{path}: a single .npy array, not an .npz archive of weights")
     if not head.startswith(b"PK\x03\x04"):
         raise InputError(f"{path}: not a readable .npz weight file (no zip header)")
+    check_npz_members(path)
     arrays, key = {}, None
     try:
         with np.load(path, allow_pickle=False) as npz:

@@ -190,14 +190,21 @@ def evaluate_runs(data_dir, runs, *, limit: int | None = None):
 
 @infrastructure("figures")
 def comparison_panel(pairs, predictions, count: int = 4) -> np.ndarray:
-    """Rows of images: the image, its label, then each run's prediction (uint8 RGB)."""
-    tiles = []
+    """Rows of images: the image, its label, then each run's prediction (uint8 RGB); rows of
+    images of different sizes are padded with white to the widest."""
+    rows = []
     for i, (rgb, classes) in enumerate(pairs[:count]):
         row = [rgb, LABEL_COLOURS[classes]] + [LABEL_COLOURS[p[i]] for p in predictions]
         gap = np.full((rgb.shape[0], 4, 3), 255, np.uint8)
-        tiles.append(np.concatenate([t for tile in row for t in (tile, gap)][:-1], axis=1))
-        tiles.append(np.full((4, tiles[-1].shape[1], 3), 255, np.uint8))
-    return np.concatenate(tiles[:-1], axis=0) if tiles else np.zeros((1, 1, 3), np.uint8)
+        rows.append(np.concatenate([t for tile in row for t in (tile, gap)][:-1], axis=1))
+    if not rows:
+        return np.zeros((1, 1, 3), np.uint8)
+    width = max(r.shape[1] for r in rows)
+    tiles = []
+    for r in rows:
+        tiles.append(np.pad(r, ((0, 0), (0, width - r.shape[1]), (0, 0)), constant_values=255))
+        tiles.append(np.full((4, width, 3), 255, np.uint8))
+    return np.concatenate(tiles[:-1], axis=0)
 
 
 @infrastructure("writing an evaluation report")
