@@ -9,7 +9,6 @@ integrity cases (tampered arrays, paths outside the bundle, tolerances) in
 """
 import hashlib
 import io
-import json
 import shutil
 import zipfile
 from pathlib import Path
