@@ -16,8 +16,8 @@
 ``refseg golden write DIR`` / ``golden check DIR CANDIDATE.npz``  golden-file bundles
 
 Bad input ends with one line on stderr naming the file and the problem, exit status 2, and no
-output left behind: results are staged in a hidden folder inside ``--out`` and renamed into
-place only when complete. Nothing in refseg imports this module.
+output left behind: the next state of an output folder is staged beside it and swapped into
+place in one step only when complete. Nothing in refseg imports this module.
 """
 from __future__ import annotations
 

@@ -453,6 +453,21 @@ def check_output_folder(out) -> Path:
     return out
 
 
+@infrastructure("checking an output folder before the work that fills it")
+def check_replaceable(out: Path, names, files, command: str) -> None:
+    """Each existing ``out/<name>`` that a command is about to replace holds nothing but the
+    ``files`` that ``command`` writes there: a file of the user's is never deleted."""
+    for name in names:
+        folder = Path(out) / name
+        if not folder.exists():
+            continue
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in files) \
+            if folder.is_dir() else [folder.name]
+        if foreign:
+            raise InputError(f"{folder}: exists and holds files {command} did not write "
+                             f"({', '.join(foreign[:3])}); choose another --out")
+
+
 @infrastructure("all-or-nothing output folders")
 class StagedFolders:
     """Stage the whole next state of an output folder ``out`` in a hidden sibling folder, then
@@ -545,6 +560,14 @@ def staged_folders(out):
     try:
         yield staging
         staging.publish()
+    except OSError as exc:
+        staging.abandon()
+        staged = Path(exc.filename) if exc.filename else None
+        if staged is not None and staged.is_relative_to(staging.root):
+            # named where the user will look for it, not by the staging folder's name
+            final = staging.out / staged.relative_to(staging.root)
+            raise OSError(exc.errno, exc.strerror, str(final)) from None
+        raise
     except BaseException:
         staging.abandon()
         raise

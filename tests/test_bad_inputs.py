@@ -232,6 +232,13 @@ def predict_image_over_the_pixel_limit(tmp, w):
         "weld_00000.png: 96x48 pixels is more than the limit of 100"
 
 
+def predict_over_a_result_holding_the_users_file(tmp, w):
+    assert run_refseg("predict", w["run"], w["image"], "--out", tmp / "p").returncode == 0
+    (tmp / "p" / "weld_00000" / "notes.txt").write_text("mine")
+    return ["predict", w["run"], w["image"], "--out", tmp / "p"], \
+        "weld_00000: exists and holds files refseg predict did not write (notes.txt)"
+
+
 def evaluate_out_is_a_file(tmp, w):
     (tmp / "notes.txt").write_text("mine")
     return ["evaluate", w["run"], w["data"], "--out", tmp / "notes.txt"], "notes.txt"
@@ -272,6 +279,7 @@ CASES = [edges_missing_image, edges_empty_file, edges_text_named_png, edges_trun
          weights_inspect_forged_to_a_tebibyte, weights_inspect_inflating_past_the_limit,
          weights_convert_h5_declaring_a_tebibyte, predict_run_with_corrupt_config,
          predict_run_with_damaged_history, predict_image_over_the_pixel_limit,
+         predict_over_a_result_holding_the_users_file,
          evaluate_out_is_a_file, golden_check_missing_bundle, golden_check_manifest_not_json,
          synth_into_the_users_folder, demo_out_is_a_file]
 
@@ -287,3 +295,37 @@ def test_a_bad_input_ends_in_one_line_and_changes_nothing(tmp_path, world, case)
         result.stderr
     assert expected in result.stderr, result.stderr
     assert snapshot(tmp_path) == before
+
+
+def _small_disk(limit_bytes):
+    """In the child: files may grow to ``limit_bytes`` only, as on a full disk (EFBIG)."""
+    def limit():
+        import resource
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return limit
+
+
+@pytest.mark.parametrize("argv, limit", [
+    (["edges", "IMAGE", "--out", "OUT"], 60_000),  # features.npz is larger
+    (["synth", "--count", "3", "--out", "OUT", "--size", "96x320"], 30_000)])  # each image is
+def test_a_full_disk_names_the_file_and_publishes_nothing(tmp_path, world, argv, limit):
+    out = tmp_path / "out"
+    argv = [world["image"] if a == "IMAGE" else out if a == "OUT" else a for a in argv]
+    result = run_refseg(*argv, preexec_fn=_small_disk(limit))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    # the file under the name the user will look for, not the staging folder's
+    assert f"refseg: error: {out}/" in result.stderr, result.stderr
+    assert "could not be written: File too large" in result.stderr
+    assert "staging" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_output_folder_is_named_itself(tmp_path):
+    from refseg import imageio
+
+    with pytest.raises(OSError) as info:
+        imageio.write_json(tmp_path / "nowhere" / "x.json", {})
+    assert info.value.filename == str(tmp_path / "nowhere")
+    assert "output folder does not exist" in info.value.strerror

@@ -238,3 +238,38 @@ _os.replace = replace
     with np.load(run / "checkpoint.npz", allow_pickle=False) as npz:
         assert int(npz["epoch"]) == 3
     assert no_leftovers(run)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_extraction_workers_die_with_a_killed_train(tmp_path):
+    data = tmp_path / "data"
+    assert run_refseg("synth", "--count", "80", "--out", data).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "refseg", "train", str(data), "--out",
+                             str(tmp_path / "run"), "--epochs", "1", "--jobs", "2",
+                             "--input-size", "32x64", "--branches", "mobilenetv2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    workers = []
+    while time.monotonic() < deadline and len(workers) < 2 and proc.poll() is None:
+        workers = _children(proc.pid)
+        time.sleep(0.02)
+    assert len(workers) >= 2, "the extraction workers were never seen"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{w}").exists() for w in workers):
+        time.sleep(0.05)
+    alive = [w for w in workers if Path(f"/proc/{w}").exists()
+             and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[0]]
+    assert alive == [], f"workers {alive} outlived their parent"

@@ -188,20 +188,6 @@ OUTPUT_FILES = frozenset({*(f"{k}.png" for k in OPERATORS), "mean_image.png", "f
                           "panel.png", "features.npz", "report.json"})
 
 
-def _check_replaceable(out: Path, stems: list[str]) -> None:
-    """An existing ``out/<stem>`` is replaced only when it holds nothing but what
-    :func:`write_outputs` writes: a folder of the user's is never deleted."""
-    for stem in stems:
-        folder = out / stem
-        if not folder.exists():
-            continue
-        foreign = sorted(p.name for p in folder.iterdir() if p.name not in OUTPUT_FILES) \
-            if folder.is_dir() else [folder.name]
-        if foreign:
-            raise InputError(f"{folder}: exists and holds files refseg edges did not write "
-                             f"({', '.join(foreign[:3])}); choose another --out")
-
-
 def _stems(paths: list[Path]) -> list[str]:
     """The output folder name of each image: its file name's stem, which must be unique."""
     seen = {}
@@ -251,7 +237,7 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     if arrays not in NPZ_CONTENTS:
         raise InputError(f"--arrays: expected one of {', '.join(NPZ_CONTENTS)}, got {arrays!r}")
     out = imageio.check_output_folder(out)
-    _check_replaceable(out, stems)
+    imageio.check_replaceable(out, stems, OUTPUT_FILES, "refseg edges")
     loaded = [imageio.read_image(p, limit) for p in images]
     kwargs = {} if sigma is None else {"sigma": sigma}
     results = [features.extract(img.pixels, **kwargs) for img in loaded]

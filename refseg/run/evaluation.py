@@ -123,6 +123,10 @@ def _run_label(config) -> str:
     return f"{branches}, {config.input_kind} input"
 
 
+#: The files :func:`write_predictions` writes into an image's folder.
+PREDICTION_FILES = frozenset({"label.png", "overlay.png", "prediction.json"})
+
+
 @implements("claim1.step4.predict", "claim5.output_module")
 def write_predictions(run_dir, images, out, *, max_pixels: int | None = None) -> list:
     """``refseg predict``: every image's label PNG ([0263] colours), overlay PNG and time in
@@ -135,10 +139,11 @@ def write_predictions(run_dir, images, out, *, max_pixels: int | None = None) ->
     """
     limit = imageio.MAX_PIXELS if max_pixels is None else imageio.check_max_pixels(max_pixels)
     out = imageio.check_output_folder(out)
-    model, config = load_run(run_dir)
     stems = [Path(p).stem for p in images]
     if len(set(stems)) != len(stems):
         raise InputError("two images share a name stem; their outputs would collide")
+    imageio.check_replaceable(out, stems, PREDICTION_FILES, "refseg predict")
+    model, config = load_run(run_dir)
     loaded = [imageio.read_image(p, limit) for p in images]
     done = []
     with imageio.staged_folders(out) as staging:

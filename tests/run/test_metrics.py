@@ -326,3 +326,21 @@ def test_bad_input_is_one_line(call, message):
     with pytest.raises(InputError, match=message) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.infrastructure
+def test_the_evaluation_panel_takes_images_of_different_sizes():
+    """A data set may mix image sizes (``dataset check`` accepts it; the network input is
+    resized): the panel pads narrower rows with white instead of failing."""
+    from refseg.data.labels import LABEL_COLOURS
+    from refseg.run.evaluation import comparison_panel
+
+    wide = (np.full((4, 10, 3), 9, np.uint8), np.zeros((4, 10), np.uint8))
+    narrow = (np.full((6, 3, 3), 7, np.uint8), np.ones((6, 3), np.uint8))
+    predictions = [[np.full((4, 10), 2, np.uint8), np.full((6, 3), 2, np.uint8)]]
+    panel = comparison_panel([wide, narrow], predictions)
+    width = 3 * 10 + 2 * 4
+    assert panel.shape == (4 + 4 + 6, width, 3)
+    row = panel[8:]
+    assert (row[:, :3] == 7).all() and (row[:, 7:10] == LABEL_COLOURS[1]).all()
+    assert (row[:, 14:17] == LABEL_COLOURS[2]).all() and (row[:, 17:] == 255).all()
