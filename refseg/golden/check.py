@@ -138,7 +138,7 @@ class CheckReport:
             if roots:
                 head += f"; root cause{'s' * (len(roots) > 1)}: {', '.join(roots)}"
             missing = [r for r in bad if r.status == "missing"]
-            if not verbose and len(missing) == len(bad) and len(bad) > 3:
+            if not verbose and len(missing) == len(bad) > 1:
                 lines.append(f"{group}: {len(bad)} of {len(rows)} output arrays are missing "
                              f"from the candidate ({bad[0].name} ... {bad[-1].name})")
                 continue
