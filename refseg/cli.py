@@ -171,12 +171,21 @@ def _parser() -> argparse.ArgumentParser:
     gsub = go.add_subparsers(dest="golden_command", required=True)
     gw = gsub.add_parser("write", help="write DIR/manifest.json and DIR/arrays.npz")
     gw.add_argument("folder", type=Path, help="bundle folder (created or replaced)")
+    gw.add_argument("--with-weights", action="store_true",
+                    help="also write the network's weights into the bundle (weights.npz, "
+                         "about 195 MB)")
     gc = gsub.add_parser("check", help="compare a candidate .npz with a bundle")
     gc.add_argument("folder", type=Path, help="bundle folder")
     gc.add_argument("candidate", type=Path, help=".npz keyed by the manifest's array names")
     gc.add_argument("--report", type=Path, default=None, help="write the rows as JSON here")
+    gc.add_argument("--part", action="append", default=None, choices=("claim1", "net", "ops"),
+                    help="check only this part of the bundle (repeatable; default: all)")
     gc.add_argument("--select", action="append", default=None, metavar="PATTERN",
                     help="check only arrays matching this shell pattern (repeatable)")
+    gc.add_argument("--allow-extra", action="store_true",
+                    help="candidate keys that name no array of the bundle do not fail")
+    gc.add_argument("--verbose", action="store_true",
+                    help="list the passing arrays too, not only the failures")
     gx = gsub.add_parser("weights", help="regenerate the bundle's network weights as .npz")
     gx.add_argument("folder", type=Path, help="bundle folder")
     gx.add_argument("destination", type=Path, help="the .npz weight file to write")
@@ -298,16 +307,19 @@ def _golden(args) -> tuple[str, int]:
     from refseg import golden
 
     if args.golden_command == "write":
-        done = golden.write_bundle(args.folder)
+        done = golden.write_bundle(args.folder, with_weights=args.with_weights)
+        weights = (f", {golden.WEIGHTS} {done.weights_bytes / 1e6:.1f} MB"
+                   if args.with_weights else "")
         return (f"{done.folder}: {done.arrays} arrays, {golden.ARRAYS} "
-                f"{done.npz_bytes / 1e6:.1f} MB, in {done.seconds:.1f} s"), 0
+                f"{done.npz_bytes / 1e6:.1f} MB{weights}, in {done.seconds:.1f} s"), 0
     if args.golden_command == "weights":
         digest = golden.export_weights(args.folder, args.destination)
         return f"{args.destination}: network weights, sha256 {digest}", 0
-    report = golden.check_bundle(args.folder, args.candidate, args.select)
+    report = golden.check_bundle(args.folder, args.candidate, args.select, args.part,
+                                 args.allow_extra)
     if args.report is not None:
         report.write_json(args.report)
-    return report.text(), 0 if report.passed else 1
+    return report.text(args.verbose), 0 if report.passed else 1
 
 
 _COMMANDS = {"edges": _edges, "demo": _demo, "synth": _synth, "dataset": _dataset,

@@ -6,11 +6,12 @@ implementations of the method.
 candidate with one.
 """
 from refseg.golden.check import CheckReport, CheckRow, check_bundle
-from refseg.golden.format import (ARRAYS, FORMAT, FORMAT_VERSION, MANIFEST, TOLERANCES,
-                                  array_sha256, pinned_elements, read_bundle, weights_sha256)
+from refseg.golden.format import (ARRAYS, FORMAT, FORMAT_VERSION, MANIFEST, PARTS, READINGS,
+                                  TOLERANCES, WEIGHTS, array_sha256, pinned_elements,
+                                  read_bundle, read_weights, weights_sha256)
 from refseg.golden.produce import WriteResult, build_bundle, export_weights, write_bundle
 
-__all__ = ["ARRAYS", "FORMAT", "FORMAT_VERSION", "MANIFEST", "TOLERANCES", "CheckReport",
-           "CheckRow", "WriteResult", "array_sha256", "build_bundle", "check_bundle",
-           "export_weights", "pinned_elements", "read_bundle", "weights_sha256",
-           "write_bundle"]
+__all__ = ["ARRAYS", "FORMAT", "FORMAT_VERSION", "MANIFEST", "PARTS", "READINGS", "TOLERANCES",
+           "WEIGHTS", "CheckReport", "CheckRow", "WriteResult", "array_sha256", "build_bundle",
+           "check_bundle", "export_weights", "pinned_elements", "read_bundle", "read_weights",
+           "weights_sha256", "write_bundle"]

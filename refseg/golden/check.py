@@ -1,31 +1,43 @@
-"""Checking a candidate against a golden bundle, array by array.
+"""Checking a candidate against a golden bundle, array by array, reported in pipeline order.
 
 A candidate is an ``.npz`` whose keys are the bundle's array names
 (``np.savez("candidate.npz", **{"claim1/coffee/gray": gray, ...})``); for arrays stored as
-slices the candidate still supplies the whole array, and the check slices it and recomputes the
-statistics.
+summaries the candidate still supplies the whole array, and the check compares it at the
+stored slices and sample positions and recomputes the statistics and block sums.
+
+Failures are listed per image (``claim1/<image>``), for the network (``net``) and per op
+(``ops/<op>``), in pipeline order: the first failing step of each comes first and is marked
+the root cause; a failure downstream of another names it (the manifest's ``computed_from``).
+A candidate key that names no array of the bundle fails the check (``allow_extra`` relaxes
+that) and is reported with the name it most probably meant.
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from refseg import imageio
 from refseg.errors import InputError
-from refseg.golden.format import array_sha256, read_bundle, read_npz, summary_statistics
+from refseg.golden.format import (PARTS, array_sha256, block_sums, part_of, read_bundle,
+                                  read_npz, summary_statistics)
 
 INFRASTRUCTURE = "golden files: checking a candidate"
 
-# -- checking a candidate ------------------------------------------------------------------------
+#: How many positions of a failing array a row lists.
+POSITIONS_SHOWN = 3
+
+
 @dataclass
 class CheckRow:
-    """The comparison of one array: status ``pass``/``fail``/``missing``, the reason of a
-    failure, the largest absolute and relative (to the tolerance's scale) errors, the first
-    position beyond the tolerance (or, for a pass, the first that differs at all), and whether
-    the candidate is bit-identical to refseg's array."""
+    """The comparison of one array: status ``pass``/``fail``/``missing``/``extra``, the reason
+    of a failure, the largest absolute and relative (to the tolerance's scale) errors, the first
+    position beyond the tolerance (or, for a pass, the first that differs at all), how many
+    elements are beyond it and the first of them, whether the candidate is bit-identical to
+    refseg's array, and the root cause(s) a failure follows (empty: it is one itself)."""
 
     name: str
     status: str
@@ -34,80 +46,262 @@ class CheckRow:
     max_rel: float | None = None
     position: tuple | None = None
     identical: bool = False
+    count: int | None = None
+    positions: list = field(default_factory=list)
+    follows: list = field(default_factory=list)
+
+    @property
+    def part(self) -> str:
+        return part_of(self.name)
+
+    @property
+    def group(self) -> str:
+        """``claim1/<image>``, ``net`` or ``ops/<op>``: the unit whose first failure is its
+        root cause."""
+        if self.status == "extra":
+            return "extra"
+        head, *rest = self.name.split("/")
+        if head in ("input", "claim1"):
+            return f"claim1/{rest[0]}" if rest else "claim1"
+        if head == "ops" and rest:
+            return f"ops/{rest[0]}"
+        return head
+
+    @property
+    def root_cause(self) -> bool:
+        return self.status == "fail" and not self.follows
 
     def as_dict(self) -> dict:
         return {"name": self.name, "status": self.status, "reason": self.reason,
                 "max_abs": self.max_abs, "max_rel": self.max_rel,
                 "position": None if self.position is None else list(self.position),
-                "identical": self.identical}
+                "identical": self.identical, "count": self.count,
+                "positions": [list(p) for p in self.positions], "part": self.part,
+                "group": self.group, "root_cause": self.root_cause,
+                "follows": list(self.follows)}
 
 
 @dataclass
 class CheckReport:
-    """Every row of a check, and the candidate keys the manifest does not name."""
+    """Every row of a check (manifest order, then the candidate keys the manifest does not
+    name), the parts checked, and the bundle's array count per part."""
 
     bundle: Path
     candidate: Path
     rows: list
     unexpected: list
+    parts: tuple = PARTS
+    allow_extra: bool = False
+    sizes: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return all(r.status == "pass" for r in self.rows)
+        return all(r.status == "pass" or (r.status == "extra" and self.allow_extra)
+                   for r in self.rows)
+
+    def part_summary(self, part: str) -> dict:
+        rows = [r for r in self.rows if r.part == part and r.status != "extra"]
+        return {"checked": len(rows), "passed": sum(r.status == "pass" for r in rows),
+                "identical": sum(r.identical for r in rows),
+                "failed": sum(r.status == "fail" for r in rows),
+                "missing": sum(r.status == "missing" for r in rows),
+                "root_causes": [r.name for r in rows if r.root_cause]}
 
     def as_dict(self) -> dict:
         return {"bundle": str(self.bundle), "candidate": str(self.candidate),
-                "passed": self.passed, "checked": len(self.rows),
-                "failed": sum(r.status != "pass" for r in self.rows),
-                "unexpected": self.unexpected, "rows": [r.as_dict() for r in self.rows]}
+                "passed": self.passed, "checked": sum(r.status != "extra" for r in self.rows),
+                "failed": sum(r.status not in ("pass", "extra") for r in self.rows),
+                "parts": {p: self.part_summary(p) for p in self.parts},
+                "unexpected": self.unexpected, "allow_extra": self.allow_extra,
+                "rows": [r.as_dict() for r in self.rows]}
 
     def write_json(self, path) -> None:
         """Write :meth:`as_dict` as JSON, atomically."""
         imageio.write_json(path, self.as_dict())
 
-    def text(self) -> str:
-        width = max([len(r.name) for r in self.rows] + [5])
-        lines = [f"{'array':<{width}}  status   max abs err  max rel err  first diff  note"]
+    def text(self, verbose: bool = False) -> str:
+        """Failures by group in pipeline order (each group's root causes marked), the keys
+        that name no array, a summary line per part and a total; ``verbose`` lists the
+        passing rows too."""
+        lines = []
+        groups: dict[str, list] = {}
         for r in self.rows:
-            ma = "" if r.max_abs is None else f"{r.max_abs:.3e}"
-            mr = "" if r.max_rel is None else f"{r.max_rel:.3e}"
-            pos = "" if r.position is None else str(list(r.position)).replace(" ", "")
-            note = r.reason or ("bit-identical" if r.identical else "")
-            lines.append(f"{r.name:<{width}}  {r.status:<7}  {ma:>11}  {mr:>11}  {pos:<10}  "
-                         f"{note}")
-        failed = sum(r.status != "pass" for r in self.rows)
-        lines.append(f"{len(self.rows)} arrays checked: {len(self.rows) - failed} passed, "
-                     f"{failed} failed or missing" + (
-                         f"; {len(self.unexpected)} candidate arrays not in the manifest "
-                         f"(ignored): {', '.join(self.unexpected[:5])}"
-                         if self.unexpected else ""))
+            if r.status != "extra":
+                groups.setdefault(r.group, []).append(r)
+        width = max([len(r.name) for r in self.rows] + [5])
+        for group, rows in groups.items():
+            bad = [r for r in rows if r.status != "pass"]
+            if not bad and not verbose:
+                continue
+            roots = [r.name for r in rows if r.root_cause]
+            head = f"{group}: {len(bad)} of {len(rows)} arrays fail"
+            if roots:
+                head += f"; root cause{'s' * (len(roots) > 1)}: {', '.join(roots)}"
+            missing = [r for r in bad if r.status == "missing"]
+            if not verbose and len(missing) == len(bad) > 1:
+                lines.append(f"{group}: {len(bad)} of {len(rows)} output arrays are missing "
+                             f"from the candidate ({bad[0].name} ... {bad[-1].name})")
+                continue
+            lines.append(head if bad else f"{group}: all {len(rows)} arrays pass")
+            for r in (rows if verbose else bad):
+                lines.append("  " + _row_line(r, width))
+        extras = [r for r in self.rows if r.status == "extra"]
+        if extras:
+            lines.append(f"candidate keys that name no array of the bundle"
+                         f"{' (allowed by --allow-extra)' if self.allow_extra else ''}:")
+            lines += [f"  {r.status:<7}  {r.name}: {r.reason}" for r in extras]
+        for part in PARTS:
+            if part not in self.parts:
+                lines.append(f"part {part}: not checked")
+                continue
+            s = self.part_summary(part)
+            if not s["checked"]:
+                lines.append(f"part {part}: no array selected")
+                continue
+            line = (f"part {part}: {s['checked']} arrays checked, {s['passed']} passed "
+                    f"({s['identical']} bit-identical), {s['failed']} failed, "
+                    f"{s['missing']} missing")
+            if s["root_causes"]:
+                line += (f"; first failing step{'s' * (len(s['root_causes']) > 1)}: "
+                         + ", ".join(s["root_causes"][:6])
+                         + (" ..." if len(s["root_causes"]) > 6 else ""))
+            present = [p for p in self.parts
+                       if self.part_summary(p)["missing"] < self.part_summary(p)["checked"]]
+            if s["missing"] == s["checked"] and present:
+                line += (f" (the candidate holds no {part} array: --part "
+                         f"{' --part '.join(present)} checks "
+                         f"{'that part' if len(present) == 1 else 'those parts'} alone)")
+            lines.append(line)
+        checked = [r for r in self.rows if r.status != "extra"]
+        failed = sum(r.status != "pass" for r in checked)
+        lines.append(f"{'PASS' if self.passed else 'FAIL'}: {len(checked)} arrays checked, "
+                     f"{len(checked) - failed} passed, {failed} failed or missing"
+                     + (f", {len(extras)} unexpected keys" if extras else ""))
         return "\n".join(lines)
 
 
-def _first(mask: np.ndarray):
-    flat = np.flatnonzero(mask)
-    if flat.size == 0:
-        return None
-    return tuple(int(i) for i in np.unravel_index(flat[0], mask.shape))
+def _pos(p) -> str:
+    return str(list(p)).replace(" ", "")
 
 
-def _compare(golden: np.ndarray, candidate: np.ndarray, tolerance: dict, offset=None,
-             scale=None):
-    """(max_abs, max_rel, first failing position or None, first differing position)."""
-    g = golden.astype(np.float64)
-    c = candidate.astype(np.float64)
-    diff = np.abs(c - g)
-    if golden.size == 0:
-        return 0.0, 0.0, None, None
-    scale = (float(np.abs(g).max()) if scale is None else scale) or 1.0
-    max_abs = float(diff.max())
-    allowed = 0.0 if tolerance["rule"] == "exact" else tolerance["rtol"] * scale
-    bad = _first(diff > allowed)
-    differ = _first(diff > 0)
-    if offset is not None:
-        bad = None if bad is None else tuple(a + o for a, o in zip(bad, offset))
-        differ = None if differ is None else tuple(a + o for a, o in zip(differ, offset))
-    return max_abs, max_abs / scale, bad, differ
+def _row_line(r: CheckRow, width: int) -> str:
+    errors = ("" if r.max_abs is None else
+              f"abs {r.max_abs:.3e}  rel {r.max_rel:.3e}  ")
+    if r.status == "pass":
+        note = "bit-identical" if r.identical else (
+            f"first difference at {_pos(r.position)}" if r.position is not None else "")
+    else:
+        note = r.reason
+        if r.root_cause:
+            note += "  <- root cause"
+        elif r.follows:
+            note += f"  (follows {', '.join(r.follows[:2])}{' ...' * (len(r.follows) > 2)})"
+    return f"{r.status:<7}  {r.name:<{width}}  {errors:<32}{note}".rstrip()
+
+
+def _unravel(flat, shape):
+    return [tuple(int(i) for i in np.unravel_index(int(f), shape)) for f in flat]
+
+
+def _beyond(golden, candidate, allowed):
+    """Flat indices where |candidate - golden| > allowed, the differences, in float64."""
+    diff = np.abs(candidate.astype(np.float64) - golden.astype(np.float64))
+    return np.flatnonzero(diff > allowed), diff
+
+
+def _what(shape, exact):
+    unit = "pixels" if exact and len(shape) == 2 else "elements"
+    return unit
+
+
+def _check_full(name, entry, golden, value, tolerance, identical):
+    exact = tolerance["rule"] == "exact"
+    scale = (float(np.abs(golden.astype(np.float64)).max()) if golden.size else 0.0) or 1.0
+    allowed = 0.0 if exact else tolerance["rtol"] * scale
+    bad, diff = _beyond(golden, value, allowed)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    if bad.size and golden.ndim == 0:
+        return CheckRow(name, "fail", f"value {float(value):.12g}, expected "
+                        f"{float(golden):.12g}, off by {max_abs:.3g} (allowed {allowed:.3g})",
+                        max_abs, max_abs / scale, (), count=1, positions=[()])
+    if bad.size:
+        positions = _unravel(bad[:POSITIONS_SHOWN], golden.shape)
+        unit = _what(golden.shape, exact)
+        rule = ("differ" if exact else
+                f"beyond relmax tolerance {tolerance['rtol']:g} (allowed {allowed:.3g})")
+        more = ", ..." if bad.size > POSITIONS_SHOWN else ""
+        return CheckRow(name, "fail", f"{bad.size} of {golden.size} {unit} {rule}; first at "
+                        + ", ".join(_pos(p) for p in positions) + more, max_abs,
+                        max_abs / scale, positions[0], count=int(bad.size), positions=positions)
+    differ = np.flatnonzero(diff > 0)
+    first = _unravel(differ[:1], golden.shape)[0] if differ.size and not identical else None
+    return CheckRow(name, "pass", "", max_abs, max_abs / scale, first, identical, count=0)
+
+
+def _check_summary(name, entry, stored, value, tolerance, identical):
+    """Slices and sample element by element, then block sums, then the whole-array
+    statistics, then (exact tolerance) the SHA-256."""
+    exact = tolerance["rule"] == "exact"
+    shape = tuple(entry["shape"])
+    scale = entry["stats"]["max_abs"] or 1.0
+    rtol = tolerance["rtol"]
+    allowed = 0.0 if exact else rtol * scale
+    flat = value.reshape(-1)
+    bad, max_abs, compared = [], 0.0, 0
+    for part in entry["slices"]:
+        index = tuple(slice(a, b) for a, b in part["index"])
+        golden = stored[part["member"]]
+        where, diff = _beyond(golden, value[index], allowed)
+        compared += golden.size
+        max_abs = max(max_abs, float(diff.max()) if diff.size else 0.0)
+        offset = [a for a, _ in part["index"]]
+        bad += [tuple(o + i for o, i in zip(offset, p)) for p in _unravel(where, golden.shape)]
+    index = stored[entry["sample"]["index"]].astype(np.int64)
+    where, diff = _beyond(stored[entry["sample"]["value"]], flat[index], allowed)
+    compared += index.size
+    max_abs = max(max_abs, float(diff.max()) if diff.size else 0.0)
+    bad += _unravel(index[where], shape)
+    if bad:
+        bad = sorted(set(bad))
+        rule = ("differ" if exact else
+                f"beyond relmax tolerance {rtol:g} (allowed {allowed:.3g})")
+        more = ", ..." if len(bad) > POSITIONS_SHOWN else ""
+        return CheckRow(name, "fail", f"{len(bad)} of the {compared} stored elements (corner "
+                        f"slices and sample) {rule}; first at "
+                        + ", ".join(_pos(p) for p in bad[:POSITIONS_SHOWN]) + more,
+                        max_abs, max_abs / scale, bad[0], count=len(bad),
+                        positions=bad[:POSITIONS_SHOWN])
+    length = entry["blocks"]["length"]
+    golden_blocks = stored[entry["blocks"]["member"]]
+    blocks = block_sums(value, length)
+    limit = rtol * np.maximum(golden_blocks[:, 1], scale)
+    off = np.abs(blocks - golden_blocks)
+    failing = np.flatnonzero((off > limit[:, None]).any(axis=1))
+    if failing.size:
+        b = int(failing[0])
+        k = 0 if off[b, 0] > limit[b] else 1
+        label = ("sum", "sum of |x|")[k]
+        lo, hi = b * length, min((b + 1) * length, flat.size)
+        start = _unravel([lo], shape)[0]
+        return CheckRow(name, "fail", f"block {b} of {golden_blocks.shape[0]} (C-order "
+                        f"elements {lo}-{hi - 1}, from {_pos(start)}): {label} "
+                        f"{blocks[b, k]:.9g}, expected {golden_blocks[b, k]:.9g}, off by "
+                        f"{off[b, k]:.3g} (allowed {limit[b]:.3g}); {failing.size} of "
+                        f"{golden_blocks.shape[0]} blocks off", float(off[b, k]),
+                        float(off[b, k] / max(golden_blocks[b, 1], scale)), start,
+                        count=int(failing.size), positions=[start])
+    got, want = summary_statistics(value), entry["stats"]
+    for key in ("sum", "abs_sum", "l2", "max_abs"):
+        base = want["abs_sum" if key == "sum" else key] or 1.0
+        delta = abs(got[key] - want[key])
+        if delta > rtol * base:
+            return CheckRow(name, "fail", f"statistic {key} {got[key]:.9g}, expected "
+                            f"{want[key]:.9g}, off by {delta:.3g} (allowed "
+                            f"{rtol * base:.3g})", delta, delta / base, None)
+    if exact and not identical:
+        return CheckRow(name, "fail", "bytes differ from the golden SHA-256 outside the "
+                        "stored slices and sample", None, None, None)
+    return CheckRow(name, "pass", "", max_abs, max_abs / scale, None, identical, count=0)
 
 
 def _check_one(name, entry, stored, value) -> CheckRow:
@@ -121,43 +315,50 @@ def _check_one(name, entry, stored, value) -> CheckRow:
     if value.dtype.kind in "fc":
         finite = np.isfinite(value)
         if not finite.all():
-            where = _first(~finite)
+            flat = np.flatnonzero(~finite)
+            where = _unravel(flat[:1], shape)[0]
             kind = "NaN" if np.isnan(value[where]) else "infinite value"
-            return CheckRow(name, "fail", f"{kind} at {list(where)}", position=where)
-    tolerance = entry["tolerance"]
+            return CheckRow(name, "fail", f"{kind} at {list(where)}"
+                            + (f" ({flat.size} non-finite)" if flat.size > 1 else ""),
+                            position=where, count=int(flat.size), positions=[where])
     identical = array_sha256(value.astype(dtype, copy=False)) == entry["sha256"]
     if entry["storage"] == "full":
-        parts = [(stored[name], value, None)]
-        scale = None
+        return _check_full(name, entry, stored[name], value, entry["tolerance"], identical)
+    return _check_summary(name, entry, stored, value, entry["tolerance"], identical)
+
+
+def _link_causes(rows: list, entries: dict) -> None:
+    """Set each failing row's ``follows``: the root causes among the failing arrays it is
+    computed from (transitively); a failure none of whose sources fails is a root cause."""
+    status = {r.name: r for r in rows}
+    roots: dict[str, list] = {}
+    for r in rows:
+        if r.status != "fail":
+            continue
+        found = []
+        for source in entries[r.name]["computed_from"]:
+            upstream = status.get(source)
+            if upstream is not None and upstream.status == "fail":
+                found += roots.get(source) or [source]
+        r.follows = list(dict.fromkeys(found))
+        roots[r.name] = r.follows
+
+
+def _extra_row(key: str, names) -> CheckRow:
+    base = key.split("@", 1)[0]
+    guess = difflib.get_close_matches(base, names, n=1, cutoff=0.75)
+    if "@" in key and base in names:
+        reason = (f"names no array (the candidate gives {base} whole; the bundle's "
+                  "@slice/@sample members are not candidate keys)")
+    elif guess:
+        reason = f"names no array; did you mean {guess[0]}?"
     else:
-        parts, scale = [], entry["stats"]["max_abs"]
-        for part in entry["slices"]:
-            index = tuple(slice(a, b) for a, b in part["index"])
-            parts.append((stored[part["member"]], value[index],
-                          tuple(a for a, _ in part["index"])))
-    max_abs = max_rel = 0.0
-    bad = differ = None
-    for golden, candidate, offset in parts:
-        a, r, b, d = _compare(golden, candidate, tolerance, offset, scale)
-        max_abs, max_rel = max(max_abs, a), max(max_rel, r)
-        bad = bad or b
-        differ = differ or d
-    if bad is not None:
-        return CheckRow(name, "fail", f"beyond {tolerance['rule']} tolerance "
-                        f"{tolerance['rtol']:g} at {list(bad)}", max_abs, max_rel, bad)
-    if entry["storage"] == "summary":
-        got, want = summary_statistics(value), entry["stats"]
-        for key in ("sum", "abs_sum", "l2", "max_abs"):
-            scale = want["abs_sum" if key == "sum" else key] or 1.0
-            if abs(got[key] - want[key]) > tolerance["rtol"] * scale:
-                return CheckRow(name, "fail", f"statistic {key} {got[key]:.9g}, expected "
-                                f"{want[key]:.9g} (rtol {tolerance['rtol']:g})",
-                                max_abs, max_rel, None)
-    return CheckRow(name, "pass", "", max_abs, max_rel, None if identical else differ,
-                    identical)
+        reason = "names no array of the bundle"
+    return CheckRow(key, "extra", reason)
 
 
-def check_bundle(folder, candidate, select=None) -> CheckReport:
+def check_bundle(folder, candidate, select=None, parts=None,
+                 allow_extra: bool = False) -> CheckReport:
     """Compare a candidate ``.npz`` with a golden bundle, array by array.
 
     Parameters
@@ -168,26 +369,41 @@ def check_bundle(folder, candidate, select=None) -> CheckReport:
         An ``.npz`` keyed by the manifest's array names; read with ``allow_pickle=False``.
     select : list of str or None
         Shell patterns (``claim1/*``): check only the arrays whose names match one of them.
+    parts : list of str or None
+        Check only the arrays of these parts (:data:`~refseg.golden.format.PARTS`); None:
+        every part.
+    allow_extra : bool
+        Candidate keys that name no array of the bundle are reported but do not fail.
 
     Returns
     -------
     CheckReport
-        One row per checked array; ``passed`` is False on any failure or missing output.
+        One row per checked array, in the manifest's (pipeline) order, then one per
+        unexpected key; ``passed`` is False on any failure, missing output or (unless
+        ``allow_extra``) unexpected key.
 
     Notes
     -----
     An array fails on: another dtype or shape, a NaN or infinite value, an element beyond its
-    tolerance (the first such position is reported), or, for arrays stored as slices, a
-    statistic beyond it. Output arrays missing from the candidate fail as ``missing``; input
-    arrays may be left out.
+    tolerance (the count and the first positions are reported), or, for arrays stored as
+    summaries, an element of a corner slice or of the sample beyond it, a block sum or a
+    statistic beyond it (reported with its own values), or (exact tolerance) another
+    SHA-256. Output arrays missing from the candidate fail as ``missing``; input arrays may be
+    left out.
     """
+    parts = tuple(PARTS if not parts else dict.fromkeys(parts))
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise InputError(f"--part {unknown[0]}: not a part of the bundle "
+                         f"({', '.join(PARTS)})")
     manifest, stored = read_bundle(folder)
     values = read_npz(Path(candidate), "candidate")
     entries = manifest["arrays"]
-    names = [n for n in entries
-             if not select or any(fnmatch.fnmatchcase(n, p) for p in select)]
+    names = [n for n in entries if part_of(n) in parts
+             and (not select or any(fnmatch.fnmatchcase(n, p) for p in select))]
     if select and not names:
-        raise InputError(f"--select {' '.join(select)}: matches no array of the manifest")
+        raise InputError(f"--select {' '.join(select)}: matches no array of the manifest"
+                         + (f" in part {', '.join(parts)}" if len(parts) < len(PARTS) else ""))
     rows = []
     for name in names:
         entry = entries[name]
@@ -196,7 +412,9 @@ def check_bundle(folder, candidate, select=None) -> CheckReport:
                 rows.append(CheckRow(name, "missing", "not in the candidate"))
             continue
         rows.append(_check_one(name, entry, stored, values[name]))
+    _link_causes(rows, entries)
     unexpected = sorted(set(values) - set(entries))
-    return CheckReport(Path(folder), Path(candidate), rows, unexpected)
-
-
+    rows += [_extra_row(key, list(entries)) for key in unexpected]
+    sizes = {p: sum(part_of(n) == p for n in entries) for p in PARTS}
+    return CheckReport(Path(folder), Path(candidate), rows, unexpected, parts, allow_extra,
+                       sizes)

@@ -1,20 +1,29 @@
 """The golden bundle's format: names, storage rules, tolerances, hashes, reading and writing.
 
-A bundle is a folder with two files:
+A bundle is a folder with these files:
 
 ``manifest.json``
     The format and its version, the versions that wrote it (refseg, NumPy, Python, the C
-    compiler), where each input came from, the network's seed and the SHA-256 of its
-    regenerated weights, and one entry per array: shape, dtype, SHA-256, role (input or
-    output), the tolerance a candidate must meet and why, the claim element and paragraphs,
-    the refseg function and its parameters.
+    compiler), where each input came from, the network (seed, SHA-256 of its weights, every
+    layer with its inputs and settings), the files of the bundle with their SHA-256, and one
+    entry per array, in pipeline order: shape, dtype, SHA-256, role (input or output), what
+    the array is (``meaning``), the arrays it is computed from, the tolerance a candidate
+    must meet and why, the claim element and paragraphs, the spec readings (``R-...``) it
+    follows, the refseg function and every parameter of its step.
 ``arrays.npz``
     The arrays, one ``.npy`` member each, deflate-compressed, written with fixed zip timestamps
     so that the same refseg on the same machine writes the same bytes.
+``readings.md``
+    The text of every spec reading an entry cites, so that the folder alone is the reference.
+``weights.npz`` (only when written with ``--with-weights``)
+    The network's weights by Keras path, uncompressed; they hash (:data:`HASH_RULE`) to the
+    manifest's ``network.weights_sha256``.
 
 Array names are paths: ``input/<image>``, ``claim1/<image>/<step>``, ``net/...``,
-``ops/<op>/<role>``. Arrays too large to store (the decoder's big gradient and Adam tensors)
-are stored as two corner slices plus summary statistics.
+``ops/<op>/<role>``; the first part (``input`` counting as ``claim1``) is the array's part.
+Arrays too large to store (the decoder's big gradient and Adam tensors) are stored as two
+corner slices, a seeded random sample of positions with their values, per-block sums and
+summary statistics: an interior change then fails as surely as one at the corners.
 
 References: claims 1-4; [0075]-[0119], [0122]-[0197], [0242]-[0255].
 """
@@ -23,9 +32,9 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hashlib
-import io
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,14 +47,26 @@ from refseg.trace import load_registry
 INFRASTRUCTURE = "golden files: the bundle format"
 
 FORMAT = "refseg-golden"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
+READINGS = "readings.md"
+WEIGHTS = "weights.npz"
+#: The files a bundle folder may hold.
+BUNDLE_FILES = (MANIFEST, ARRAYS, READINGS, WEIGHTS)
+#: The parts of a bundle, in pipeline order (``golden check --part``).
+PARTS = ("claim1", "net", "ops")
 
 #: Arrays with more elements than this are stored as slices and statistics, not in full.
 FULL_LIMIT = 1 << 17
 #: Edge of the corner blocks stored of a large array (along each of its last two axes).
 SLICE_EDGE = 16
+#: Positions of a large array stored with their values (a seeded sample without repetition).
+SAMPLE_COUNT = 2048
+SAMPLE_SEED = 20
+#: A large array's C-order elements are split into at most this many consecutive blocks,
+#: each stored with its sum and sum of absolute values.
+BLOCK_COUNT = 256
 
 # -- tolerances ----------------------------------------------------------------------------------
 #: ``exact``: equal values. ``relmax``: |candidate - golden| <= rtol * max|golden| at every
@@ -137,25 +158,41 @@ def weights_sha256(weights: dict) -> str:
 
 
 # -- building the bundle -------------------------------------------------------------------------
+def part_of(name: str) -> str:
+    """The part of a bundle an array name belongs to: ``claim1`` (``input/*`` too), ``net``,
+    ``ops``; another first component is returned as it is."""
+    head = name.split("/", 1)[0]
+    return "claim1" if head == "input" else head
+
+
 @dataclass
 class BundleBuilder:
     arrays: dict = field(default_factory=dict)     # stored npz members
-    entries: dict = field(default_factory=dict)    # manifest entries by array name
+    entries: dict = field(default_factory=dict)    # manifest entries by array name, in order
     keep: tuple = ()                               # patterns of arrays to keep whole
     kept: dict = field(default_factory=dict)       # copies of summary-stored arrays
 
-    def add(self, name, array, tolerance, *, claim, function, paragraphs=None, params=None,
-            role="output", note="", also=()):
-        """Add one array; ``paragraphs`` defaults to the registry's for ``claim``."""
+    def add(self, name, array, tolerance, *, claim, function, meaning, paragraphs=None,
+            params=None, role="output", note="", also=(), readings=(), computed_from=()):
+        """Add one array, after those it is computed from; ``paragraphs`` defaults to the
+        registry's for ``claim``, and the readings of ``claim`` and ``also`` are cited with
+        ``readings``."""
         array = np.asarray(array)
         if paragraphs is None:
             paragraphs = element_paragraphs(claim)
         if name in self.entries:
             raise AssertionError(f"golden: duplicate array name {name}")
+        for source in computed_from:
+            if source not in self.entries:
+                raise AssertionError(f"golden: {name} is computed from {source}, not yet added")
+        cited = list(dict.fromkeys([*element_readings(claim),
+                                    *(r for e in also for r in element_readings(e)),
+                                    *readings]))
         entry = {"shape": list(array.shape), "dtype": array.dtype.str,
-                 "sha256": array_sha256(array), "role": role,
+                 "sha256": array_sha256(array), "role": role, "meaning": meaning,
+                 "computed_from": list(computed_from),
                  "tolerance": tolerance, "claim": claim, "paragraphs": paragraphs,
-                 "function": function}
+                 "readings": cited, "function": function}
         if also:
             # further claim elements this array pins: the result of a whole step (the feature
             # map: the traversal, the extraction, the feature module), not only its last formula
@@ -177,6 +214,15 @@ class BundleBuilder:
                 key = f"{name}@slice{i}"
                 self.arrays[key] = _canonical(array[tuple(slice(a, b) for a, b in index)])
                 entry["slices"].append({"member": key, "index": [list(p) for p in index]})
+            positions = sample_positions(name, array.size)
+            self.arrays[f"{name}@sample_index"] = positions
+            self.arrays[f"{name}@sample_value"] = _canonical(array.reshape(-1)[positions])
+            entry["sample"] = {"index": f"{name}@sample_index", "value": f"{name}@sample_value",
+                               "count": int(positions.size)}
+            length = block_length(array.size)
+            self.arrays[f"{name}@blocks"] = block_sums(array, length)
+            entry["blocks"] = {"member": f"{name}@blocks", "length": length,
+                               "count": int(self.arrays[f"{name}@blocks"].shape[0])}
         self.entries[name] = entry
 
 
@@ -185,6 +231,12 @@ def element_paragraphs(element_id: str) -> str:
     """The paragraphs of a claim element as the registry lists them: ``"[0082], [0083]"``."""
     element = load_registry().elements[element_id]
     return ", ".join(f"[{p}]" for p in element.paragraphs)
+
+
+@functools.lru_cache(maxsize=None)
+def element_readings(element_id: str) -> tuple[str, ...]:
+    """The spec readings (``R-...``) the registry lists for a claim element."""
+    return load_registry().elements[element_id].readings
 
 
 def _corner_slices(shape):
@@ -198,6 +250,29 @@ def _corner_slices(shape):
     return [first, last]
 
 
+def sample_positions(name: str, size: int) -> np.ndarray:
+    """:data:`SAMPLE_COUNT` distinct C-order positions of an array of ``size`` elements,
+    sorted, drawn with a generator seeded by :data:`SAMPLE_SEED` and the CRC-32 of ``name``
+    (uint32; the bundle stores them, so a reader need not redraw them)."""
+    rng = np.random.default_rng([SAMPLE_SEED, zlib.crc32(name.encode())])
+    count = min(SAMPLE_COUNT, size)
+    return np.sort(rng.choice(size, count, replace=False)).astype("<u4")
+
+
+def block_length(size: int) -> int:
+    """Elements per block: ceil(size / BLOCK_COUNT) (the last block may be shorter)."""
+    return max(1, -(-size // BLOCK_COUNT))
+
+
+def block_sums(array, length: int) -> np.ndarray:
+    """(blocks, 2) float64: the sum and the sum of absolute values of each run of ``length``
+    consecutive C-order elements, taken in float64."""
+    flat = np.asarray(array, dtype=np.float64).reshape(-1)
+    starts = np.arange(0, flat.size, length)
+    return np.stack([np.add.reduceat(flat, starts), np.add.reduceat(np.abs(flat), starts)],
+                    axis=1).astype("<f8")
+
+
 def summary_statistics(array) -> dict:
     a = np.asarray(array, dtype=np.float64)
     return {"sum": float(a.sum()), "abs_sum": float(np.abs(a).sum()),
@@ -208,16 +283,26 @@ def tolerance(kind):
     return {"name": kind, **TOLERANCES[kind]}
 
 
-def write_deterministic_npz(path: Path, arrays: dict):
-    """An .npz with fixed member timestamps and order: the same arrays give the same bytes."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+def write_deterministic_npz(path: Path, arrays: dict, compress: bool = True):
+    """An .npz with fixed member timestamps and order: the same arrays give the same bytes
+    (``compress=False``: members stored, for arrays that deflate cannot shrink)."""
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, "w", compression=method, compresslevel=6 if compress else None,
+                         allowZip64=True) as zf:
         for name in sorted(arrays):
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, arrays[name], allow_pickle=False)
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
+            info.compress_type = method
             info.external_attr = 0o644 << 16
-            zf.writestr(info, buffer.getvalue(), compresslevel=6)
+            with zf.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, arrays[name], allow_pickle=False)
+
+
+def _members(entry: dict) -> list[str]:
+    """The ``arrays.npz`` members that store one manifest entry."""
+    if entry["storage"] == "full":
+        return []
+    return [*(part["member"] for part in entry["slices"]), entry["sample"]["index"],
+            entry["sample"]["value"], entry["blocks"]["member"]]
 
 
 def read_bundle(folder) -> tuple[dict, dict]:
@@ -235,9 +320,9 @@ def read_bundle(folder) -> tuple[dict, dict]:
     Raises
     ------
     InputError
-        Missing or unreadable files, another format or a newer format version, a malformed
-        manifest (:func:`_check_manifest`), an ``arrays.npz`` whose SHA-256 or any of whose
-        arrays' SHA-256 is not the manifest's.
+        Missing or unreadable files, another format or format version, a malformed manifest
+        (:func:`_check_manifest`), an ``arrays.npz`` or ``readings.md`` whose SHA-256 is not
+        the manifest's, or an array whose SHA-256 is not.
     """
     folder = Path(folder)
     try:
@@ -248,12 +333,20 @@ def read_bundle(folder) -> tuple[dict, dict]:
         raise InputError(f"{folder / MANIFEST}: not readable JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(f"{folder / MANIFEST}: not a {FORMAT} manifest")
-    if manifest.get("format_version", 0) > FORMAT_VERSION:
-        raise InputError(f"{folder / MANIFEST}: format version "
-                         f"{manifest.get('format_version')} is newer than this refseg "
-                         f"reads ({FORMAT_VERSION})")
+    version = manifest.get("format_version", 0)
+    if version != FORMAT_VERSION:
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        raise InputError(f"{folder / MANIFEST}: format version {version!r} is "
+                         f"{'newer than' if newer else 'not'} the one this refseg reads "
+                         f"({FORMAT_VERSION})" + ("" if newer else "; write the bundle again"))
     path = folder / MANIFEST
     _check_manifest(manifest, path)
+    readings = folder / READINGS
+    if not readings.is_file():
+        raise InputError(f"{readings}: missing; the bundle carries the readings it cites")
+    if hashlib.sha256(readings.read_bytes()).hexdigest() != manifest["files"][READINGS]:
+        raise InputError(f"{readings}: its SHA-256 is not the one {MANIFEST} records; the "
+                         "bundle was changed after it was written")
     arrays_path = folder / ARRAYS
     if arrays_path.is_file():
         digest = hashlib.sha256(arrays_path.read_bytes()).hexdigest()
@@ -262,8 +355,7 @@ def read_bundle(folder) -> tuple[dict, dict]:
                              "the bundle was changed after it was written")
     arrays = read_npz(arrays_path, "bundle arrays")
     for name, entry in manifest["arrays"].items():
-        members = [name] if entry["storage"] == "full" else \
-            [part["member"] for part in entry["slices"]]
+        members = [name] if entry["storage"] == "full" else _members(entry)
         for member in members:
             if member not in arrays or isinstance(arrays[member], Exception):
                 raise InputError(f"{arrays_path}: no readable array {member!r}, which "
@@ -271,12 +363,33 @@ def read_bundle(folder) -> tuple[dict, dict]:
         if entry["storage"] == "full" and array_sha256(arrays[name]) != entry["sha256"]:
             raise InputError(f"{arrays_path}: array {name!r} does not hash to the SHA-256 "
                              f"{MANIFEST} records; the bundle was changed after it was written")
+        if entry["storage"] == "summary":
+            _check_summary_members(name, entry, arrays, arrays_path)
     return manifest, arrays
+
+
+def _check_summary_members(name, entry, arrays, path):
+    """The sample and the blocks of a summary-stored array fit its shape: positions inside the
+    array, distinct and sorted, one value each, one row per block."""
+    size = int(np.prod(entry["shape"]))
+    index, value = arrays[entry["sample"]["index"]], arrays[entry["sample"]["value"]]
+    blocks = arrays[entry["blocks"]["member"]]
+    length = entry["blocks"]["length"]
+    ok = (index.ndim == 1 and index.dtype.kind == "u" and value.shape == index.shape
+          and value.dtype == np.dtype(entry["dtype"]) and index.size == entry["sample"]["count"]
+          and (index.size == 0 or (int(index[-1]) < size and bool(np.all(np.diff(
+              index.astype(np.int64)) > 0))))
+          and isinstance(length, int) and length >= 1
+          and blocks.shape == (-(-size // length), 2) and blocks.dtype == np.float64)
+    if not ok:
+        raise InputError(f"{path}: the sample or block sums of {name!r} do not fit its shape "
+                         f"{tuple(entry['shape'])}")
 
 
 #: The fields every array entry of a manifest has, and their JSON types.
 ENTRY_FIELDS = {"shape": list, "dtype": str, "sha256": str, "role": str, "tolerance": dict,
-                "claim": str, "storage": str}
+                "claim": str, "storage": str, "meaning": str, "readings": list,
+                "computed_from": list}
 
 
 def _check_manifest(manifest: dict, path: Path) -> None:
@@ -288,6 +401,15 @@ def _check_manifest(manifest: dict, path: Path) -> None:
                          f"got {manifest.get('arrays_file')!r}")
     if not isinstance(manifest.get("arrays_file_sha256"), str):
         raise InputError(f"{path}: no arrays_file_sha256, so {ARRAYS} cannot be verified")
+    files = manifest.get("files")
+    if not (isinstance(files, dict) and isinstance(files.get(READINGS), str)
+            and set(files) <= set(BUNDLE_FILES)):
+        raise InputError(f"{path}: 'files' must give the SHA-256 of {READINGS} (and name only "
+                         f"the bundle's own files: {', '.join(BUNDLE_FILES)})")
+    network = manifest.get("network")
+    if not (isinstance(network, dict) and isinstance(network.get("weights_sha256"), str)):
+        raise InputError(f"{path}: no network.weights_sha256, so the weights cannot be "
+                         "verified")
     entries = manifest.get("arrays")
     if not isinstance(entries, dict) or not entries:
         raise InputError(f"{path}: no 'arrays' table of array entries")
@@ -310,6 +432,12 @@ def _check_manifest(manifest: dict, path: Path) -> None:
         if entry["tolerance"] != allowed.get(entry["tolerance"].get("name")):
             raise InputError(f"{path}: entry {name!r}: tolerance {entry['tolerance']} is not "
                              f"one of the format's ({', '.join(TOLERANCES)})")
+        if not all(isinstance(r, str) and r.startswith("R-") for r in entry["readings"]):
+            raise InputError(f"{path}: entry {name!r}: readings must be reading IDs (R-...)")
+        unknown = [s for s in entry["computed_from"] if s not in entries]
+        if unknown:
+            raise InputError(f"{path}: entry {name!r}: computed from {unknown[0]!r}, which is "
+                             "not an array of the manifest")
         if entry["role"] not in ("input", "output"):
             raise InputError(f"{path}: entry {name!r}: role {entry['role']!r} is not input or "
                              "output")
@@ -319,11 +447,42 @@ def _check_manifest(manifest: dict, path: Path) -> None:
                     and all(isinstance(s, dict) and isinstance(s.get("member"), str)
                             and isinstance(s.get("index"), list) for s in slices)
                     and all(isinstance(stats.get(k), (int, float))
-                            for k in ("sum", "abs_sum", "l2", "max_abs"))):
-                raise InputError(f"{path}: entry {name!r}: slices or statistics malformed")
+                            for k in ("sum", "abs_sum", "l2", "max_abs"))
+                    and isinstance(entry.get("sample"), dict)
+                    and all(isinstance(entry["sample"].get(k), str) for k in ("index", "value"))
+                    and isinstance(entry["sample"].get("count"), int)
+                    and isinstance(entry.get("blocks"), dict)
+                    and isinstance(entry["blocks"].get("member"), str)
+                    and isinstance(entry["blocks"].get("length"), int)):
+                raise InputError(f"{path}: entry {name!r}: slices, sample, blocks or "
+                                 "statistics malformed")
         elif entry["storage"] != "full":
             raise InputError(f"{path}: entry {name!r}: storage {entry['storage']!r} is not "
                              "full or summary")
+
+
+def read_weights(folder, manifest: dict) -> dict:
+    """The network weights a bundle holds (``weights.npz``), verified against the manifest's
+    ``network.weights_sha256``.
+
+    Raises
+    ------
+    InputError
+        No weights file (the bundle was written without ``--with-weights``), an unreadable
+        one, or weights that do not hash to the manifest's digest.
+    """
+    path = Path(folder) / WEIGHTS
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; the bundle was written without "
+                         "--with-weights")
+    weights = read_npz(path, "network weights")
+    bad = [k for k, v in weights.items() if isinstance(v, Exception)]
+    if bad:
+        raise InputError(f"{path}: member {bad[0]!r} is not a readable array")
+    if weights_sha256(weights) != manifest["network"]["weights_sha256"]:
+        raise InputError(f"{path}: the weights do not hash to the network.weights_sha256 "
+                         f"{MANIFEST} records; the bundle was changed after it was written")
+    return weights
 
 
 def read_npz(path: Path, what: str) -> dict:

@@ -1,5 +1,7 @@
 """Golden-file bundles: writing, determinism, checking candidates, and the independent
-OpenCV implementation of claim 1 in examples/ checked against the bundle."""
+implementations in examples/ (OpenCV for claim 1, plain PyTorch for the network) checked
+against the bundle."""
+import itertools
 import json
 import os
 import subprocess
@@ -19,7 +21,7 @@ IMAGE = "claim1/coffee"
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("golden") / "bundle"
-    done = golden.write_bundle(folder, keep=("net/*",))
+    done = golden.write_bundle(folder, keep=("net/*",), with_weights=True)
     manifest, stored = golden.read_bundle(folder)
     return folder, manifest, stored, done.kept
 
@@ -30,10 +32,10 @@ def _own(manifest, stored, kept, prefix=""):
             for n, e in manifest["arrays"].items() if n.startswith(prefix)}
 
 
-def _check(folder, tmp_path, arrays, *select):
+def _check(folder, tmp_path, arrays, *select, options=()):
     path = tmp_path / "candidate.npz"
     np.savez(path, **arrays)
-    args = [f"--select={s}" for s in select]
+    args = [f"--select={s}" for s in select] + list(options)
     report = tmp_path / "report.json"
     status = cli.main(["golden", "check", str(folder), str(path), "--report", str(report),
                        *args])
@@ -48,12 +50,14 @@ def _row(report, name):
 def test_bundle_layout_size_and_manifest(bundle):
     folder, manifest, stored, _ = bundle
     assert sorted(p.name for p in folder.iterdir()) == [OUTPUT_MARKER, "arrays.npz",
-                                                        "manifest.json"]
-    assert (folder / "arrays.npz").stat().st_size < 30e6
+                                                        "manifest.json", "readings.md",
+                                                        "weights.npz"]
+    assert (folder / "arrays.npz").stat().st_size < 22e6
     entries = manifest["arrays"]
     for name, e in entries.items():
-        assert {"shape", "dtype", "sha256", "tolerance", "claim", "function", "role"} <= set(e)
-        assert e["tolerance"]["why"] and e["claim"].startswith("claim")
+        assert {"shape", "dtype", "sha256", "tolerance", "claim", "function", "role",
+                "meaning", "readings", "computed_from"} <= set(e)
+        assert e["tolerance"]["why"] and e["claim"].startswith("claim") and e["meaning"]
         if e["storage"] == "full":
             assert golden.array_sha256(stored[name]) == e["sha256"]
             assert list(stored[name].shape) == e["shape"]
@@ -64,12 +68,52 @@ def test_bundle_layout_size_and_manifest(bundle):
     assert len([n for n in entries if n.startswith("net/tap/")]) == 10
     assert manifest["versions"]["compiler"] and manifest["versions"]["numpy"] == np.__version__
     assert manifest["inputs"]["coffee"]["license"].startswith("courtesy")
-    # the weights are not stored: their hash is, and refseg regenerates them
+    # the weights are in the bundle with --with-weights, and their hash is in the manifest
+    # either way; refseg regenerates the same weights from the seed
     from refseg.models import ResMobileNet
 
     net = manifest["network"]
+    assert golden.weights_sha256(golden.read_weights(folder, manifest)) == \
+        net["weights_sha256"]
     assert golden.weights_sha256(ResMobileNet(tuple(net["input_hw"]), seed=net["seed"])
                                  .weights()) == net["weights_sha256"]
+
+
+@pytest.mark.infrastructure
+def test_every_entry_names_its_readings_parameters_and_sources_in_pipeline_order(bundle):
+    """Each entry cites reading IDs whose text readings.md carries, is listed after the
+    arrays it is computed from, and the claim-1 steps carry every parameter they use."""
+    folder, manifest, _, _ = bundle
+    entries = manifest["arrays"]
+    text = (folder / "readings.md").read_text(encoding="utf-8")
+    seen = set()
+    for name, e in entries.items():
+        assert all(source in seen for source in e["computed_from"]), name
+        seen.add(name)
+        for reading in e["readings"]:
+            assert f"## {reading}:" in text, (name, reading)
+    assert "R-canny" in entries[f"{IMAGE}/edges/canny"]["readings"]
+    assert "R-log" in entries[f"{IMAGE}/edges/log"]["readings"]
+    assert "R-dataset" in entries["net/input"]["readings"]
+    canny = entries[f"{IMAGE}/edges/canny"]["params"]
+    assert canny["gradient"]["KX"] == [[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]]
+    assert "8-connectivity" in canny["hysteresis"] and "m >= right" in \
+        canny["non_maximum_suppression"]
+    assert canny["otsu"]["bins"] == 256 and "centre" in canny["otsu"]["threshold"]
+    log = entries[f"{IMAGE}/edges/log"]["params"]
+    assert log["kernel"] == [[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]]
+    # the stored LoG threshold includes its ratio, and says so
+    assert "the ratio included" in entries[f"{IMAGE}/threshold/log/slope"]["meaning"]
+    assert entries[f"{IMAGE}/edges/prewitt"]["params"]["KX"] == [[-1.0, 0.0, 1.0]] * 3
+    resize = entries["net/input"]["params"]["resize"]
+    assert "BILINEAR" in resize["library"] and "float32" in resize["method"]
+    assert entries["net/pre_resize"]["shape"] == [2, 96, 256]
+    layers = {row["name"]: row for row in manifest["network"]["layers"]}
+    assert layers["x1"]["op"] == "Conv2DTranspose" and layers["x1"]["inputs"] == ["post_relu"]
+    assert layers["conv1_conv"]["kernel"] == [7, 7] and layers["conv1_pad"]["padding"] == \
+        [[3, 3], [3, 3]]
+    assert sum(len(row["weights"]) for row in layers.values()) == \
+        manifest["network"]["weights_count"]
 
 
 @pytest.mark.infrastructure
@@ -88,13 +132,91 @@ def test_one_changed_pixel_fails_naming_array_and_position(bundle, tmp_path, cap
     arrays = _own(manifest, stored, kept, IMAGE)
     arrays[f"{IMAGE}/edges/canny"] = arrays[f"{IMAGE}/edges/canny"].copy()
     arrays[f"{IMAGE}/edges/canny"][5, 7] ^= 1
+    arrays[f"{IMAGE}/edges/canny"][9, 2] ^= 1
     status, report = _check(folder, tmp_path, arrays, f"{IMAGE}/*")
     assert status == 1 and not report["passed"]
     row = _row(report, f"{IMAGE}/edges/canny")
     assert row["status"] == "fail" and row["position"] == [5, 7]
+    assert row["count"] == 2 and row["positions"] == [[5, 7], [9, 2]]
+    assert row["root_cause"]
     out = capsys.readouterr().out
-    assert f"{IMAGE}/edges/canny" in out and "[5,7]" in out
+    assert f"{IMAGE}/edges/canny" in out and "2 of 35840 pixels differ; first at [5,7], [9,2]" \
+        in out
     assert report["failed"] == 1
+
+
+def _claim1_arrays(image, rgb):
+    """refseg's claim-1 arrays of ``rgb`` under the bundle's names for ``image``."""
+    from refseg.claim1 import features
+
+    r = features.extract(rgb)
+    p = f"claim1/{image}"
+    out = {f"{p}/gray": r.gray, f"{p}/blurred": r.blurred, f"{p}/mean_image": r.mean_image,
+           f"{p}/intermediate_cv": np.float64(r.intermediate_cv),
+           f"{p}/final_weight": r.final_weight, f"{p}/feature_map": r.feature_map}
+    for op in r.edges:
+        out[f"{p}/response/{op}"], out[f"{p}/edges/{op}"] = r.responses[op], r.edges[op]
+        out.update({f"{p}/threshold/{op}/{k}": np.float64(v)
+                    for k, v in r.thresholds[op].items()})
+    out.update({f"{p}/{k}": r.vector(k) for k in ("std", "mean", "cv", "weights")})
+    return out
+
+
+@pytest.mark.infrastructure
+def test_a_wrong_gray_image_is_reported_first_as_the_root_cause(bundle, tmp_path, capsys):
+    """A candidate that weights the channels in BGR order: every step of each image fails;
+    the report lists each image's failures in pipeline order, gray first and marked the
+    root cause, every later one naming it."""
+    folder, manifest, stored, kept = bundle
+    arrays = {}
+    for image in ("coffee", "weld0"):
+        arrays.update(_claim1_arrays(image, stored[f"input/{image}"][..., ::-1]))
+    status, report = _check(folder, tmp_path, arrays, "claim1/coffee/*", "claim1/weld0/*")
+    assert status == 1
+    out = capsys.readouterr().out.splitlines()
+    head = out.index("claim1/coffee: 23 of 23 arrays fail; root cause: claim1/coffee/gray")
+    assert out[head + 1].split()[:2] == ["fail", "claim1/coffee/gray"]
+    assert out[head + 1].endswith("<- root cause")
+    assert out[head + 2].split()[1] == "claim1/coffee/blurred"
+    assert all(line.endswith("(follows claim1/coffee/gray)") for line in out[head + 2:head + 24])
+    assert report["parts"]["claim1"]["root_causes"] == ["claim1/coffee/gray",
+                                                        "claim1/weld0/gray"]
+    assert _row(report, "claim1/weld0/feature_map")["follows"] == ["claim1/weld0/gray"]
+
+
+@pytest.mark.infrastructure
+def test_parts_are_checked_alone_with_a_summary_line_each(bundle, tmp_path, capsys):
+    folder, manifest, stored, kept = bundle
+    arrays = _own(manifest, stored, kept, "claim1/")
+    status, report = _check(folder, tmp_path, arrays)
+    out = capsys.readouterr().out
+    assert status == 1 and "net: 290 of 290 output arrays are missing" in out
+    assert "--part claim1 checks that part alone" in out
+    assert out.count("  missing ") == 0  # whole groups missing: one line each, not 324 rows
+    status, report = _check(folder, tmp_path, arrays, options=["--part", "claim1"])
+    out = capsys.readouterr().out
+    assert status == 0 and report["passed"]
+    assert "part claim1: 115 arrays checked, 115 passed (115 bit-identical)" in out
+    assert "part net: not checked" in out and "part ops: not checked" in out
+    assert list(report["parts"]) == ["claim1"]
+
+
+@pytest.mark.infrastructure
+def test_a_key_that_names_no_array_fails_and_names_the_likely_one(bundle, tmp_path, capsys):
+    folder, manifest, stored, kept = bundle
+    arrays = _own(manifest, stored, kept, IMAGE)
+    arrays["claim1/coffe/gray"] = arrays.pop(f"{IMAGE}/gray")
+    status, report = _check(folder, tmp_path, arrays, options=["--part", "claim1"])
+    out = capsys.readouterr().out
+    assert status == 1 and report["unexpected"] == ["claim1/coffe/gray"]
+    assert "claim1/coffe/gray: names no array; did you mean claim1/coffee/gray?" in out
+    status, report = _check(folder, tmp_path, {"claim1/coffe/gray": arrays["claim1/coffe/gray"]},
+                            f"{IMAGE}/blurred", options=["--allow-extra"])
+    assert status == 1  # blurred, an output, is missing; the extra key alone would pass
+    status, report = _check(folder, tmp_path, {"claim1/coffe/gray": arrays["claim1/coffe/gray"],
+                                               f"{IMAGE}/gray": stored[f"{IMAGE}/gray"]},
+                            f"{IMAGE}/gray", options=["--allow-extra"])
+    assert status == 0 and report["passed"] and report["unexpected"] == ["claim1/coffe/gray"]
 
 
 @pytest.mark.infrastructure
@@ -117,18 +239,37 @@ def test_wrong_dtype_missing_array_and_nan_fail_with_reasons(bundle, tmp_path):
 
 
 @pytest.mark.infrastructure
-def test_summarised_arrays_are_checked_by_slices_and_statistics(bundle, tmp_path):
+def test_summarised_arrays_fail_on_any_interior_change_with_its_own_numbers(bundle, tmp_path):
     folder, manifest, stored, kept = bundle
     name = "net/grad/x1/kernel"
+    entry = manifest["arrays"][name]
     grad = kept[name].copy()
     scale = float(np.abs(grad).max())
     grad[1, 2, 3, 4] += scale  # inside the first stored slice
     status, report = _check(folder, tmp_path, {name: grad}, name)
     assert status == 1 and _row(report, name)["position"] == [1, 2, 3, 4]
+    # 900,000 interior elements shuffled: sums, l2 and max unchanged, the sample sees it
     grad = kept[name].copy()
-    grad[1, 1, 300, 1000] += 50 * scale  # outside both slices: the statistics see it
+    flat = grad.reshape(-1)
+    lo = flat.size // 4
+    flat[lo:lo + 900_000] = np.random.default_rng(3).permutation(flat[lo:lo + 900_000])
+    assert golden.format.summary_statistics(grad) == pytest.approx(entry["stats"], rel=1e-12)
     status, report = _check(folder, tmp_path, {name: grad}, name)
-    assert status == 1 and "statistic" in _row(report, name)["reason"]
+    row = _row(report, name)
+    assert status == 1 and row["count"] > 10 and "sample" in row["reason"]
+    assert lo <= np.ravel_multi_index(row["position"], grad.shape) < lo + 900_000
+    # one element changed outside the slices and the sample: its block's sum reports it,
+    # with the block's own numbers, not the slices' rounding-level error
+    sampled = set(stored[entry["sample"]["index"]].tolist())
+    flat_index = next(i for i in range(flat.size // 2, flat.size) if i not in sampled)
+    grad = kept[name].copy()
+    grad.reshape(-1)[flat_index] += 50 * scale
+    status, report = _check(folder, tmp_path, {name: grad}, name)
+    row = _row(report, name)
+    block = flat_index // entry["blocks"]["length"]
+    assert status == 1 and row["reason"].startswith(f"block {block} of 256")
+    assert row["max_abs"] == pytest.approx(50 * scale, rel=1e-6)
+    assert f"off by {50 * scale:.3g}" in row["reason"]
 
 
 @pytest.mark.infrastructure
@@ -147,7 +288,7 @@ def test_pickled_or_unreadable_candidates(bundle, tmp_path, capsys):
 
 @pytest.mark.infrastructure
 def test_write_is_byte_identical_twice_and_across_thread_counts(bundle, tmp_path):
-    folder = bundle[0]
+    folder = bundle[0]  # written with --with-weights: the manifest is the same without
     procs = []
     for threads in ("1", "2"):
         env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
@@ -219,11 +360,12 @@ def test_independent_opencv_implementation_passes_the_claim1_arrays(bundle, tmp_
     assert r.returncode == 0, r.stderr
     report = tmp_path / "report.json"
     r = subprocess.run([sys.executable, "-P", "-m", "refseg", "golden", "check", str(folder),
-                        str(candidate), "--select", "claim1/*", "--report", str(report)],
+                        str(candidate), "--part", "claim1", "--report", str(report)],
                        capture_output=True, text=True)
     rows = json.loads(report.read_text())["rows"]
     claim1_outputs = [n for n, e in manifest["arrays"].items()
                       if n.startswith("claim1/") and e["role"] == "output"]
+    assert "part claim1: 115 arrays checked, 115 passed" in r.stdout
     assert r.returncode == 0, r.stdout
     assert sorted(row["name"] for row in rows) == sorted(claim1_outputs)
     # the binary maps and the vote agree exactly; float64 steps to rounding
@@ -313,6 +455,10 @@ def test_a_bundle_changed_after_writing_is_refused(bundle, tmp_path, capsys):
     (lambda m, e: e.update(dtype="no-such-type"), "is not valid"),
     (lambda m, e: e.update(storage="zipped"), "storage 'zipped'"),
     (lambda m, e: m.update(arrays=[]), "no 'arrays' table"),
+    (lambda m, e: m.update(files={"../readings.md": "0"}), "'files' must give the SHA-256"),
+    (lambda m, e: e.update(readings=["gray weights"]), "must be reading IDs"),
+    (lambda m, e: e.update(computed_from=["claim1/coffe/rgb"]), "computed from"),
+    (lambda m, e: m.update(format_version=1), "format version 1 is not the one"),
 ])
 def test_a_malformed_or_widened_manifest_is_refused_in_one_line(bundle, tmp_path, capsys,
                                                                  tamper, message):
@@ -324,3 +470,85 @@ def test_a_malformed_or_widened_manifest_is_refused_in_one_line(bundle, tmp_path
     assert cli.main(["golden", "check", str(folder), str(candidate)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.infrastructure
+def test_a_changed_readings_or_weights_file_is_refused(bundle, tmp_path, capsys):
+    folder, manifest = _copy_bundle(bundle, tmp_path)
+    candidate = tmp_path / "candidate.npz"
+    np.savez(candidate, **{f"{IMAGE}/gray": bundle[2][f"{IMAGE}/gray"]})
+    with open(folder / "readings.md", "a", encoding="utf-8") as f:
+        f.write("\nR-gray: BT.709 weights\n")
+    assert cli.main(["golden", "check", str(folder), str(candidate), "--select",
+                     f"{IMAGE}/gray"]) == 2
+    assert "readings.md: its SHA-256 is not the one manifest.json records" in \
+        capsys.readouterr().err
+    folder, manifest = _copy_bundle(bundle, tmp_path / "w")
+    weights = golden.read_weights(folder, manifest)
+    weights["x1/bias"] = weights["x1/bias"] + np.float32(1)
+    golden.format.write_deterministic_npz(folder / "weights.npz", weights, compress=False)
+    assert cli.main(["golden", "weights", str(folder), str(tmp_path / "out.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "weights.npz: the weights do not hash to the network.weights_sha256" in err
+    assert err.count("\n") == 1 and not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.claim("claim1.step2.final_weight", "claim1.step2.decision")
+def test_the_vote_decides_on_at_least_two_bundle_images(bundle):
+    """On at least two of the bundle's images the feature map is neither one operator's map
+    nor a majority of any three of them nor k of the four for any k, so a candidate that
+    replaces the weighted vote by any of these fails ``feature_map`` there. (On coffee LoG's
+    weight is above 1/2, so there the feature map is LoG's map. Sobel's and Prewitt's maps
+    nearly coincide and weigh ~0.1 each, so on the other images the vote is close to a
+    majority of Canny, Sobel-or-Prewitt and LoG: it differs from the majorities of three at
+    4 to 33 pixels, from every single map at 229 or more.)"""
+    folder, manifest, stored, _ = bundle
+    images = [n.split("/", 1)[1] for n in manifest["arrays"] if n.startswith("input/")]
+    operators = ("canny", "sobel", "prewitt", "log")
+    decided = []
+    for image in images:
+        edges = {op: stored[f"claim1/{image}/edges/{op}"].astype(int) for op in operators}
+        feature = stored[f"claim1/{image}/feature_map"].astype(bool)
+        rivals = [edges[op] > 0 for op in operators]
+        rivals += [sum(edges[op] for op in three) >= 2
+                   for three in itertools.combinations(operators, 3)]
+        rivals += [sum(edges.values()) >= k for k in range(1, 5)]
+        if all((rival != feature).any() for rival in rivals) and \
+                all((rival != feature).sum() >= 200 for rival in rivals[:4]):
+            decided.append(image)
+    assert len(decided) >= 2, decided
+    weights = stored["claim1/coffee/weights"]
+    assert weights[3] > 0.5 and np.array_equal(stored["claim1/coffee/feature_map"],
+                                               stored["claim1/coffee/edges/log"])
+
+
+@pytest.mark.claim("claim2.backbones", "claim2.taps", "claim2.fusion", "claim3.formula",
+                   "claim4.propagation", "claim4.update", "claim1.step2.dataset")
+def test_independent_pytorch_network_passes_the_net_arrays(bundle, tmp_path):
+    """examples/torch_net.py builds the network from the manifest's layer table and the
+    bundle's weights.npz in plain PyTorch (no refseg import), resizes the feature maps by the
+    manifest's rule, and passes every net array: the input exactly, the float arrays well
+    inside their tolerances (measured: at most 2.1e-9 of one)."""
+    require("torch")
+    folder, manifest, _, _ = bundle
+    candidate = tmp_path / "candidate.npz"
+    source = (ROOT / "examples" / "torch_net.py").read_text(encoding="utf-8")
+    assert "refseg" not in "\n".join(line for line in source.splitlines()
+                                     if line.startswith(("import", "from")))
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "torch_net.py"), str(folder),
+                        str(candidate)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    report = tmp_path / "report.json"
+    r = subprocess.run([sys.executable, "-P", "-m", "refseg", "golden", "check", str(folder),
+                        str(candidate), "--part", "net", "--report", str(report)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+    rows = json.loads(report.read_text())["rows"]
+    net = [n for n, e in manifest["arrays"].items()
+           if n.startswith("net/") and n != "net/pre_resize"
+           and (e["role"] == "output" or n == "net/input")]
+    assert sorted(row["name"] for row in rows) == sorted(net)
+    assert _row({"rows": rows}, "net/input")["identical"]
+    worst = max(row["max_rel"] / manifest["arrays"][row["name"]]["tolerance"]["rtol"]
+                for row in rows if manifest["arrays"][row["name"]]["tolerance"]["rtol"])
+    assert worst < 1e-6  # float64 against float64: rounding, far inside every tolerance
