@@ -193,3 +193,28 @@ def test_what_a_killed_process_left_is_swept_and_a_live_ones_kept(tmp_path):
     assert (out / ".notes.tmp").read_text() == "a user's file"
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "set"]
     assert sweep_stale(out) == [] and sweep_stale(tmp_path) == []
+
+
+@pytest.mark.infrastructure
+def test_npz_members_are_checked_from_their_headers_against_a_limit(tmp_path):
+    """A consistent archive whose arrays together declare more than the limit is refused
+    before loading (the CLI's limit is 2 GiB; a small one here keeps the file small), and so
+    is one whose header declares more than its member holds."""
+    import zipfile
+
+    from refseg.imageio import check_npz_members
+
+    np.savez_compressed(tmp_path / "a.npz", x=np.zeros(3000, np.float32),
+                        y=np.zeros(3000, np.float32))
+    check_npz_members(tmp_path / "a.npz", max_bytes=24_000)
+    with pytest.raises(InputError) as info:
+        check_npz_members(tmp_path / "a.npz", max_bytes=23_999)
+    assert str(info.value) == (f"{tmp_path / 'a.npz'}: its arrays declare more than 23,999 "
+                               "bytes (at 'y.npy'); refused before loading")
+    with zipfile.ZipFile(tmp_path / "a.npz") as archive:
+        member = archive.read("x.npy")
+    with zipfile.ZipFile(tmp_path / "cut.npz", "w") as archive:
+        archive.writestr("x.npy", member[:-4])
+    with pytest.raises(InputError, match=r"declares \(3000,\) float32 \(12,000 bytes\) but "
+                                         r"holds 11,996: truncated or forged"):
+        check_npz_members(tmp_path / "cut.npz")
