@@ -26,6 +26,8 @@ from pathlib import Path
 
 STATUSES = ("implemented", "planned", "not-applicable")
 MATRIX_FILE = "traceability.md"
+#: The sensitivity audit of the readings (``refseg audit readings``).
+SENSITIVITY_FILE = "sensitivity.md"
 INFRASTRUCTURE = "the citation machinery itself"
 
 # qualified name of each citing function or class -> the element IDs it cites
@@ -89,6 +91,8 @@ class Registry:
     errata_text: str = ""
     source: Path | None = None
     reading_ids: set[str] = field(default_factory=set)
+    #: ``sensitivity.md`` (the audit of the readings), "" where it is absent
+    sensitivity_text: str = ""
 
 
 def spec_dir() -> Path:
@@ -129,7 +133,9 @@ def load_registry(directory: Path | None = None) -> Registry:
     paragraphs = {p["id"]: p["text"].strip() for p in data.get("paragraph", [])}
     readings = (directory / "readings.md").read_text(encoding="utf-8")
     errata = (directory / "errata.md").read_text(encoding="utf-8")
-    return Registry(elements, paragraphs, readings, errata, directory, _reading_ids(readings))
+    sensitivity = directory / SENSITIVITY_FILE
+    return Registry(elements, paragraphs, readings, errata, directory, _reading_ids(readings),
+                    sensitivity.read_text(encoding="utf-8") if sensitivity.is_file() else "")
 
 
 def _import_all() -> None:
@@ -259,6 +265,9 @@ def explain(registry: Registry, element_id: str, code: dict[str, tuple[str, ...]
     for r in e.readings:
         out += ["", f"reading {r}: see readings.md"]
         out += _section(registry.readings_text, r)
+        table = sensitivity_table(registry.sensitivity_text, r)
+        if table:
+            out += ["", f"sensitivity of {r} (see {SENSITIVITY_FILE}):"] + table
     if code is not None:
         out += ["", "functions: " + (", ".join(_invert(code).get(e.id, [])) or "none")]
     if tests is not None:
@@ -275,6 +284,18 @@ def _section(text: str, reading_id: str) -> list[str]:
         if line.startswith("## "):
             inside = line[3:].split(":", 1)[0].strip() == reading_id
         if inside:
+            lines.append(line)
+    return lines
+
+
+def sensitivity_table(text: str, reading_id: str) -> list[str]:
+    """The lines of the ``sensitivity.md`` table headed ``### <reading_id>``, [] if none."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line.startswith(("## ", "### ")):
+            inside = line == f"### {reading_id}"
+            continue
+        if inside and line.startswith("|"):
             lines.append(line)
     return lines
 

@@ -326,3 +326,17 @@ def test_bad_input_is_one_line(call, message):
     with pytest.raises(InputError, match=message) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+def test_contour_coverage_counts_contour_pixels_next_to_a_feature_pixel():
+    classes = np.full((5, 6), 2, np.uint8)
+    classes[1, :] = 0                      # a contour row of 6 pixels
+    classes[3, 2] = 0                      # and a lone one
+    feature = np.zeros((5, 6), np.uint8)
+    feature[2, 0] = 1                      # touches the contour at (1, 0) (4-neighbours)
+    feature[0, 4] = 1                      # touches (1, 4) only; (1, 3), (1, 5) are diagonal
+    assert mt.contour_coverage(feature, classes) == (2, 7)
+    assert mt.contour_coverage(np.ones((5, 6)), classes) == (7, 7)
+    assert mt.contour_coverage(feature, np.full((5, 6), 1)) == (0, 0)
+    with pytest.raises(InputError, match="one 2-D shape"):
+        mt.contour_coverage(feature, classes[:4])
