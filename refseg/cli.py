@@ -164,6 +164,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="also train demo-sized networks on the feature images of the "
                          "alternatives that move the feature map most (CPU minutes; with "
                          "--quick, tiny trainings)")
+    ar.add_argument("--count", type=int, default=None,
+                    help="training welds of --downstream (default: the demo's 160)")
+    ar.add_argument("--test-count", type=int, default=None,
+                    help="test welds of --downstream (default: the demo's 40)")
+    ar.add_argument("--epochs", type=int, default=None,
+                    help="epochs of --downstream (default: the demo's 8)")
     ar.add_argument("--jobs", type=int, default=None, help="extraction processes (trainings)")
 
     go = sub.add_parser("golden", help="golden-file bundles for cross-checking other "
@@ -295,7 +301,8 @@ def _evaluate(args) -> str:
 def _audit(args) -> str:
     from refseg.audit.readings import run_audit
 
-    return run_audit(args.out, quick=args.quick, downstream=args.downstream, jobs=args.jobs)
+    return run_audit(args.out, quick=args.quick, downstream=args.downstream, jobs=args.jobs,
+                     count=args.count, test_count=args.test_count, epochs=args.epochs)
 
 
 def _golden(args) -> tuple[str, int]:

@@ -47,7 +47,10 @@ def test_quick_out_writes_both_files_and_the_shipped_quick_check_is_current(tmp_
 def test_bad_invocations_exit_2_with_one_line_and_write_nothing(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    for args in (["--out", blocker], ["--quick", "--downstream"], []):
+    for args in (["--out", blocker], ["--quick", "--downstream"], [],
+                 ["--out", tmp_path / "o", "--epochs", "0"],
+                 ["--out", tmp_path / "o", "--count", "1000000"],
+                 ["--out", tmp_path / "o", "--jobs", "0"]):
         done = run_refseg("audit", "readings", *args, cwd=tmp_path)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
@@ -138,6 +141,7 @@ def test_the_downstream_runs_and_their_table(tmp_path, monkeypatch):
     assert block.count("\n| ") == 4 and "commit abc1234" in block
     assert "Feature inputs above the gray image: none" not in block
     assert "No reading's feature image reaches the gray image's accuracy" in block
+    assert "Reduced from the demo's settings" in block and "epochs 1 (the demo's 8)" in block
 
 
 def test_the_downstream_choice_skips_the_continuous_kinds():
