@@ -122,7 +122,7 @@ def test_the_downstream_runs_and_their_table(tmp_path, monkeypatch):
     class Row:
         def __init__(self, accuracy):
             self.scores = type("S", (), {"pixel_accuracy": accuracy,
-                                         "class_iou": np.array([0.1, np.nan, 0.3]),
+                                         "class_iou": np.array([0.01, np.nan, 0.3]),
                                          "mean_iou": 0.2, "boundary_f1": 0.4})()
 
     monkeypatch.setattr(downstream, "train", fake_train)
@@ -135,12 +135,20 @@ def test_the_downstream_runs_and_their_table(tmp_path, monkeypatch):
         ("gray", None), ("feature", None), ("feature", "weights-equal")]
     assert [r["name"] for r in result["runs"]] == ["gray input", "chosen readings",
                                                    "weights-equal"]
-    assert result["runs"][0]["iou"] == [0.1, None, 0.3]
+    assert result["runs"][0]["iou"] == [0.01, None, 0.3]
     assert len(list((tmp_path / "w" / "data" / "images").iterdir())) == 5
     block = readings.downstream_block(result, "abc1234", "refseg audit readings --downstream")
     assert block.count("\n| ") == 4 and "commit abc1234" in block
-    assert "Feature inputs above the gray image: none" not in block
-    assert "No reading's feature image reaches the gray image's accuracy" in block
+    assert "No feature input is more than 2% (the spread of single runs) above" in block
+    assert "No run finds the contour class (best contour IoU 0.0100)" in block
+    numbers = json.loads(readings._block(block, readings.NUMBERS_BEGIN, readings.NUMBERS_END)[
+        len(readings.NUMBERS_BEGIN):-len(readings.NUMBERS_END)])
+    assert numbers["commit"] == "abc1234" and numbers["runs"] == result["runs"]
+    note = readings.closing_note(readings.summarise(
+        {"weld0": {n: _entry([0.4, 0.13, 0.14, 0.33], 0.0, None, [1, 2])
+                   for n in ("chosen", *al.BY_NAME)}}, ["weld0"]), block)
+    assert "- Downstream: test pixel accuracy 80.00% with refseg's readings" in note
+    assert "not resolved by one run each." in note and "downstream-numbers" not in note
     assert "Reduced from the demo's settings" in block and "epochs 1 (the demo's 8)" in block
 
 
