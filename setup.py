@@ -14,7 +14,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
-SPEC_FILES = ("registry.toml", "traceability.md", "readings.md", "errata.md")
+SPEC_FILES = ("registry.toml", "traceability.md", "readings.md", "errata.md",
+              "sensitivity.md")
 
 
 class BuildPyWithSpec(build_py):

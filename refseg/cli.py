@@ -166,6 +166,28 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", type=Path, default=None,
                     help="write table.md, scores.json and panel.png here")
 
+    au = sub.add_parser("audit", help="audits of refseg's own choices")
+    asub = au.add_subparsers(dest="audit_command", required=True)
+    ar = asub.add_parser("readings", help="how much claim 1's outcome depends on each reading "
+                                          "of a missing formula (spec/sensitivity.md)")
+    ar.add_argument("--out", type=Path, default=None,
+                    help="write sensitivity.md and sensitivity.json here (default: rewrite "
+                         "spec/sensitivity.md of the source checkout)")
+    ar.add_argument("--quick", action="store_true",
+                    help="3 photographs and 4 welds instead of 40 (seconds); without --out, "
+                         "print the quick-check block and write nothing")
+    ar.add_argument("--downstream", action="store_true",
+                    help="also train demo-sized networks on the feature images of the "
+                         "alternatives that move the feature map most (CPU minutes; with "
+                         "--quick, tiny trainings)")
+    ar.add_argument("--count", type=int, default=None,
+                    help="training welds of --downstream (default: the demo's 160)")
+    ar.add_argument("--test-count", type=int, default=None,
+                    help="test welds of --downstream (default: the demo's 40)")
+    ar.add_argument("--epochs", type=int, default=None,
+                    help="epochs of --downstream (default: the demo's 8)")
+    ar.add_argument("--jobs", type=int, default=None, help="extraction processes (trainings)")
+
     go = sub.add_parser("golden", help="golden-file bundles for cross-checking other "
                                        "implementations")
     gsub = go.add_subparsers(dest="golden_command", required=True)
@@ -303,6 +325,13 @@ def _evaluate(args) -> str:
     return format_table(rows)
 
 
+def _audit(args) -> str:
+    from refseg.audit.readings import run_audit
+
+    return run_audit(args.out, quick=args.quick, downstream=args.downstream, jobs=args.jobs,
+                     count=args.count, test_count=args.test_count, epochs=args.epochs)
+
+
 def _golden(args) -> tuple[str, int]:
     from refseg import golden
 
@@ -324,7 +353,7 @@ def _golden(args) -> tuple[str, int]:
 
 _COMMANDS = {"edges": _edges, "demo": _demo, "synth": _synth, "dataset": _dataset,
              "trace": _trace, "explain": _explain, "weights": _weights, "model": _model,
-             "train": _train, "predict": _predict, "evaluate": _evaluate}
+             "train": _train, "predict": _predict, "evaluate": _evaluate, "audit": _audit}
 
 
 class _Terminated(KeyboardInterrupt):

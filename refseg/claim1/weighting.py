@@ -231,10 +231,12 @@ def binary_stack(edges: Mapping) -> np.ndarray:
                                 dtype=np.uint8)
 
 
-def _vote(stack, weights, backend):
+def _vote(stack, weights, backend, offset=VOTE_OFFSET):
+    """F of a (4, M, N) binary stack; ``offset`` other than 1.5 only for the audit's
+    alternatives (``refseg.claim1.alternatives``, R-final)."""
     out = np.empty(stack.shape[1:], dtype=np.float64)
     kernels(backend).weighted_vote(stack, np.array([weights[k] for k in OPERATORS]),
-                                   VOTE_OFFSET, out)
+                                   offset, out)
     return out
 
 

@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from PIL import Image
 
+from refseg.claim1 import alternatives
 from refseg.claim1 import features
 from refseg.claim1 import preprocess
 from refseg.errors import InputError
@@ -34,7 +35,8 @@ def _resize(plane: np.ndarray, input_hw, resample) -> np.ndarray:
 
 
 @implements("claim1.step2.dataset", "claim1.step4.predict")
-def network_input(rgb: np.ndarray, input_hw, kind: str = "feature") -> np.ndarray:
+def network_input(rgb: np.ndarray, input_hw, kind: str = "feature",
+                  reading: str | None = None) -> np.ndarray:
     """One image as the network's input.
 
     Parameters
@@ -44,6 +46,10 @@ def network_input(rgb: np.ndarray, input_hw, kind: str = "feature") -> np.ndarra
         The network's input size (H, W), multiples of 32.
     kind : {"feature", "gray"}
         "feature": the claim-1 feature-region image (0/1); "gray": the grayscale image (0-255).
+    reading : str or None
+        For "feature" only: the name of an alternative to refseg's readings
+        (``refseg.claim1.alternatives.ALTERNATIVES``) whose feature image replaces the
+        claim-1 one, for the sensitivity audit; None: refseg's readings.
 
     Returns
     -------
@@ -64,8 +70,12 @@ def network_input(rgb: np.ndarray, input_hw, kind: str = "feature") -> np.ndarra
     """
     if kind not in INPUT_KINDS:
         raise InputError(f"input kind must be one of {INPUT_KINDS}, got {kind!r}")
+    if reading is not None and kind != "feature":
+        raise InputError(f"reading {reading!r}: alternative readings apply to the feature "
+                         "input only")
     if kind == "feature":
-        plane = features.extract(rgb).feature_map.astype(np.float32)
+        plane = (features.extract(rgb).feature_map.astype(np.float32) if reading is None
+                 else alternatives.feature_image(rgb, reading))
         plane = _resize(plane, input_hw, Image.BILINEAR) * 2 - 1
     else:
         gray = rgb if np.ndim(rgb) == 2 else preprocess.to_gray(rgb)
@@ -94,8 +104,8 @@ def resize_probabilities(probabilities: np.ndarray, image_hw) -> np.ndarray:
 
 
 def _prepare_one(args):
-    rgb, classes, input_hw, kind = args
-    x = network_input(rgb, input_hw, kind)
+    rgb, classes, input_hw, kind, reading = args
+    x = network_input(rgb, input_hw, kind, reading)
     return x, None if classes is None else resize_labels(classes, input_hw)
 
 
@@ -122,7 +132,8 @@ def _worker_start(parent: int) -> None:
 
 
 @implements("claim1.step2.dataset")
-def prepare(pairs, input_hw, kind: str = "feature", jobs: int | None = None):
+def prepare(pairs, input_hw, kind: str = "feature", jobs: int | None = None,
+            reading: str | None = None):
     """Network inputs and resized labels of many (rgb, classes) pairs, spread over processes.
 
     Parameters
@@ -132,13 +143,15 @@ def prepare(pairs, input_hw, kind: str = "feature", jobs: int | None = None):
     kind : {"feature", "gray"}
     jobs : int or None
         Worker processes (default: every core this process may use; 1 runs in-process).
+    reading : str or None
+        An alternative reading for the feature input (see :func:`network_input`).
 
     Returns
     -------
     x : ndarray of shape (count, H, W, 3), float32
     y : ndarray of shape (count, H, W), uint8, or None when no labels were given
     """
-    work = [(rgb, classes, tuple(input_hw), kind) for rgb, classes in pairs]
+    work = [(rgb, classes, tuple(input_hw), kind, reading) for rgb, classes in pairs]
     jobs = default_jobs() if jobs is None else int(jobs)
     if jobs < 1:
         raise InputError(f"jobs must be >= 1, got {jobs}")

@@ -18,17 +18,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy import ndimage
-
 from refseg import imageio
 from refseg.claim1 import features, outputs
 from refseg.data import dataset
-from refseg.data.labels import CONTOUR
 from refseg.data.synthetic import MAX_COUNT, write_synthetic_dataset
 from refseg.errors import InputError
 from refseg.models import ResMobileNet
 from refseg.models.summary import summarize
 from refseg.run.evaluation import comparison_panel, evaluate_runs, format_table
+from refseg.run.metrics import contour_coverage
 from refseg.run.training import (TrainConfig, check_input_size, check_range, remove_cache,
                                  train)
 from refseg.trace import implements
@@ -76,11 +74,8 @@ def _contour_coverage(data_dir) -> float:
     covered = total = 0
     for sample in list(dataset.load_dataset(data_dir))[:20]:
         rgb, classes = dataset.load_pair(sample)
-        near = ndimage.binary_dilation(features.extract(rgb).feature_map.astype(bool),
-                                       iterations=1)
-        contour = classes == CONTOUR
-        covered += int((near & contour).sum())
-        total += int(contour.sum())
+        kept, all_ = contour_coverage(features.extract(rgb).feature_map, classes)
+        covered, total = covered + kept, total + all_
     return covered / max(total, 1)
 
 

@@ -60,7 +60,7 @@ def predict_image(model, config, rgb: np.ndarray) -> Prediction:
     3. Resized back to (M, N), bilinear; the class of highest probability ([0197]).
     """
     start = time.perf_counter()
-    x = network_input(rgb, config.input_hw, config.input_kind)
+    x = network_input(rgb, config.input_hw, config.input_kind, config.feature_reading)
     p = model.predict(x[None])[0]
     p_image = resize_probabilities(p, rgb.shape[:2])
     classes = p_image.argmax(axis=-1).astype(np.uint8)
@@ -120,7 +120,8 @@ def format_table(rows: list[RunScores]) -> str:
 
 def _run_label(config) -> str:
     branches = "+".join(config.branches) if len(config.branches) == 1 else "Res-Mobile Net"
-    return f"{branches}, {config.input_kind} input"
+    reading = "" if config.feature_reading is None else f" ({config.feature_reading})"
+    return f"{branches}, {config.input_kind} input{reading}"
 
 
 #: The files :func:`write_predictions` writes into an image's folder.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from refseg.data.labels import CLASS_NAMES
+from refseg.data.labels import CLASS_NAMES, CONTOUR
 from refseg.errors import InputError, check_threshold
 
 INFRASTRUCTURE = "evaluation measures of segmentations (the patent claims none)"
@@ -367,6 +367,30 @@ def mean_boundary_f1(true, predicted, tolerance: float = BOUNDARY_TOLERANCE) -> 
 
 
 # ------------------------------------------------------------------------------ all of it
+def contour_coverage(feature_map, classes) -> tuple[int, int]:
+    """How much of the labelled contour a feature map keeps.
+
+    Parameters
+    ----------
+    feature_map : ndarray of shape (M, N)
+        Nonzero on a feature pixel.
+    classes : ndarray of shape (M, N)
+        Class ids (0 contour).
+
+    Returns
+    -------
+    (covered, total) : (int, int)
+        The contour pixels within 1 pixel (4-neighbourhood) of a feature pixel, and all of
+        them; pool them over images and divide for the share.
+    """
+    f, c = np.asarray(feature_map), np.asarray(classes)
+    if f.shape != c.shape or f.ndim != 2:
+        raise InputError(f"feature map {f.shape} and classes {c.shape}: expected one 2-D shape")
+    near = ndimage.binary_dilation(f != 0, iterations=1)
+    contour = c == CONTOUR
+    return int((near & contour).sum()), int(contour.sum())
+
+
 def _json_float(x) -> float | None:
     x = float(x)
     return None if np.isnan(x) else x

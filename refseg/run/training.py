@@ -37,6 +37,7 @@ from refseg.models import ResMobileNet
 from refseg.models.decoder import BRANCHES
 from refseg.models.weights import read_weight_file
 from refseg.autograd.optim import Adam
+from refseg.claim1.alternatives import alternative
 from refseg.data import dataset
 from refseg.run import metrics
 from refseg.run.curves import write_curves
@@ -115,6 +116,10 @@ class TrainConfig:
     #: ``(epoch, rate)`` pairs: from that epoch on, Adam's learning rate is ``rate``
     #: (an extension, R-adam: the patent keeps 0.001 throughout)
     learning_rate_steps: tuple[tuple[int, float], ...] = ()
+    #: for the feature input: an alternative to refseg's claim-1 readings whose feature image
+    #: the run trains on (``refseg.claim1.alternatives``; the sensitivity audit's runs);
+    #: None: refseg's readings
+    feature_reading: str | None = None
 
     def learning_rate_at(self, epoch: int) -> float:
         """Adam's learning rate during ``epoch`` (1-based)."""
@@ -134,6 +139,10 @@ class TrainConfig:
             raise InputError(f"validation fraction must lie in (0, 1), got "
                              f"{self.validation_fraction}")
         _check_rate(self.learning_rate, "learning rate")
+        if self.feature_reading is not None:
+            if self.input_kind != "feature":
+                raise InputError("feature_reading applies to the feature input only")
+            alternative(self.feature_reading)
         if self.partial_weights and self.weights is None:
             raise InputError("--partial-weights needs --weights")
         if self.init_from is not None and self.weights is not None:
@@ -526,8 +535,10 @@ def _check_data(run: Path, identity: dict, log) -> None:
 def _first_data_set(train_set, validation_set, config: TrainConfig, jobs, log):
     """The network inputs and resized labels of both splits ([0075], [0203])."""
     t = time.perf_counter()
-    x_train, y_train = prepare(_pairs(train_set), config.input_hw, config.input_kind, jobs)
-    x_val, y_val = prepare(_pairs(validation_set), config.input_hw, config.input_kind, jobs)
+    x_train, y_train = prepare(_pairs(train_set), config.input_hw, config.input_kind, jobs,
+                               config.feature_reading)
+    x_val, y_val = prepare(_pairs(validation_set), config.input_hw, config.input_kind, jobs,
+                           config.feature_reading)
     print(f"first data set ({config.input_kind} images): {len(x_train) + len(x_val)} "
           f"images in {_duration(time.perf_counter() - t)}", file=log)
     return x_train, y_train, x_val, y_val

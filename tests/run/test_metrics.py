@@ -344,3 +344,17 @@ def test_the_evaluation_panel_takes_images_of_different_sizes():
     row = panel[8:]
     assert (row[:, :3] == 7).all() and (row[:, 7:10] == LABEL_COLOURS[1]).all()
     assert (row[:, 14:17] == LABEL_COLOURS[2]).all() and (row[:, 17:] == 255).all()
+
+
+def test_contour_coverage_counts_contour_pixels_next_to_a_feature_pixel():
+    classes = np.full((5, 6), 2, np.uint8)
+    classes[1, :] = 0                      # a contour row of 6 pixels
+    classes[3, 2] = 0                      # and a lone one
+    feature = np.zeros((5, 6), np.uint8)
+    feature[2, 0] = 1                      # touches the contour at (1, 0) (4-neighbours)
+    feature[0, 4] = 1                      # touches (1, 4) only; (1, 3), (1, 5) are diagonal
+    assert mt.contour_coverage(feature, classes) == (2, 7)
+    assert mt.contour_coverage(np.ones((5, 6)), classes) == (7, 7)
+    assert mt.contour_coverage(feature, np.full((5, 6), 1)) == (0, 0)
+    with pytest.raises(InputError, match="one 2-D shape"):
+        mt.contour_coverage(feature, classes[:4])
