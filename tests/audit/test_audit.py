@@ -12,6 +12,7 @@ from refseg.claim1 import alternatives as al
 from refseg.cli import main
 from refseg.data.inputs import network_input, prepare
 from refseg.data.synthetic import weld_image
+from refseg.imageio import OUTPUT_MARKER
 from refseg.errors import InputError
 from refseg.run import evaluation
 from refseg.run.demo import DemoSettings
@@ -30,7 +31,8 @@ def test_quick_out_writes_both_files_and_the_shipped_quick_check_is_current(tmp_
     out = tmp_path / "audit"
     done = run_refseg("audit", "readings", "--quick", "--out", out)
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["sensitivity.json", "sensitivity.md"]
+    assert sorted(p.name for p in out.iterdir()) == [OUTPUT_MARKER, "sensitivity.json",
+                                                     "sensitivity.md"]
     text = (out / "sensitivity.md").read_text(encoding="utf-8")
     block = readings.shipped_quick_section(text)
     assert block is not None
