@@ -384,6 +384,27 @@ def _matrix_tests(element_id: str) -> list[str]:
     return []
 
 
+def functions_by_element() -> dict[str, list[tuple[str, str]]]:
+    """{element: the functions and classes citing it, as (qualified name,
+    "refseg/<path>.py:<line>")}."""
+    locations = code_locations()
+    return {element_id: [(f, locations.get(f, "?")) for f in names]
+            for element_id, names in _invert(code_citations()).items()}
+
+
+def tests_by_element() -> tuple[dict[str, list[tuple[str, str | None]]], bool]:
+    """{element: the tests citing it, as (test id, "tests/<path>.py:<line>")}, read from the
+    checkout's tests/ when there is one; in an installed refseg, which has no tests/, from the
+    shipped matrix, without lines. The flag says which (True: from the checkout)."""
+    folder = tests_folder()
+    if folder is None:
+        registry = load_registry()
+        return {e: [(t, None) for t in _matrix_tests(e)] for e in registry.elements}, False
+    lines: dict[str, str] = {}
+    tests = _invert(scan_test_citations(folder, lines))
+    return {e: [(t, lines[t]) for t in names] for e, names in tests.items()}, True
+
+
 def explain_element(element_id: str, pinned: dict | None = None, golden=None) -> str:
     """``refseg explain``: one element's text, paragraphs and readings, then each implementing
     function and each test with its file and line, then (with ``pinned``, from a golden
@@ -394,22 +415,18 @@ def explain_element(element_id: str, pinned: dict | None = None, golden=None) ->
     if element_id not in registry.elements:
         raise InputError(f"{element_id}: no such claim element (see `refseg trace`)")
     text = explain(registry, element_id)
-    locations = code_locations()
-    functions = _invert(code_citations()).get(element_id, [])
+    functions = functions_by_element().get(element_id, [])
     out = [text, "", f"implemented by ({len(functions)}):"]
-    out += [f"  {locations.get(f, '?')}  {f}" for f in functions] or ["  none"]
-    folder = tests_folder()
-    if folder is not None:
-        lines: dict[str, str] = {}
-        tests = _invert(scan_test_citations(folder, lines)).get(element_id, [])
+    out += [f"  {where}  {f}" for f, where in functions] or ["  none"]
+    tests, from_checkout = tests_by_element()
+    tests = tests.get(element_id, [])
+    if from_checkout:
         out += ["", f"tested by ({len(tests)}):"]
-        out += [f"  {lines[t]}  {t.split('::', 1)[1]}"
-                for t in tests] or ["  none"]
+        out += [f"  {where}  {t.split('::', 1)[1]}" for t, where in tests] or ["  none"]
     else:
-        tests = _matrix_tests(element_id)
         out += ["", f"tested by ({len(tests)}; from spec/traceability.md, no tests/ folder "
                     "here for their lines):"]
-        out += [f"  {t}" for t in tests] or ["  none"]
+        out += [f"  {t}" for t, _ in tests] or ["  none"]
     if pinned is not None:
         names = pinned.get(element_id, [])
         out += ["", f"golden arrays in {golden} ({len(names)}):"]
