@@ -332,9 +332,9 @@ def _golden(args) -> tuple[str, int]:
     return report.text(), 0 if report.passed else 1
 
 
-_COMMANDS = {"edges": _edges, "demo": _demo, "report": _report, "synth": _synth, "dataset": _dataset,
-             "trace": _trace, "explain": _explain, "weights": _weights, "model": _model,
-             "train": _train, "predict": _predict, "evaluate": _evaluate}
+_COMMANDS = {"edges": _edges, "demo": _demo, "report": _report, "synth": _synth,
+             "dataset": _dataset, "trace": _trace, "explain": _explain, "weights": _weights,
+             "model": _model, "train": _train, "predict": _predict, "evaluate": _evaluate}
 
 
 class _Terminated(KeyboardInterrupt):

@@ -682,10 +682,6 @@ def _update(source, e):
             f"learning rate {', '.join(f'{r:g}' for r in rates)}.</p>")
 
 
-def _medium(source, e):
-    return ""
-
-
 _EVIDENCE = {
     "claim1.step1.acquire": _acquire, "claim1.step2.gray": _gray, "claim1.step2.gauss": _gauss,
     **{f"claim1.step2.edges.{op}": _edge_evidence(op) for op in OPERATORS},
@@ -697,7 +693,6 @@ _EVIDENCE = {
     "claim1.step2.dataset": _dataset, "claim1.step3.train": _train,
     "claim1.step4.predict": _predict, "claim2.backbones": _network, "claim2.taps": _taps,
     "claim2.fusion": _network, "claim4.propagation": _network, "claim4.update": _update,
-    "claim5.feature_module": lambda s, e: "", "claim6.medium": _medium,
 }
 
 
@@ -725,7 +720,7 @@ def _training(source) -> str:
     small = "".join(_figure(_png_file(r["path"] / "curves.png", r["name"], "half"),
                             _e(r["name"])) for r in others)
     return ('<section id="training"><h2>Training curves</h2>'
-            f"<p>Loss (cross-entropy) and pixel accuracy per epoch, training (blue) and "
+            "<p>Loss (cross-entropy) and pixel accuracy per epoch, training (blue) and "
             "validation (red), like the patent's fig. 8 ([0257]: loss settling near 0.062 and "
             "accuracy near 97.41 % after about 40 epochs).</p>"
             + _figure(_png_file(main["path"] / "curves.png", "training curves"),

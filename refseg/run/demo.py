@@ -119,11 +119,12 @@ def _contour_coverage(data_dir) -> float:
 
 @implements("claim1.step1.acquire", "claim1.step3.train", "claim1.step4.predict",
             "claim5.output_module")
-def run_demo(out, settings: DemoSettings = DemoSettings(), log=sys.stderr) -> Path:
+def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
     """Run the demo into the folder ``out``; returns ``out / "index.html"``, the claim chart.
 
     Outputs are staged in a hidden folder and renamed into place at the end: an interrupted
-    demo leaves nothing half-written, and the log names the folders where they end up.
+    demo leaves nothing half-written, and the log (default: ``sys.stderr``) names the folders
+    where they end up.
 
     Notes
     -----
@@ -139,6 +140,7 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=sys.stderr) -> Pa
     Claims 1-5; [0201]-[0264].
     """
     started, clock = time.perf_counter(), datetime.now().astimezone()
+    log = sys.stderr if log is None else log  # the stderr of the call, not of the import
     out = Path(out)
     with imageio.staged_folders(out) as staging:
         root = staging.root

@@ -328,7 +328,7 @@ def _duration(seconds: float) -> str:
 @implements("claim1.step3.train", "claim4.propagation", "claim4.update",
             "claim5.training_module")
 def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
-          stop_after_epoch: int | None = None, log=sys.stderr,
+          stop_after_epoch: int | None = None, log=None,
           shown_as=None) -> list[dict]:
     """Train the fusion network on a data set folder; returns the metrics history.
 
@@ -345,8 +345,9 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
         Processes for the claim-1 extraction (default: all cores).
     stop_after_epoch : int or None
         Stop (as if killed) after this epoch's checkpoint; for tests of resuming.
-    log : file
-        Progress, a line rewritten in place on a terminal, whole lines otherwise.
+    log : file or None
+        Progress, a line rewritten in place on a terminal, whole lines otherwise (None: the
+        ``sys.stderr`` of the moment of the call).
     shown_as : path or None
         The run folder as the log names it (default ``run_dir``): where a staged run will be
         once it is published.
@@ -378,6 +379,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     [0122], [0129]-[0132], [0215], [0242]-[0257].
     """
 
+    log = sys.stderr if log is None else log
     config.check()
     if jobs is not None:
         check_range(jobs, "jobs")

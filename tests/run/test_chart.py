@@ -142,8 +142,31 @@ def test_report_redraws_the_chart_of_a_demo_or_a_run(tiny_demo, tmp_path):
     report = load_page(run / "index.html")
     assert problems(report, list(REGISTRY.elements) + TAIL) == []
     assert not blank(report.screenshot)
+    (copy / "demo.json").unlink()  # a demo of an older refseg kept no record
+    assert run_refseg("report", copy).returncode == 0
+    assert "kept no <code>demo.json</code>" in (copy / "index.html").read_text(encoding="utf-8")
     empty = tmp_path / "empty"
     empty.mkdir()
     result = run_refseg("report", empty)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert str(empty) in result.stderr and not (empty / "index.html").exists()
+
+
+def test_a_sensitivity_table_is_shown_only_where_the_spec_has_one(tiny_demo, monkeypatch):
+    """The hook for spec/sensitivity.md: an element's section of it appears in that element's
+    section of the chart, and nowhere else; without the file the chart has no such heading."""
+    import dataclasses
+
+    from refseg.run import chart
+
+    out, _ = tiny_demo
+    plain = chart.render_chart(out)
+    assert "<h3>Sensitivity</h3>" not in plain
+    table = "## claim1.step2.cv: V against sigma\n\n| sigma | V |\n|---|---|\n| 0.8 | 7.75 |\n"
+    registry = dataclasses.replace(REGISTRY, sensitivity_text=table)
+    monkeypatch.setattr(chart.trace, "load_registry", lambda: registry)
+    page = chart.render_chart(out)
+    sections = dict(re.findall(r'<section id="([^"]+)" class="element">(.*?)</section>', page,
+                               re.S))
+    assert [k for k, v in sections.items() if "<h3>Sensitivity</h3>" in v] == ["claim1.step2.cv"]
+    assert "<td>7.75</td>" in sections["claim1.step2.cv"]
