@@ -311,8 +311,9 @@ def _header(source: _Source, command: str | None) -> str:
     else:
         config = source.runs[0]["config"]
         made.append(f"<li>Outputs made by <code>refseg train</code>: the run "
-                    f"<code>{_e(source.shown)}</code> ({len(source.runs[0]['history'])} epochs "
-                    f"of {config.get('epochs', '?')}, {_e(config.get('input_kind', '?'))} "
+                    f"<code>{_e(source.shown)}</code> "
+                    f"({_count(len(source.runs[0]['history']), 'epoch')} trained of "
+                    f"{config.get('epochs', '?')}, {_e(config.get('input_kind', '?'))} "
                     f"input, branches {_e(', '.join(config.get('branches', [])))}).</li>")
     m = machine()
     made.append(f"<li>This page written by <code>{_e(command or 'refseg demo')}</code>, {now}, "
