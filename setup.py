@@ -14,8 +14,10 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
-SPEC_FILES = ("registry.toml", "traceability.md", "readings.md", "errata.md",
-              "sensitivity.md")
+SPEC_FILES = ("registry.toml", "traceability.md", "readings.md", "errata.md", "claims_zh.txt",
+              "golden_pins.json")
+#: shipped when the checkout has them
+OPTIONAL_SPEC_FILES = ("sensitivity.md",)
 
 
 class BuildPyWithSpec(build_py):
@@ -28,6 +30,9 @@ class BuildPyWithSpec(build_py):
         for name in SPEC_FILES:
             # a wheel without its spec would install and then fail at the first `refseg trace`
             shutil.copy2(HERE / "spec" / name, target / name)
+        for name in OPTIONAL_SPEC_FILES:
+            if (HERE / "spec" / name).is_file():
+                shutil.copy2(HERE / "spec" / name, target / name)
 
 
 kernels = Extension(

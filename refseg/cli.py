@@ -2,6 +2,7 @@
 
 ``refseg edges IMAGE... --out DIR``   claim-1 feature extraction, every intermediate written out
 ``refseg demo [--out DIR]``           the main job: the whole method on synthetic weld seams
+``refseg report DIR``                 the claim chart (index.html) of a demo or run folder
 ``refseg synth --count N --out DIR [--seed S] [--size HxW]``  a synthetic weld data set:
                                       DIR/images/, DIR/labels/ ([0263] colours), DIR/synth.json
 ``refseg dataset check DIR``          check a data set folder (pairs, sizes, label colours)
@@ -41,10 +42,28 @@ _MAX_PIXELS_HELP = ("refuse larger images, before decoding them (default 2500000
                     "120 bytes of memory per pixel)")
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """``--help`` names each option's default, and marks the options that must be given."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.option_strings and action.required:
+            return f"{text} (required)"
+        if (action.option_strings and "default" not in text
+                and action.default not in (None, False, argparse.SUPPRESS, [])):
+            return f"{text} (default: %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line like every other bad input."""
+    """Every parser and subparser of refseg: :class:`_HelpFormatter`, errors on one line."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
+        # on one line, like every other bad input
         self.exit(EXIT_BAD_INPUT, f"refseg: error: {self.prog}: {message}\n")
 
 
@@ -68,12 +87,20 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out", type=Path, default=Path("demo-out"), help="report folder")
     d.add_argument("--count", type=int, default=160, help="synthetic training welds")
     d.add_argument("--test-count", type=int, default=40, help="synthetic test welds")
-    d.add_argument("--epochs", type=int, default=8)
+    d.add_argument("--epochs", type=int, default=8, help="training epochs of each run")
     d.add_argument("--input-size", default="64x224", help="network input HxW")
     d.add_argument("--seed", type=int, default=0, help="seed of the first weld")
-    d.add_argument("--jobs", type=int, default=None, help="extraction processes")
+    d.add_argument("--jobs", type=int, default=None,
+                   help="extraction processes (default: one per core)")
     d.add_argument("--train-backbone", action="store_true",
                    help="train the backbones too (an extension; the patent freezes them)")
+    d.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep the weights of all four runs, about 1.4 GB (default: only the "
+                        "patent's network and the best run keep theirs)")
+
+    rp = sub.add_parser("report", help="(re)write the claim chart index.html of a demo or run "
+                                       "folder")
+    rp.add_argument("folder", type=Path, help="a folder of refseg demo or refseg train")
 
     t = sub.add_parser("trace", help="print the traceability matrix")
     t.add_argument("--write", action="store_true",
@@ -101,13 +128,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="only the layers of one part (totals still cover all)")
 
     # count, seed and size are parsed by write_synthetic_dataset, not argparse, so that a bad
-    # value ends
-    # with refseg's one-line error like every other bad input
+    # value ends with refseg's one-line error like every other bad input
     sy = sub.add_parser("synth", help="write a synthetic weld data set (images and labels)")
-    sy.add_argument("--count", default=None, help="number of image/label pairs (>= 1)")
-    sy.add_argument("--out", type=Path, default=None, help="data set folder")
+    sy.add_argument("--count", required=True, help="number of image/label pairs (>= 1)")
+    sy.add_argument("--out", type=Path, required=True, help="data set folder")
     sy.add_argument("--seed", default="0", help="seed of the first image; image i uses S+i")
-    sy.add_argument("--size", default="156x550", help="HxW, rows x cols (default 156x550)")
+    sy.add_argument("--size", default="156x550", help="HxW, rows x cols")
 
     ds = sub.add_parser("dataset", help="data set folders (images/ and labels/)")
     dsub = ds.add_subparsers(dest="dataset_command", required=True)
@@ -117,8 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train the fusion network on a data set folder")
     tr.add_argument("data", type=Path, help="folder with images/ and labels/")
     tr.add_argument("--out", type=Path, required=True, help="run folder")
-    tr.add_argument("--epochs", type=int, default=10)
-    tr.add_argument("--batch-size", type=int, default=8)
+    tr.add_argument("--epochs", type=int, default=10, help="epochs to train (in all, when "
+                                                           "resuming)")
+    tr.add_argument("--batch-size", type=int, default=8, help="images per Adam step")
     tr.add_argument("--input-size", default="64x224", help="HxW, multiples of 32")
     tr.add_argument("--input", choices=("feature", "gray"), default="feature",
                     help="claim-1 feature image (the patent's) or the plain gray image")
@@ -143,18 +170,22 @@ def _parser() -> argparse.ArgumentParser:
                     help="start from the last checkpoint of another run (backbones and "
                          "decoder; any input size) instead of random, calibrated backbones")
     tr.add_argument("--validation", type=float, default=0.2, help="validation fraction")
-    tr.add_argument("--learning-rate", type=float, default=1e-3)
+    tr.add_argument("--learning-rate", type=float, default=1e-3,
+                    help="Adam's learning rate ([0247])")
     tr.add_argument("--learning-rate-step", type=_learning_rate_step, action="append",
                     default=[], metavar="EPOCH:RATE",
                     help="from EPOCH on, use RATE (repeatable; an extension: the patent keeps "
                          "0.001; a resumed run may add steps for epochs not yet trained)")
-    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--seed", type=int, default=0,
+                    help="seed of the split, the shuffling and the random weights")
     tr.add_argument("--resume", action="store_true", help="continue the run in --out")
-    tr.add_argument("--jobs", type=int, default=None, help="extraction processes")
+    tr.add_argument("--jobs", type=int, default=None,
+                    help="extraction processes (default: one per core)")
 
     pr = sub.add_parser("predict", help="predict label images with a trained run")
     pr.add_argument("run", type=Path, help="run folder of refseg train")
-    pr.add_argument("images", nargs="+", type=Path)
+    pr.add_argument("images", nargs="+", type=Path, help="image files (any format Pillow "
+                                                          "reads)")
     pr.add_argument("--out", type=Path, required=True, help="output folder (one per image)")
     pr.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
 
@@ -229,7 +260,13 @@ def _demo(args) -> str:
     return str(run_demo(args.out, DemoSettings(
         count=args.count, test_count=args.test_count, epochs=args.epochs,
         input_hw=parse_size(args.input_size), seed=args.seed, jobs=args.jobs,
-        train_backbone=args.train_backbone)))
+        train_backbone=args.train_backbone, keep_checkpoints=args.keep_checkpoints)))
+
+
+def _report(args) -> str:
+    from refseg.run.chart import write_chart
+
+    return str(write_chart(args.folder, command=f"refseg report {args.folder}"))
 
 
 def _synth(args) -> str:
@@ -351,9 +388,10 @@ def _golden(args) -> tuple[str, int]:
     return report.text(args.verbose), 0 if report.passed else 1
 
 
-_COMMANDS = {"edges": _edges, "demo": _demo, "synth": _synth, "dataset": _dataset,
-             "trace": _trace, "explain": _explain, "weights": _weights, "model": _model,
-             "train": _train, "predict": _predict, "evaluate": _evaluate, "audit": _audit}
+_COMMANDS = {"edges": _edges, "demo": _demo, "report": _report, "synth": _synth,
+             "dataset": _dataset, "trace": _trace, "explain": _explain, "weights": _weights,
+             "model": _model, "train": _train, "predict": _predict, "evaluate": _evaluate,
+             "audit": _audit}
 
 
 class _Terminated(KeyboardInterrupt):

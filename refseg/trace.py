@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import pkgutil
 import tomllib
 from dataclasses import dataclass, field
@@ -26,7 +27,11 @@ from pathlib import Path
 
 STATUSES = ("implemented", "planned", "not-applicable")
 MATRIX_FILE = "traceability.md"
-#: The sensitivity audit of the readings (``refseg audit readings``).
+#: The patent's claims in Chinese, a verbatim copy of the claims file of the seeds.
+CLAIMS_FILE = "claims_zh.txt"
+#: {claim element: names of the golden arrays that pin it}, generated with the matrix.
+GOLDEN_PINS_FILE = "golden_pins.json"
+#: The sensitivity audit of the readings (``refseg audit readings``), when present.
 SENSITIVITY_FILE = "sensitivity.md"
 INFRASTRUCTURE = "the citation machinery itself"
 
@@ -79,6 +84,8 @@ class Element:
     text: str
     readings: tuple[str, ...] = ()
     reason: str = ""
+    #: the spans of the Chinese claims (:func:`claims_text`) this element renders
+    original: tuple[str, ...] = ()
 
 
 @dataclass
@@ -91,7 +98,9 @@ class Registry:
     errata_text: str = ""
     source: Path | None = None
     reading_ids: set[str] = field(default_factory=set)
-    #: ``sensitivity.md`` (the audit of the readings), "" where it is absent
+    #: the Chinese claims, line breaks inside a sentence joined (:func:`claims_text`)
+    claims_text: str = ""
+    #: ``sensitivity.md`` when the spec has one, else ""
     sensitivity_text: str = ""
 
 
@@ -102,6 +111,22 @@ def spec_dir() -> Path:
         if (candidate / "registry.toml").is_file():
             return candidate
     raise FileNotFoundError("spec/registry.toml not found beside the refseg package")
+
+
+def claims_text(raw: str) -> str:
+    """The claims file's text with the line breaks that fall inside a sentence joined.
+
+    The seeds' text breaks a few sentences where a formula image was lost ("分别表\\n\\n示");
+    a break after "；", "。" or "：" ends a clause and is kept. Nothing else changes, so that
+    every element's ``original`` span is a literal substring of the result.
+    """
+    out = []
+    for piece in raw.split("\n\n"):
+        if out and out[-1] and out[-1][-1] not in "；。：\n":
+            out[-1] += piece
+        else:
+            out.append(piece)
+    return "\n\n".join(out)
 
 
 def _reading_ids(readings_text: str) -> set[str]:
@@ -123,7 +148,7 @@ def load_registry(directory: Path | None = None) -> Registry:
             id=raw["id"], claim=int(raw["claim"]), title=raw["title"], status=raw["status"],
             paragraphs=tuple(raw.get("paragraphs", ())), text=raw["text"].strip(),
             readings=tuple(raw.get("readings", ())),
-            reason=raw.get("reason", ""),
+            reason=raw.get("reason", ""), original=tuple(raw.get("original", ())),
         )
         if element.status not in STATUSES:
             raise ValueError(f"{element.id}: status {element.status!r} not in {STATUSES}")
@@ -133,9 +158,11 @@ def load_registry(directory: Path | None = None) -> Registry:
     paragraphs = {p["id"]: p["text"].strip() for p in data.get("paragraph", [])}
     readings = (directory / "readings.md").read_text(encoding="utf-8")
     errata = (directory / "errata.md").read_text(encoding="utf-8")
+    claims = claims_text((directory / CLAIMS_FILE).read_text(encoding="utf-8"))
     sensitivity = directory / SENSITIVITY_FILE
     return Registry(elements, paragraphs, readings, errata, directory, _reading_ids(readings),
-                    sensitivity.read_text(encoding="utf-8") if sensitivity.is_file() else "")
+                    claims, sensitivity.read_text(encoding="utf-8")
+                    if sensitivity.is_file() else "")
 
 
 def _import_all() -> None:
@@ -273,7 +300,7 @@ def explain(registry: Registry, element_id: str, code: dict[str, tuple[str, ...]
         out.append(f"[{p}] {registry.paragraphs.get(p, '(not rendered)')}")
     for r in e.readings:
         out += ["", f"reading {r}: see readings.md"]
-        out += _section(registry.readings_text, r)
+        out += markdown_section(registry.readings_text, r)
         table = sensitivity_table(registry.sensitivity_text, r)
         if table:
             out += ["", f"sensitivity of {r} (see {SENSITIVITY_FILE}):"] + table
@@ -286,12 +313,13 @@ def explain(registry: Registry, element_id: str, code: dict[str, tuple[str, ...]
     return "\n".join(out)
 
 
-def _section(text: str, reading_id: str) -> list[str]:
-    """The lines of the readings.md section headed ``## <reading_id>: ...``."""
+def markdown_section(text: str, section_id: str) -> list[str]:
+    """The lines of the section headed ``## <section_id>: ...`` (readings.md, sensitivity.md),
+    its heading first; [] when there is none."""
     lines, inside = [], False
     for line in text.splitlines():
         if line.startswith("## "):
-            inside = line[3:].split(":", 1)[0].strip() == reading_id
+            inside = line[3:].split(":", 1)[0].strip() == section_id
         if inside:
             lines.append(line)
     return lines
@@ -334,21 +362,41 @@ def matrix_text() -> str:
 
 def write_matrix() -> str:
     """Regenerate the checkout's ``spec/traceability.md`` from its registry and tests and the
-    citations of the refseg that is imported (install it first); returns what was done, in one
-    line."""
+    citations of the refseg that is imported (install it first), and ``spec/golden_pins.json``
+    from the golden bundle that refseg builds; returns what was done, in one line."""
     from refseg.errors import InputError
 
     checkout = checkout_folder()
     if checkout is None:
         raise InputError(f"{Path.cwd()}: not a refseg source checkout (no spec/registry.toml "
                          "and tests/conftest.py); --write works in one")
+    from refseg.golden import build_bundle, pinned_elements
+
     registry = load_registry(checkout / "spec")
     text = render_matrix(registry, code_citations(), scan_test_citations(checkout / "tests"))
-    path = checkout / "spec" / MATRIX_FILE
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return f"{path}: up to date"
-    path.write_text(text, encoding="utf-8")
-    return f"wrote {path}"
+    # the names only, but they come from building the bundle (about 10 s)
+    pins = render_golden_pins(pinned_elements(build_bundle()[0]))
+    done = []
+    for name, content in ((MATRIX_FILE, text), (GOLDEN_PINS_FILE, pins)):
+        path = checkout / "spec" / name
+        if path.is_file() and path.read_text(encoding="utf-8") == content:
+            done.append(f"{path}: up to date")
+        else:
+            path.write_text(content, encoding="utf-8")
+            done.append(f"wrote {path}")
+    return "; ".join(done)
+
+
+def render_golden_pins(pinned: dict[str, list[str]]) -> str:
+    """``golden_pins.json``: {claim element: the sorted names of the golden arrays pinning it},
+    from a bundle's manifest (:func:`refseg.golden.pinned_elements`)."""
+    return json.dumps({k: sorted(v) for k, v in sorted(pinned.items())}, indent=1) + "\n"
+
+
+def golden_pins(directory: Path | None = None) -> dict[str, list[str]]:
+    """The shipped ``golden_pins.json``: which golden arrays pin each claim element."""
+    path = (directory or spec_dir()) / GOLDEN_PINS_FILE
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _matrix_tests(element_id: str) -> list[str]:
@@ -358,6 +406,27 @@ def _matrix_tests(element_id: str) -> list[str]:
             cell = line.rstrip(" |").rsplit(" | ", 1)[-1]
             return [] if cell == "-" else [c.strip("`") for c in cell.split("<br>")]
     return []
+
+
+def functions_by_element() -> dict[str, list[tuple[str, str]]]:
+    """{element: the functions and classes citing it, as (qualified name,
+    "refseg/<path>.py:<line>")}."""
+    locations = code_locations()
+    return {element_id: [(f, locations.get(f, "?")) for f in names]
+            for element_id, names in _invert(code_citations()).items()}
+
+
+def tests_by_element() -> tuple[dict[str, list[tuple[str, str | None]]], bool]:
+    """{element: the tests citing it, as (test id, "tests/<path>.py:<line>")}, read from the
+    checkout's tests/ when there is one; in an installed refseg, which has no tests/, from the
+    shipped matrix, without lines. The flag says which (True: from the checkout)."""
+    folder = tests_folder()
+    if folder is None:
+        registry = load_registry()
+        return {e: [(t, None) for t in _matrix_tests(e)] for e in registry.elements}, False
+    lines: dict[str, str] = {}
+    tests = _invert(scan_test_citations(folder, lines))
+    return {e: [(t, lines[t]) for t in names] for e, names in tests.items()}, True
 
 
 def explain_element(element_id: str, pinned: dict | None = None, golden=None) -> str:
@@ -370,22 +439,18 @@ def explain_element(element_id: str, pinned: dict | None = None, golden=None) ->
     if element_id not in registry.elements:
         raise InputError(f"{element_id}: no such claim element (see `refseg trace`)")
     text = explain(registry, element_id)
-    locations = code_locations()
-    functions = _invert(code_citations()).get(element_id, [])
+    functions = functions_by_element().get(element_id, [])
     out = [text, "", f"implemented by ({len(functions)}):"]
-    out += [f"  {locations.get(f, '?')}  {f}" for f in functions] or ["  none"]
-    folder = tests_folder()
-    if folder is not None:
-        lines: dict[str, str] = {}
-        tests = _invert(scan_test_citations(folder, lines)).get(element_id, [])
+    out += [f"  {where}  {f}" for f, where in functions] or ["  none"]
+    tests, from_checkout = tests_by_element()
+    tests = tests.get(element_id, [])
+    if from_checkout:
         out += ["", f"tested by ({len(tests)}):"]
-        out += [f"  {lines[t]}  {t.split('::', 1)[1]}"
-                for t in tests] or ["  none"]
+        out += [f"  {where}  {t.split('::', 1)[1]}" for t, where in tests] or ["  none"]
     else:
-        tests = _matrix_tests(element_id)
         out += ["", f"tested by ({len(tests)}; from spec/traceability.md, no tests/ folder "
                     "here for their lines):"]
-        out += [f"  {t}" for t in tests] or ["  none"]
+        out += [f"  {t}" for t, _ in tests] or ["  none"]
     if pinned is not None:
         names = pinned.get(element_id, [])
         out += ["", f"golden arrays in {golden} ({len(names)}):"]

@@ -70,3 +70,22 @@ settings.register_profile("refseg", deadline=None, max_examples=60)
 # A long hunt for rare failing draws, run by hand: REFSEG_HYPOTHESIS=soak python -m pytest ...
 settings.register_profile("soak", deadline=None, max_examples=1500)
 settings.load_profile(os.environ.get("REFSEG_HYPOTHESIS", "refseg"))
+
+
+@pytest.fixture(scope="session")
+def tiny_demo(tmp_path_factory):
+    """One tiny ``refseg demo`` (6 training and 2 test welds, 1 epoch, input 32x96), shared by
+    the tests of the demo and of its claim chart: its folder and its log (a file, not a
+    terminal)."""
+    import contextlib
+    import io
+
+    from refseg.cli import main
+
+    out = tmp_path_factory.mktemp("tiny-demo") / "demo-out"
+    log = io.StringIO()
+    with contextlib.redirect_stderr(log), contextlib.redirect_stdout(io.StringIO()):
+        status = main(["demo", "--out", str(out), "--count", "6", "--test-count", "2",
+                       "--epochs", "1", "--input-size", "32x96", "--jobs", "1"])
+    assert status == 0, log.getvalue()
+    return out, log.getvalue()

@@ -1,4 +1,5 @@
 """The command line: outputs of `refseg edges`, bad input, `demo`, `trace`, `explain`."""
+import io
 import json
 
 import numpy as np
@@ -94,20 +95,105 @@ def test_a_failure_while_writing_leaves_no_output(tmp_path, weld_png, monkeypatc
 
 @pytest.mark.claim("claim1.step1.acquire", "claim1.step3.train", "claim1.step4.predict",
                    "claim5.output_module")
-def test_demo_writes_a_report(tmp_path):
-    """The main job end to end at a tiny size: data, claim 1, four training runs, evaluation."""
-    out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--count", "6", "--test-count", "2", "--epochs",
-                 "1", "--input-size", "32x96", "--jobs", "1"]) == 0
+def test_demo_writes_a_report(tiny_demo):
+    """The main job end to end at a tiny size: data, claim 1, four training runs, evaluation;
+    its log names the folders where the outputs end up, in whole lines."""
+    out, log = tiny_demo
     index = (out / "index.md").read_text()
     for text in ("| fusion-feature |", "| fusion-gray |", "| resnet50v2-feature |",
                  "| mobilenetv2-feature |", "97.41%", "claim1.step3.train"):
         assert text in index, text
-    for name in ("curves.png", "predictions.png", "scores.json", "claim1/weld_00000/panel.png",
-                 "runs/fusion-feature/checkpoint.npz", "data/images/weld_00005.png"):
+    for name in ("index.html", "demo.json", "curves.png", "predictions.png", "scores.json",
+                 "claim1/weld_00000/panel.png", "runs/fusion-feature/checkpoint.npz",
+                 "data/images/weld_00005.png"):
         assert (out / name).is_file(), name
-    assert not (out / "runs" / "fusion-gray" / "checkpoint.npz").exists()
-    assert not list(out.glob(".refseg-staging-*")) and not list(tmp_path.glob(".refseg-*"))
+    assert not list(out.glob(".refseg-staging-*")) and not list(out.parent.glob(".refseg-*"))
+    assert ".refseg-staging" not in log and "\r" not in log
+    assert "done in " in log and str(out / "runs" / "fusion-gray") in log
+    assert log.rstrip().splitlines()[-1].startswith("demo done in ") and \
+        str(out / "index.html") in log.rstrip().splitlines()[-1]
+    report = json.loads((out / "claim1" / "weld_00000" / "report.json").read_text())
+    assert report["source"]["path"] == str(out / "data" / "images" / "weld_00000.png")
+
+
+@pytest.mark.claim("claim1.step4.predict", "claim5.output_module")
+def test_the_demo_keeps_the_runs_worth_predicting_with(tiny_demo, tmp_path):
+    """The patent's network and the best run keep their weights and predict; every other run
+    says, in one line, that its weights were removed and how to keep them."""
+    out, _ = tiny_demo
+    scores = json.loads((out / "scores.json").read_text())
+    best = max(scores, key=lambda r: r["pixel_accuracy"])["run"]
+    record = {r["name"]: r for r in json.loads((out / "demo.json").read_text())["runs"]}
+    image = out / "test" / "images" / "weld_00000.png"
+    for row in scores:
+        run = out / "runs" / row["run"]
+        kept = row["run"] in ("fusion-feature", best)
+        assert record[row["run"]]["kept"] is kept
+        assert (run / "checkpoint.npz").is_file() is kept, row["run"]
+        assert (run / "pruned.json").is_file() is not kept, row["run"]
+        assert record[row["run"]]["weight_bytes"] > 10_000_000
+        result = run_refseg("predict", run, image, "--out", tmp_path / row["run"])
+        if kept:
+            assert result.returncode == 0, result.stderr
+            assert (tmp_path / row["run"] / "weld_00000" / "label.png").is_file()
+        else:
+            assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+            assert "removed by refseg demo" in result.stderr
+            assert "--keep-checkpoints" in result.stderr and " MB" in result.stderr
+
+
+@pytest.mark.infrastructure
+def test_keep_checkpoints_keeps_every_run(tmp_path):
+    """With keep_checkpoints no run loses its weights; without it, the runs other than the
+    first and the best do, each leaving a record of what was removed."""
+    from types import SimpleNamespace
+
+    from refseg.run import demo
+
+    scores = [0.5, 0.7, 0.6, 0.4]
+    for keep, expected in ((True, [True] * 4), (False, [True, True, False, False])):
+        runs = []
+        for i in range(4):
+            run = tmp_path / str(keep) / f"run{i}"
+            run.mkdir(parents=True)
+            (run / "checkpoint.npz").write_bytes(b"x" * 1000)
+            (run / "backbones.npz").write_bytes(b"y" * 500)
+            runs.append(run)
+        rows = [SimpleNamespace(name=f"run{i}", scores=SimpleNamespace(pixel_accuracy=a))
+                for i, a in enumerate(scores)]
+        settings = demo.DemoSettings(count=6, test_count=2, keep_checkpoints=keep)
+        kept = demo._prune(settings, rows, runs, tmp_path / "demo-out")
+        assert [kept[f"run{i}"]["kept"] for i in range(4)] == expected
+        assert all(kept[f"run{i}"]["weight_bytes"] == 1500 for i in range(4))
+        for run, keep_run in zip(runs, expected):
+            assert (run / "checkpoint.npz").is_file() is keep_run
+            if not keep_run:
+                record = json.loads((run / "pruned.json").read_text())
+                assert record["bytes"] == 1500 and record["keep_with"].endswith(
+                    "--keep-checkpoints") and "--out " + str(tmp_path / "demo-out") in \
+                    record["keep_with"]
+
+
+@pytest.mark.infrastructure
+def test_help_shows_defaults_and_required_options(capsys):
+    """Every option's help names its default; options that must be given say so."""
+    for verb, expected in (("synth", ["--count COUNT", "(required)", "(default: 0)",
+                                      "(default: 156x550)"]),
+                           ("demo", ["(default: 160)", "(default: demo-out)", "(default: 8)",
+                                     "--keep-checkpoints"]),
+                           ("train", ["(default: 10)", "(default: 8)", "(required)",
+                                      "(default: feature)"]),
+                           ("report", ["folder"])):
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for piece in expected:
+            assert piece in text, (verb, piece)
+        if verb == "synth":
+            assert text.count("(required)") == 2
+    with pytest.raises(SystemExit) as stop:
+        main(["synth", "--out", "x"])
+    assert stop.value.code == 2 and "--count" in capsys.readouterr().err
 
 
 @pytest.mark.claim("claim1.step3.train", "claim5.output_module")
@@ -117,7 +203,8 @@ def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
 
     out = tmp_path / "demo"
     demo.run_demo(out, demo.DemoSettings(count=6, test_count=2, epochs=1, input_hw=(32, 96),
-                                         jobs=1, runs=demo.RUNS[:1], train_backbone=True))
+                                         jobs=1, runs=demo.RUNS[:1], train_backbone=True),
+                  log=io.StringIO())
     config = json.loads((out / "runs" / "fusion-feature" / "config.json").read_text())
     assert config["train_backbone"] is True
     index = (out / "index.md").read_text()
@@ -126,8 +213,9 @@ def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(demo, "run_demo", lambda out, settings: seen.append(settings) or out)
     assert main(["demo", "--out", str(tmp_path / "x"), "--train-backbone"]) == 0
-    assert main(["demo", "--out", str(tmp_path / "y")]) == 0
+    assert main(["demo", "--out", str(tmp_path / "y"), "--keep-checkpoints"]) == 0
     assert [s.train_backbone for s in seen] == [True, False]
+    assert [s.keep_checkpoints for s in seen] == [False, True]
 
 
 @pytest.mark.claim("claim1.step2.cv")

@@ -53,6 +53,33 @@ def test_every_claim_is_covered_by_the_registry():
     assert {e.claim for e in REGISTRY.elements.values()} == {1, 2, 3, 4, 5, 6}
 
 
+def test_every_element_maps_to_a_span_of_the_chinese_claims():
+    """Each element's ``original`` spans are literal text of the claims, in the claim the
+    element belongs to (claim n runs from "n." to "n+1.")."""
+    text = REGISTRY.claims_text
+    starts = [text.index(f"{n}.一种" if n in (1, 5, 6) else f"{n}.根据权利要求")
+              for n in range(1, 7)] + [len(text)]
+    for e in REGISTRY.elements.values():
+        assert e.original, e.id
+        begin, end = starts[e.claim - 1], starts[e.claim]
+        for span in e.original:
+            assert span in text[begin:end], (e.id, span)
+
+
+def test_the_shipped_claims_are_the_seeds_claims():
+    """claims_zh.txt is the seeds' claims file, byte for byte (its SHA-256, of the file as
+    received), and claims_text joins only the breaks inside a sentence."""
+    import hashlib
+
+    raw = (ROOT / "spec" / trace.CLAIMS_FILE).read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == \
+        "e72d0c79fd0f55255d8aa4fac51487990c41bbcc930fc7c72ceafc8665a6f7f7"
+    assert trace.claims_text("甲；\n\n乙表\n\n示丙。\n\n6.丁：\n\n戊") == \
+        "甲；\n\n乙表示丙。\n\n6.丁：\n\n戊"
+    joined = trace.claims_text(raw.decode("utf-8"))
+    assert len(joined) == len(raw.decode("utf-8")) - 2 * 6  # the six breaks inside sentences
+
+
 def test_reading_ids_named_in_code_exist():
     """Docstrings cite readings as ``R-name``; each must be a section of readings.md."""
     import re

@@ -102,7 +102,7 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
     cols = rgb.shape[1]
     width = int(np.clip(cols, *PANEL_TILE_WIDTH))
     shown = np.clip(np.asarray(rgb, dtype=np.float64), 0, 255).round().astype(np.uint8)
-    tiles = [(_tile(shown, width), f"input {cols}x{rgb.shape[0]}")]
+    tiles = [(_tile(shown, width), f"input image ({rgb.shape[0]} rows, {cols} columns)")]
     for k in OPERATORS:
         caption = f"{OPERATOR_NAMES[k]}  w={result.weights[k]:.3f}  V={result.cv[k]:.2f}"
         tiles.append((_tile(result.edges[k] * np.uint8(255), width), caption))

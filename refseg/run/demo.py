@@ -7,28 +7,36 @@
    patent's comparisons, on the plain gray images ([0121], [0264]) and with each backbone
    branch alone (fig. 9, [0259]-[0260]); random backbones with calibrated batch norm
    (R-frozen), since no pretrained weights can be downloaded here.
-4. Evaluate every run on the test set and write ``index.md`` with the figures, the table and
-   the claim element behind each stage.
+4. Evaluate every run on the test set, keep the weights of the runs worth predicting with
+   (the patent's network and the best one; all with ``keep_checkpoints``), and write the claim
+   chart ``index.html`` (:mod:`refseg.run.chart`), ``index.md`` with the figures and tables,
+   and ``demo.json``, the record the chart is drawn from.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from refseg import imageio
+from refseg._version import __version__
 from refseg.claim1 import features, outputs
 from refseg.data import dataset
 from refseg.data.synthetic import MAX_COUNT, write_synthetic_dataset
 from refseg.errors import InputError
 from refseg.models import ResMobileNet
+from refseg.models.mobilenetv2 import TAPS as MOBILENET_TAPS
+from refseg.models.resnet50v2 import TAPS as RESNET_TAPS
 from refseg.models.summary import summarize
+from refseg.run import chart
 from refseg.run.evaluation import comparison_panel, evaluate_runs, format_table
 from refseg.run.metrics import contour_coverage
-from refseg.run.training import (TrainConfig, check_input_size, check_range, remove_cache,
-                                 train)
+from refseg.run.training import (PRUNED_RECORD, TrainConfig, check_input_size, check_range,
+                                 remove_cache, train)
 from refseg.trace import implements
 
 #: The runs of the demo: name, branches, input kind (the first is the patent's network).
@@ -40,6 +48,10 @@ RUNS = (("fusion-feature", ("resnet50v2", "mobilenetv2"), "feature"),
 #: The patent's reported numbers: pixel accuracy after ~40 epochs ([0257]) and prediction time
 #: per image ([0260]).
 PATENT_ACCURACY, PATENT_SECONDS = 0.9741, 0.123
+#: The demo's record of itself, from which ``refseg report`` redraws the chart.
+RECORD = "demo.json"
+#: The files of a run that hold its weights (what pruning removes).
+WEIGHT_FILES = ("checkpoint.npz", "backbones.npz")
 
 
 @dataclass
@@ -54,6 +66,9 @@ class DemoSettings:
     runs: tuple = RUNS
     #: train the backbones too (an extension, R-frozen; the patent freezes them)
     train_backbone: bool = False
+    #: keep the weights of every run (by default only the patent's network and the best run
+    #: keep theirs: each fusion run's take about 450 MB)
+    keep_checkpoints: bool = False
 
     def __post_init__(self):
         if self.count < 5 or self.test_count < 1 or self.epochs < 1:
@@ -66,6 +81,24 @@ class DemoSettings:
         if self.jobs is not None:
             check_range(self.jobs, "jobs")
         self.input_hw = check_input_size(self.input_hw)
+
+    def command(self, out) -> str:
+        """The ``refseg demo`` command line that runs these settings into ``out``."""
+        defaults = DemoSettings()
+        parts = ["refseg demo", f"--out {out}"]
+        for name, flag in (("count", "--count"), ("test_count", "--test-count"),
+                           ("epochs", "--epochs"), ("seed", "--seed"), ("jobs", "--jobs")):
+            if getattr(self, name) != getattr(defaults, name):
+                parts.append(f"{flag} {getattr(self, name)}")
+        if self.input_hw != defaults.input_hw:
+            parts.append(f"--input-size {self.input_hw[0]}x{self.input_hw[1]}")
+        parts += [flag for flag, on in (("--train-backbone", self.train_backbone),
+                                        ("--keep-checkpoints", self.keep_checkpoints)) if on]
+        if self.runs != RUNS or self.batch_size != defaults.batch_size:
+            # settings the command line does not offer (refseg.run.demo.DemoSettings)
+            parts.append(f"(from Python: batch {self.batch_size}, runs "
+                         f"{', '.join(name for name, _, _ in self.runs)})")
+        return " ".join(parts)
 
 
 def _contour_coverage(data_dir) -> float:
@@ -81,17 +114,28 @@ def _contour_coverage(data_dir) -> float:
 
 @implements("claim1.step1.acquire", "claim1.step3.train", "claim1.step4.predict",
             "claim5.output_module")
-def run_demo(out, settings: DemoSettings = DemoSettings(), log=sys.stderr) -> Path:
-    """Run the demo into the folder ``out``; returns ``out / "index.md"``.
+def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
+    """Run the demo into the folder ``out``; returns ``out / "index.html"``, the claim chart.
 
     Outputs are staged in a hidden folder and renamed into place at the end: an interrupted
-    demo leaves nothing half-written.
+    demo leaves nothing half-written, and the log (default: ``sys.stderr``) names the folders
+    where they end up.
+
+    Notes
+    -----
+    1. Draw the training and test welds ([0201]-[0203]).
+    2. Claim 1 on the first two training images, every intermediate written out.
+    3. Train each run of ``settings.runs`` ([0122], [0215], [0256]).
+    4. Score every run on the test set ([0257]-[0260]); remove the weights of the runs other
+       than the patent's network and the best one, unless ``keep_checkpoints``; write
+       ``demo.json``, ``index.md`` and ``index.html``.
 
     References
     ----------
     Claims 1-5; [0201]-[0264].
     """
-    started = time.perf_counter()
+    started, clock = time.perf_counter(), datetime.now().astimezone()
+    log = sys.stderr if log is None else log  # the stderr of the call, not of the import
     out = Path(out)
     with imageio.staged_folders(out) as staging:
         root = staging.root
@@ -100,9 +144,12 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=sys.stderr) -> Pa
         write_synthetic_dataset(root / "test", settings.test_count, settings.seed + 100_000)
         print("2/4 claim 1 on the first images", file=log)
         claim1 = staging.folder("claim1")
-        first = dataset.load_dataset(root / "data")[0].stem
-        for sample in list(dataset.load_dataset(root / "data"))[:2]:
+        shown = list(dataset.load_dataset(root / "data"))[:2]
+        for sample in shown:
             loaded = imageio.read_image(sample.image_path)
+            # the report names the image where it will be, not where it was staged
+            loaded = dataclasses.replace(
+                loaded, path=str(out / sample.image_path.relative_to(root)))
             folder = claim1 / sample.stem
             folder.mkdir()
             outputs.write_outputs(folder, loaded, features.extract(loaded.pixels))
@@ -116,7 +163,8 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=sys.stderr) -> Pa
                                  train_backbone=settings.train_backbone)
             t = time.perf_counter()
             histories[name] = train(root / "data", root / "runs" / name, config,
-                                    jobs=settings.jobs, log=log)
+                                    jobs=settings.jobs, log=log,
+                                    shown_as=out / "runs" / name)
             timings[name] = time.perf_counter() - t
             remove_cache(root / "runs" / name)
         print("4/4 evaluation on the test set", file=log)
@@ -124,45 +172,111 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=sys.stderr) -> Pa
         rows, pairs, predictions = evaluate_runs(root / "test", run_dirs)
         for row, (name, _, _) in zip(rows, settings.runs):
             row.name = name
-        imageio.write_png(root / "predictions.png", comparison_panel(pairs, predictions))
+        imageio.write_png(root / "predictions.png", comparison_panel(
+            pairs, predictions, titles=["image", "label", *(r.name for r in rows)]))
         shutil.copyfile(run_dirs[0] / "curves.png", root / "curves.png")
         imageio.write_json(root / "scores.json", [r.as_dict() for r in rows])
         summary = summarize(ResMobileNet(settings.input_hw), settings.input_hw)
-        for run in run_dirs[1:]:  # the comparison runs keep their metrics and curves only
-            for heavy in ("checkpoint.npz", "backbones.npz"):
-                (run / heavy).unlink(missing_ok=True)
-        index = _index(settings, rows, histories, timings, coverage, summary,
-                       time.perf_counter() - started, first)
-        imageio.write_text(root / "index.md", index)
-    print(f"demo done in {time.perf_counter() - started:.0f} s: {out / 'index.md'}", file=log)
-    return out / "index.md"
+        kept = _prune(settings, rows, run_dirs, out)
+        record = _record(settings, out, clock, time.perf_counter() - started, shown, coverage,
+                         timings, kept, summary)
+        imageio.write_json(root / RECORD, record)
+        imageio.write_text(root / "index.md", _index(settings, rows, histories, record))
+        chart.write_chart(root, shown_as=out)
+    print(f"demo done in {time.perf_counter() - started:.0f} s: {out / 'index.html'} "
+          f"(the claim chart; open it in a browser), {out / 'index.md'}", file=log)
+    return out / "index.html"
 
 
-def _index(settings, rows, histories, timings, coverage, summary, seconds, first) -> str:
+def _prune(settings, rows, run_dirs, out) -> dict:
+    """Remove the weights of the runs not worth keeping; returns {run: its weights' bytes,
+    and whether they were kept}. The patent's network (the first run) and the best run by
+    test pixel accuracy keep theirs; all do with ``keep_checkpoints``."""
+    best = max(rows, key=lambda r: r.scores.pixel_accuracy).name
+    kept = {}
+    for row, run in zip(rows, run_dirs):
+        size = sum((run / f).stat().st_size for f in WEIGHT_FILES if (run / f).is_file())
+        keep = settings.keep_checkpoints or row.name in (rows[0].name, best)
+        kept[row.name] = {"weight_bytes": size, "kept": keep}
+        if not keep:
+            imageio.write_json(run / PRUNED_RECORD, {
+                "removed": list(WEIGHT_FILES), "bytes": size,
+                "keep_with": _keep_command(settings, out)})
+            for name in WEIGHT_FILES:
+                (run / name).unlink(missing_ok=True)
+    return kept
+
+
+def _keep_command(settings, out) -> str:
+    return dataclasses.replace(settings, keep_checkpoints=True).command(out)
+
+
+def _record(settings, out, clock, seconds, shown, coverage, timings, kept, summary) -> dict:
+    parts = {}
+    for r in summary:
+        part = parts.setdefault(r.part, {"parameters": 0, "trainable": 0, "macs": 0})
+        part["parameters"] += r.parameters
+        part["trainable"] += r.trainable
+        part["macs"] += r.macs
+    shapes = {r.name: list(r.output_shape) for r in summary}
+    taps = [[name, shapes[name]] for name in RESNET_TAPS + MOBILENET_TAPS if name in shapes]
+    return {
+        "refseg_version": __version__, "command": settings.command(out),
+        "keep_command": _keep_command(settings, out),
+        "started": clock.isoformat(timespec="seconds"),
+        "finished": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "seconds": seconds, "machine": chart.machine(), "out": str(out),
+        "settings": {"count": settings.count, "test_count": settings.test_count,
+                     "epochs": settings.epochs, "batch_size": settings.batch_size,
+                     "input_hw": list(settings.input_hw), "seed": settings.seed,
+                     "jobs": settings.jobs, "train_backbone": settings.train_backbone,
+                     "keep_checkpoints": settings.keep_checkpoints},
+        "claim1_images": [s.stem for s in shown],
+        "contour_coverage": coverage,
+        "runs": [{"name": name, "branches": list(branches), "input": kind,
+                  "train_seconds": timings[name], **kept[name]}
+                 for name, branches, kind in settings.runs],
+        "network": {"parts": parts, "taps": taps},
+    }
+
+
+def _index(settings, rows, histories, record) -> str:
     main = rows[0].scores
     best = max(rows, key=lambda r: r.scores.pixel_accuracy)
     h, w = settings.input_hw
-    macs = sum(r.macs for r in summary)
+    macs = sum(p["macs"] for p in record["network"]["parts"].values())
+    first = record["claim1_images"][0]
+    timings = {r["name"]: r["train_seconds"] for r in record["runs"]}
     lines = [
         "# refseg demo: the method of CN114419081B on synthetic weld seams", "",
-        f"Made by `refseg demo` in {seconds / 60:.1f} min: {settings.count} synthetic weld "
-        f"images (550x156, seeds {settings.seed}-{settings.seed + settings.count - 1}; 80 % "
-        f"training, 20 % validation) and {settings.test_count} test images (other seeds); "
-        f"input {h}x{w}, {settings.epochs} epochs, batch {settings.batch_size}, Adam lr 0.001. "
+        f"Made by `{record['command']}` in {record['seconds'] / 60:.1f} min "
+        f"(refseg {record['refseg_version']}, {record['finished']}): {settings.count} "
+        f"synthetic weld images (550x156, seeds {settings.seed}-"
+        f"{settings.seed + settings.count - 1}; 80 % training, 20 % validation) and "
+        f"{settings.test_count} test images (other seeds); input {h}x{w}, {settings.epochs} "
+        f"epochs, batch {settings.batch_size}, Adam lr 0.001. "
         + ("No pretrained weights: the backbones start random, with batch norm calibrated on "
            "training images, and are trained with the decoder (`--train-backbone`, an "
            "extension: the patent freezes them; R-frozen)." if settings.train_backbone else
            "No pretrained weights: the frozen backbones are random with batch norm calibrated "
            "on training images (R-frozen)."), "",
+        "The claim chart, `index.html` beside this file, shows every claim element with the "
+        "patent's Chinese text, the readings, the code, the tests and the images of each "
+        "step; this file is its summary.", "",
         "## 1. Claim 1: feature extraction", "",
-        "Panels of the first two images (input, gray, the four edge maps, mean image, feature "
-        "map): `claim1/<name>/panel.png`.", "",
-        f"![claim 1](claim1/{first}/panel.png)", "",
-        f"Of the labels' contour pixels, {coverage:.1%} lie within one pixel of a feature-map "
-        "pixel (first 20 images): the rest of the seam's edges are lost by the vote before "
-        "the network sees the image.", "",
-        "## 2. Training (feature input, both backbones)", "",
-        "![curves](curves.png)", "",
+        "`claim1/<name>/panel.png`, for the first two training images: the input image, the "
+        "Canny, Sobel, Prewitt and LoG edge maps (each with its weight w and coefficient of "
+        "variation V) and the feature map (F >= 0). The gray, blurred and mean images and the "
+        "final weight are in `claim1/<name>/features.npz` and in the claim chart.", "",
+        f"![claim 1: input, four edge maps, feature map](claim1/{first}/panel.png)", "",
+        f"Of the labels' contour pixels, {record['contour_coverage']:.1%} lie within one pixel "
+        "of a feature-map pixel (first 20 images): the rest of the seam's edges are lost by "
+        "the vote before the network sees the image.", "",
+        "## 2. Training", "",
+        f"Loss and pixel accuracy per epoch of {rows[0].name} (the patent's network, feature "
+        "input, both backbones; like fig. 8); each run's own are in "
+        "`runs/<name>/curves.png`.", "",
+        f"![training curves of {rows[0].name}](curves.png)", "",
         "| run | epochs | final train loss | final val loss | final val accuracy | time |",
         "|---|---:|---:|---:|---:|---:|"]
     for name, history in histories.items():
@@ -174,8 +288,10 @@ def _index(settings, rows, histories, timings, coverage, summary, seconds, first
               "Pixel accuracy, IoU per class, mIoU, boundary F1 (2 px), median seconds per "
               "image (claim-1 extraction + network + resizing back).", "",
               format_table(rows), "",
-              "Rows of `predictions.png`: image, label, then each run in the order of the "
-              "table.", "", "![predictions](predictions.png)", "",
+              "`predictions.png`: one row per test image; its columns are the image, its "
+              "label, then each run's prediction in the order of the table, coloured as "
+              "the labels ([0263]: contour red, inside green, outside blue).", "",
+              "![predictions: image, label, each run](predictions.png)", "",
               "## 4. Against the patent", "",
               f"- Pixel accuracy: the patent reports {PATENT_ACCURACY:.2%} after about 40 "
               f"epochs ([0257]); here the feature-input network reaches "
@@ -184,15 +300,24 @@ def _index(settings, rows, histories, timings, coverage, summary, seconds, first
                  f", below it. The best run is {best.name} ({best.scores.pixel_accuracy:.2%})."),
               f"- Contour IoU of the feature-input network: {main.class_iou[0]:.4f}.",
               f"- Prediction time: the patent reports {PATENT_SECONDS} s per image ([0260]); "
-              f"here {rows[0].seconds_per_image:.3f} s (median, 2 cores, {h}x{w} input, "
-              f"{macs / 1e9:.2f} G multiply-accumulates).",
+              f"here {rows[0].seconds_per_image:.3f} s (median, {record['machine']['cores']} "
+              f"cores, {h}x{w} input, {macs / 1e9:.2f} G multiply-accumulates).",
               "- Without pretrained backbones and with few synthetic images, these numbers are "
               "not the patent's setting; see README, Limitations. With 2640 welds and the "
               "backbones trained too (an extension), the README measured 97.31 % on its test "
               "welds with the feature image and 97.61 % with the gray image: the gray image is "
               "the input that reaches the patent's accuracy here (README, *Training the "
               "backbones too*).", "",
-              "## Traceability", "",
+              "## 5. The runs' weights", ""]
+    for run in record["runs"]:
+        size = f"{run['weight_bytes'] / 1e6:.0f} MB"
+        lines.append(f"- `runs/{run['name']}`: " + (
+            f"weights kept ({size}): `refseg predict {record['out']}/runs/{run['name']} "
+            "IMAGE --out DIR` "
+            "and `refseg evaluate` work on it." if run["kept"] else
+            f"weights removed to save {size} (metrics and curves kept); "
+            f"`{record['keep_command']}` keeps them."))
+    lines += ["", "## Traceability", "",
               "| stage | claim elements |", "|---|---|",
               "| synthetic data, labels | `claim1.step1.acquire`, `claim1.step2.dataset` |",
               "| feature extraction | `claim1.step2.*` (`refseg explain claim1.step2.cv`) |",
@@ -200,8 +325,7 @@ def _index(settings, rows, histories, timings, coverage, summary, seconds, first
               "`claim3.formula` |",
               "| training | `claim1.step3.train`, `claim4.propagation`, `claim4.update` |",
               "| prediction, evaluation | `claim1.step4.predict`, `claim5.output_module` |", "",
-              "Settings and raw numbers: `scores.json`, `runs/<name>/config.json`, "
+              "Settings and raw numbers: `demo.json`, `scores.json`, `runs/<name>/config.json`, "
               "`runs/<name>/metrics.jsonl`.", ""]
     return "\n".join(lines)
-
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, ImageDraw, ImageFont
 
 from refseg import imageio
 from refseg.data import dataset
@@ -194,13 +195,35 @@ def evaluate_runs(data_dir, runs, *, limit: int | None = None):
     return rows, pairs, predictions
 
 
+#: Height of the title row and of the legend row of :func:`comparison_panel` (pixels).
+PANEL_TEXT_ROW = 44
+
+
 @infrastructure("figures")
-def comparison_panel(pairs, predictions, count: int = 4) -> np.ndarray:
+def comparison_panel(pairs, predictions, count: int = 4, titles=None) -> np.ndarray:
     """Rows of images: the image, its label, then each run's prediction (uint8 RGB); rows of
-    images of different sizes are padded with white to the widest."""
-    rows = []
+    images of different sizes are padded with white to the widest.
+
+    Parameters
+    ----------
+    pairs : list of (ndarray (M, N, 3) uint8, ndarray (M, N) uint8)
+        Images and their class maps.
+    predictions : list of list of ndarray (M, N) uint8
+        Per run, the class map of each image.
+    count : int
+        Rows (images) shown.
+    titles : list of str or None
+        One title per column (image, label, each run), written above it; the legend of the
+        class colours ([0263]) is written below the rows. None: neither.
+
+    Returns
+    -------
+    ndarray of shape (H, W, 3), uint8
+    """
+    rows, widths = [], []
     for i, (rgb, classes) in enumerate(pairs[:count]):
         row = [rgb, LABEL_COLOURS[classes]] + [LABEL_COLOURS[p[i]] for p in predictions]
+        widths = [t.shape[1] for t in row]
         gap = np.full((rgb.shape[0], 4, 3), 255, np.uint8)
         rows.append(np.concatenate([t for tile in row for t in (tile, gap)][:-1], axis=1))
     if not rows:
@@ -210,7 +233,46 @@ def comparison_panel(pairs, predictions, count: int = 4) -> np.ndarray:
     for r in rows:
         tiles.append(np.pad(r, ((0, 0), (0, width - r.shape[1]), (0, 0)), constant_values=255))
         tiles.append(np.full((4, width, 3), 255, np.uint8))
-    return np.concatenate(tiles[:-1], axis=0)
+    grid = np.concatenate(tiles[:-1], axis=0)
+    if titles is None:
+        return grid
+    if len(titles) != len(widths):
+        raise ValueError(f"comparison_panel: {len(titles)} titles for {len(widths)} columns")
+    canvas = Image.new("RGB", (grid.shape[1], grid.shape[0] + 2 * PANEL_TEXT_ROW), "white")
+    canvas.paste(Image.fromarray(grid), (0, PANEL_TEXT_ROW))
+    draw = ImageDraw.Draw(canvas)
+    font = _font(30)
+
+    def write(x, y_middle, text):
+        """``text`` starting at x, centred vertically on y_middle; returns where it ends."""
+        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+        draw.text((x - left, y_middle - (top + bottom) // 2), text, fill=(0, 0, 0), font=font)
+        return x + right - left
+
+    x = 0
+    for title, width in zip(titles, widths):
+        shown = title
+        while len(shown) > 4 and draw.textlength(shown, font=font) > width - 8:
+            shown = shown[:-2] + "…"  # a long run name: its start is what tells runs apart
+        write(x + (width - int(draw.textlength(shown, font=font))) // 2, PANEL_TEXT_ROW // 2,
+              shown)
+        x += width + 4
+    y = canvas.height - PANEL_TEXT_ROW // 2
+    x = write(4, y, "classes ([0263]):") + 12
+    for name, colour in zip(CLASS_NAMES, LABEL_COLOURS):
+        draw.rectangle([x, y - 13, x + 26, y + 13], fill=tuple(int(c) for c in colour),
+                       outline=(0, 0, 0))
+        x = write(x + 34, y, f"{name} {tuple(int(c) for c in colour)}") + 30
+    return np.asarray(canvas)
+
+
+def _font(size: int):
+    """Pillow's own scalable font at ``size`` pixels (its fixed bitmap font on a Pillow without
+    FreeType)."""
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, OSError, ImportError):
+        return ImageFont.load_default()
 
 
 @infrastructure("writing an evaluation report")
@@ -226,5 +288,6 @@ def write_evaluation(out, rows: list[RunScores], pairs, predictions) -> Path:
     with imageio.staged_folders(out) as staging:
         imageio.write_text(staging.root / "table.md", format_table(rows) + "\n")
         imageio.write_json(staging.root / "scores.json", [r.as_dict() for r in rows])
-        imageio.write_png(staging.root / "panel.png", comparison_panel(pairs, predictions))
+        imageio.write_png(staging.root / "panel.png", comparison_panel(
+            pairs, predictions, titles=["image", "label", *(r.name for r in rows)]))
     return Path(out)

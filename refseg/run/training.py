@@ -54,6 +54,10 @@ RANGES = {"epochs": (1, 10_000), "batch_size": (1, 1024), "calibration_images": 
 MAX_INPUT_SIDE = 4096
 #: Adam's learning rate lies in (0, MAX_LEARNING_RATE].
 MAX_LEARNING_RATE = 1.0
+#: When the log is not a terminal, a progress line is printed at most this often (seconds).
+PROGRESS_SECONDS = 15.0
+#: What a run folder holds instead of its weights when ``refseg demo`` removed them.
+PRUNED_RECORD = "pruned.json"
 
 
 @infrastructure("argument validation")
@@ -267,6 +271,11 @@ def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
 
 def _run_config(run: Path, problem: str) -> TrainConfig:
     """The settings of a checkpointed run folder (else InputError: ``run: problem (...)``)."""
+    if (run / PRUNED_RECORD).is_file() and not (run / "checkpoint.npz").is_file():
+        pruned = json.loads((run / PRUNED_RECORD).read_text(encoding="utf-8"))
+        raise InputError(f"{run}: its weights were removed by refseg demo to save "
+                         f"{pruned['bytes'] / 1e6:.0f} MB (metrics and curves kept); "
+                         f"`{pruned['keep_with']}` keeps every run's")
     if not (run / "config.json").is_file() or not (run / "checkpoint.npz").is_file():
         raise InputError(f"{run}: {problem} (config.json and checkpoint.npz expected)")
     return _read_config(run / "config.json")
@@ -328,7 +337,8 @@ def _duration(seconds: float) -> str:
 @implements("claim1.step3.train", "claim4.propagation", "claim4.update",
             "claim5.training_module")
 def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
-          stop_after_epoch: int | None = None, log=sys.stderr) -> list[dict]:
+          stop_after_epoch: int | None = None, log=None,
+          shown_as=None) -> list[dict]:
     """Train the fusion network on a data set folder; returns the metrics history.
 
     Parameters
@@ -344,7 +354,12 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
         Processes for the claim-1 extraction (default: all cores).
     stop_after_epoch : int or None
         Stop (as if killed) after this epoch's checkpoint; for tests of resuming.
-    log : file
+    log : file or None
+        Progress, a line rewritten in place on a terminal, whole lines otherwise (None: the
+        ``sys.stderr`` of the moment of the call).
+    shown_as : path or None
+        The run folder as the log names it (default ``run_dir``): where a staged run will be
+        once it is published.
 
     Returns
     -------
@@ -373,6 +388,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     [0122], [0129]-[0132], [0215], [0242]-[0257].
     """
 
+    log = sys.stderr if log is None else log
     config.check()
     if jobs is not None:
         check_range(jobs, "jobs")
@@ -454,14 +470,15 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
                  **{f"val_{k}": v for k, v in validation.items()},
                  "seconds": time.perf_counter() - t0}
         history.append(entry)
-        print(f"\repoch {epoch}/{config.epochs}: loss {entry['train_loss']:.4f}, accuracy "
+        print(f"{_line_start(log)}epoch {epoch}/{config.epochs}: loss "
+              f"{entry['train_loss']:.4f}, accuracy "
               f"{entry['train_pixel_accuracy']:.4f}; validation loss {entry['val_loss']:.4f}, "
               f"accuracy {entry['val_pixel_accuracy']:.4f}, mIoU {entry['val_miou']:.4f} "
               f"({_duration(entry['seconds'])})", file=log)
         _write_epoch(run, model, optimizer, epoch, history)
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             break
-    print(f"done in {_duration(time.perf_counter() - started)}: {run}", file=log)
+    print(f"done in {_duration(time.perf_counter() - started)}: {shown_as or run}", file=log)
     return history
 
 
@@ -593,6 +610,7 @@ def _train_epoch(model, optimizer, source, labels, config: TrainConfig, epoch: i
     order = np.random.default_rng([config.seed, epoch]).permutation(count)
     optimizer.learning_rate = config.learning_rate_at(epoch)
     t0, loss_sum, correct, pixels = time.perf_counter(), 0.0, 0, 0
+    terminal, printed = _on_terminal(log), None
     model.set_training(True)
     for b in range(batches):
         index = np.sort(order[b * config.batch_size:(b + 1) * config.batch_size])
@@ -608,10 +626,28 @@ def _train_epoch(model, optimizer, source, labels, config: TrainConfig, epoch: i
         elapsed = time.perf_counter() - t0
         rate = (b + 1) * len(index) / elapsed
         eta = elapsed / (b + 1) * (batches - b - 1)
-        print(f"\repoch {epoch}/{config.epochs} batch {b + 1}/{batches} loss "
-              f"{loss_sum / pixels:.4f} {rate:.1f} img/s ETA {_duration(eta)}  ",
-              end="", file=log, flush=True)
+        text = (f"epoch {epoch}/{config.epochs} batch {b + 1}/{batches} loss "
+                f"{loss_sum / pixels:.4f} {rate:.1f} img/s ETA {_duration(eta)}")
+        if terminal:
+            print(f"\r{text}  ", end="", file=log, flush=True)
+        elif b + 1 < batches and (printed is None or elapsed - printed >= PROGRESS_SECONDS):
+            # a log file gets whole lines, few of them; the epoch's line follows the last batch
+            print(text, file=log, flush=True)
+            printed = elapsed
     return loss_sum, correct, pixels
+
+
+def _on_terminal(log) -> bool:
+    try:
+        return log.isatty()
+    except (AttributeError, ValueError):  # not a real file, or closed
+        return False
+
+
+def _line_start(log) -> str:
+    """A carriage return on a terminal, where the progress line is rewritten in place; nothing
+    in a log file."""
+    return "\r" if _on_terminal(log) else ""
 
 
 def _write_epoch(run: Path, model, optimizer, epoch: int, history: list) -> None:

@@ -409,6 +409,20 @@ def test_every_implemented_element_is_pinned_and_explain_lists_the_arrays(bundle
     assert "golden arrays in" in out and "claim1/weld0/feature_map" in out
 
 
+@pytest.mark.infrastructure
+def test_the_shipped_list_of_pinning_arrays_is_the_bundles(bundle):
+    """spec/golden_pins.json (what the claim chart lists per element) names exactly the arrays
+    of a freshly written bundle, for every element that the bundle pins."""
+    from refseg import trace
+
+    shipped = json.loads((ROOT / "spec" / trace.GOLDEN_PINS_FILE).read_text(encoding="utf-8"))
+    expected = {k: sorted(v) for k, v in golden.pinned_elements(bundle[1]).items()}
+    assert shipped == expected, "spec/golden_pins.json is stale: run `refseg trace --write`"
+    assert shipped["claim1.step2.cv"] == sorted(
+        f"claim1/{name}/{key}" for name in ("astronaut", "chelsea", "coffee", "weld0", "weld1")
+        for key in ("cv", "mean"))
+
+
 def _copy_bundle(bundle, tmp_path):
     import shutil
 

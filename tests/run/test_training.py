@@ -42,14 +42,17 @@ def checkpoint_arrays(run):
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, data):
+    """A 2-epoch run of 2 batches per epoch; its folder, history and log (a file, not a
+    terminal)."""
     run = tmp_path_factory.mktemp("runs") / "straight"
-    history = quiet_train(data, run, TrainConfig(**SMALL))
-    return run, history
+    log = io.StringIO()
+    history = train(data, run, TrainConfig(**SMALL), log=log, jobs=1)
+    return run, history, log.getvalue()
 
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
 def test_a_smoke_run_writes_everything(straight):
-    run, history = straight
+    run, history, _ = straight
     assert [h["epoch"] for h in history] == [1, 2]
     for entry in history:
         assert np.isfinite(entry["train_loss"]) and 0 <= entry["val_pixel_accuracy"] <= 1
@@ -61,6 +64,23 @@ def test_a_smoke_run_writes_everything(straight):
     assert not list(run.glob(".*.tmp"))
     model, config = load_run(run)
     assert config.input_hw == (32, 96) and model.input_shape == (32, 96)
+
+
+@pytest.mark.infrastructure
+def test_progress_in_a_log_file_is_whole_lines_with_the_time_left(straight):
+    """Not a terminal: no carriage return rewrites a line; the first batch of each epoch gets
+    its own line with the time left, and each epoch ends with its line of scores."""
+    import re
+
+    log = straight[2]
+    assert "\r" not in log
+    progress = [line for line in log.splitlines() if " batch " in line]
+    assert [line.split(" loss")[0] for line in progress] == ["epoch 1/2 batch 1/2",
+                                                               "epoch 2/2 batch 1/2"]
+    assert all(re.fullmatch(r"epoch \d/2 batch 1/2 loss \d\.\d{4} [\d.]+ img/s ETA \d+s",
+                            line) for line in progress), progress
+    assert [line.split(":")[0] for line in log.splitlines()
+            if line.startswith("epoch") and " batch " not in line] == ["epoch 1/2", "epoch 2/2"]
 
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module")
