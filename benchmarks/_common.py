@@ -154,6 +154,36 @@ def working_threads(fn, share: float = 0.1) -> tuple[int, float]:
     return (sum(u >= share * top for u in used) if top > 0 else 0), top
 
 
+# --- load from other processes -------------------------------------------------------------
+
+class OtherLoad:
+    """Average number of cores used by other processes since the last reset: busy time of
+    the whole machine (/proc/stat) minus this process's own CPU time (and its children's)."""
+
+    def __init__(self):
+        self.reset()
+
+    @staticmethod
+    def _machine_busy_s() -> float:
+        with open("/proc/stat") as f:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+                int, f.readline().split()[1:9])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own_s() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def reset(self) -> None:
+        self._start = (time.perf_counter(), self._machine_busy_s(), self._own_s())
+
+    def cores(self) -> float:
+        wall = time.perf_counter() - self._start[0]
+        others = (self._machine_busy_s() - self._start[1]) - (self._own_s() - self._start[2])
+        return max(others, 0.0) / wall if wall > 0 else 0.0
+
+
 # --- background load -----------------------------------------------------------------------
 
 def parse_loads(text: str) -> list[str]:

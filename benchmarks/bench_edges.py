@@ -71,8 +71,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import (ThreadSwitch, add_background_arguments, all_cores, background,
-                     check_background_arguments, cpu_info, describe_load, machine_lines)
+from _common import (OtherLoad, ThreadSwitch, add_background_arguments, all_cores, background,
+                     check_background_arguments, describe_load, machine_lines)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -455,18 +455,22 @@ def time_image(rgb: np.ndarray, repeat: int, pipelines=None) -> tuple[dict, dict
     return medians, fastest, stage_medians
 
 
-def results_table(medians: dict, what: str = "") -> str:
+def results_table(medians: dict, what: str = "", loads: dict | None = None) -> str:
+    """One row per image; ``loads``: image -> cores other processes used during its rounds."""
     one = any(ONE_THREAD in m for m in medians.values())
     lines = [f"| image | refseg ms{what} | OpenCV ms{what} | scikit-image ms{what} | "
              "refseg / OpenCV | refseg / scikit-image |"
-             + (f" refseg 1 thread ms{what} | refseg T / 1 thread |" if one else ""),
-             "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if one else "")]
+             + (f" refseg 1 thread ms{what} | refseg T / 1 thread |" if one else "")
+             + (" other load |" if loads else ""),
+             "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if one else "")
+             + ("---:|" if loads else "")]
     for name, m in medians.items():
         lines.append(f"| {name} | {m['refseg'] * 1e3:.1f} | {m['opencv'] * 1e3:.1f} | "
                      f"{m['skimage'] * 1e3:.1f} | {m['refseg'] / m['opencv']:.2f} | "
                      f"{m['refseg'] / m['skimage']:.2f} |"
                      + (f" {m[ONE_THREAD] * 1e3:.1f} | {m['refseg'] / m[ONE_THREAD]:.2f} |"
-                        if one else ""))
+                        if one else "")
+                     + (f" {loads[name]:.2f} |" if loads else ""))
     return "\n".join(lines)
 
 
@@ -505,7 +509,7 @@ def header(args) -> str:
     return (f"Python {platform.python_version()}, numpy {np.__version__}, "
             f"scipy {scipy.__version__}, OpenCV {cv2.__version__}, "
             f"scikit-image {skimage.__version__}, refseg {getattr(refseg, '__version__', '?')}\n"
-            f"CPU: {cpu_info()[0]} ({all_cores()} cores available); threads: "
+            "threads: "
             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
             f"cv2.getNumThreads()={cv2.getNumThreads()}; median of {args.repeat} runs\n"
             + "\n".join(machine_lines()) + "\n(claim 1's kernels have one path; the row "
@@ -532,15 +536,19 @@ def main(args) -> None:
     for condition in args.background_load:
         print(f"## Timing, background load {condition} "
               f"({describe_load(condition, args.background_cores)})\n")
-        medians, fastest = {}, {}
+        medians, fastest, loads = {}, {}, {}
         with background(condition, args.background_cores):
             for name, rgb in images.items():
+                load = OtherLoad()
                 medians[name], fastest[name], stage_medians = time_image(rgb, args.repeat,
                                                                          pipelines)
+                loads[name] = load.cores()
                 print_stages(name, stage_medians)
         print("(stage times as OpenCV anchor / scikit-image anchor; 'otsu' is skimage's "
               "threshold_otsu and 'zero crossings', 'vote' are NumPy in both)\n")
-        table = results_table(medians)
+        table = results_table(medians, loads=loads)
+        print("Other load: cores that other processes, the neighbours included, used during "
+              "the image's rounds.\n")
         print(table + "\n")
         print_targets(medians, condition)
         # Other load on the machine only ever adds time: the fastest run is the less noisy

@@ -132,8 +132,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import (ThreadSwitch, add_background_arguments, all_cores, background,
-                     check_background_arguments, describe_load, machine_lines, pin_threads)
+from _common import (OtherLoad, ThreadSwitch, add_background_arguments, all_cores,
+                     background, check_background_arguments, describe_load, machine_lines,
+                     pin_threads)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results_ops.md"
@@ -402,34 +403,6 @@ def minor_faults() -> int:
 # for its descheduled partner thread at every barrier (10x slower was seen here), while
 # torch's OpenMP degrades far less. So every measurement carries the CPU that other processes
 # used meanwhile, and --wait-quiet can hold a layer back until the machine is idle.
-
-class OtherLoad:
-    """Average number of cores used by other processes since the last reset: busy time of
-    the whole machine (/proc/stat) minus this process's own CPU time (and its children's)."""
-
-    def __init__(self):
-        self.reset()
-
-    @staticmethod
-    def _machine_busy_s() -> float:
-        with open("/proc/stat") as f:
-            user, nice, system, _idle, _iowait, irq, softirq, steal = map(
-                int, f.readline().split()[1:9])
-        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-    @staticmethod
-    def _own_s() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    def reset(self) -> None:
-        self._start = (time.perf_counter(), self._machine_busy_s(), self._own_s())
-
-    def cores(self) -> float:
-        wall = time.perf_counter() - self._start[0]
-        others = (self._machine_busy_s() - self._start[1]) - (self._own_s() - self._start[2])
-        return max(others, 0.0) / wall if wall > 0 else 0.0
-
 
 def wait_until_quiet(max_seconds: float, threshold: float = 0.2) -> float:
     """Sleep (in 1 s probes) until other processes use under `threshold` cores, at most
