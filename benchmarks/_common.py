@@ -1,5 +1,39 @@
-"""What the benchmark scripts share (they run as ``python benchmarks/<script>.py``)."""
+"""What the benchmark scripts share (they run as ``python benchmarks/<script>.py``).
+
+* thread counts: :func:`all_cores`, :func:`pin_threads` (before the libraries load) and
+  :class:`ThreadSwitch` (at run time, through ``refseg.threads``), with
+  :func:`working_threads`, which counts the threads that really computed during a call;
+* the machine: :func:`machine_lines` (CPU model and the row loops refseg chose);
+* background load: :func:`background`, which starts the neighbours of one condition and stops
+  them on leaving (also on Ctrl-C, an exception or SIGTERM), and the ``--background-load`` /
+  ``--background-cores`` options.
+
+Run as a script, this file is one neighbour process (``python _common.py neighbour busy
+PARENT_PID``); the benchmarks start it through :func:`background`.
+"""
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
+
+#: the conditions ``--background-load`` accepts, in the order they are reported
+LOADS = ("none", "busy", "mixed")
+LOAD_HELP = {
+    "none": "no neighbour",
+    "busy": "{cores} busy Python loop process(es)",
+    "mixed": "one process running NumPy float32 matrix products on 2 OpenBLAS threads, "
+             "computing {duty:.0%} of the time",
+}
+#: the mixed neighbour's products: square, this size (about 1 ms each on 2 threads)
+MIXED_SIZE = 384
+#: ... in bursts of this many seconds, with pauses that make them this share of the time: a
+#: test suite or a demo beside the benchmark computes in bursts, not all the time
+MIXED_BURST_S = 0.035
+MIXED_DUTY = 0.7
+#: seconds the neighbours run before the first measurement of a condition
+SETTLE_S = 1.0
 
 
 def all_cores() -> int:
@@ -18,3 +52,275 @@ def pin_threads(threads: int) -> None:
     # the waiting policies refseg sets when it is imported first (refseg/__init__.py), here for
     # the whole process whatever loads first; torch, in the same process, runs under them too
     import refseg  # noqa: F401
+
+
+# --- the machine ---------------------------------------------------------------------------
+
+def cpu_info() -> tuple[str, set]:
+    """The CPU's model name and flags, from /proc/cpuinfo (first processor)."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model == "unknown":
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return model, flags
+
+
+def machine_lines() -> list[str]:
+    """Markdown lines: the CPU and which row loops refseg's direct convolution kernels run."""
+    from refseg.backend import row_loops
+
+    model, flags = cpu_info()
+    path, supported = row_loops()
+    isa = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in ("avx2", "avx512f"))
+    described = {"avx512": "AVX-512 (avx512f, chosen at run time)",
+                 "baseline": "baseline x86-64 loops (no AVX-512 path "
+                             + ("switched off)" if supported else "on this CPU)")}[path]
+    return [f"- CPU: {model}; {all_cores()} cores available; /proc/cpuinfo flags: {isa}",
+            f"- refseg row loops (direct convolution kernels): **{described}**"]
+
+
+# --- thread counts at run time -------------------------------------------------------------
+
+class ThreadSwitch:
+    """Runs a call with every OpenMP and OpenBLAS pool of the process at another thread count,
+    then puts the counts back: ``refseg.threads``' runtime limiting, with the pools looked up
+    once (``limit_threads`` reads /proc/self/maps at every entry). torch uses the same
+    libgomp as refseg when both are loaded, so this changes torch's OpenMP count too while it
+    is active; the benchmarks time torch outside it."""
+
+    def __init__(self):
+        from refseg.threads import native_pools
+
+        self.pools = native_pools()
+        if not any(p.kind == "openblas" for p in self.pools):
+            raise SystemExit("no OpenBLAS pool found: refseg's thread count cannot be set at "
+                             "run time in this process")
+
+    @contextlib.contextmanager
+    def at(self, threads: int):
+        previous = [(p, p.threads) for p in self.pools]
+        try:
+            for p in self.pools:
+                p.set(threads)
+            yield
+        finally:
+            for p, count in previous:
+                p.set(count)
+
+    def wrap(self, threads: int, fn):
+        """A callable running ``fn`` at ``threads`` threads."""
+        def run():
+            with self.at(threads):
+                return fn()
+        return run
+
+    def describe(self) -> str:
+        return ", ".join(f"{p.kind} {os.path.basename(p.path)} ({p.threads})"
+                         for p in self.pools)
+
+
+def _thread_cpu_s() -> dict:
+    """CPU seconds (user + system) of each thread of this process, by thread id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[tid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
+def working_threads(fn, share: float = 0.1) -> tuple[int, float]:
+    """Run ``fn`` once; return how many threads of this process computed during it (CPU time
+    at least ``share`` of the busiest thread's) and the busiest thread's CPU seconds. This is
+    what a thread count really did, whatever the libraries were asked for: the clock ticks
+    are 10 ms, so the call should take at least ~0.1 s."""
+    before = _thread_cpu_s()
+    fn()
+    after = _thread_cpu_s()
+    used = [after[t] - before.get(t, 0.0) for t in after]
+    top = max(used, default=0.0)
+    return (sum(u >= share * top for u in used) if top > 0 else 0), top
+
+
+# --- load from other processes -------------------------------------------------------------
+
+class OtherLoad:
+    """Average number of cores used by other processes since the last reset: busy time of
+    the whole machine (/proc/stat) minus this process's own CPU time (and its children's)."""
+
+    def __init__(self):
+        self.reset()
+
+    @staticmethod
+    def _machine_busy_s() -> float:
+        with open("/proc/stat") as f:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+                int, f.readline().split()[1:9])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own_s() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def reset(self) -> None:
+        self._start = (time.perf_counter(), self._machine_busy_s(), self._own_s())
+
+    def cores(self) -> float:
+        wall = time.perf_counter() - self._start[0]
+        others = (self._machine_busy_s() - self._start[1]) - (self._own_s() - self._start[2])
+        return max(others, 0.0) / wall if wall > 0 else 0.0
+
+
+# --- background load -----------------------------------------------------------------------
+
+def parse_loads(text: str) -> list[str]:
+    loads = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in loads if v not in LOADS]
+    if bad or not loads:
+        raise ValueError(f"--background-load: expected a comma-separated list of {LOADS}, got "
+                         f"{text!r}")
+    return sorted(set(loads), key=LOADS.index)
+
+
+def add_background_arguments(parser) -> None:
+    parser.add_argument("--background-load", default="none", metavar="LIST",
+                        help="conditions to measure under, comma-separated, each in this one "
+                             "run: none (no neighbour), busy (busy Python loop processes), "
+                             "mixed (a process running NumPy matrix products on 2 threads, "
+                             f"{MIXED_DUTY:.0%} of the time); default none. The script starts "
+                             "and stops the neighbours itself")
+    parser.add_argument("--background-cores", type=int, default=1, metavar="N",
+                        help="busy loop processes of the busy condition (default 1)")
+
+
+def check_background_arguments(parser, args) -> None:
+    """Turn ``args.background_load`` into a list; parser errors for bad values."""
+    try:
+        args.background_load = parse_loads(args.background_load)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.background_cores < 1:
+        parser.error("--background-cores must be >= 1")
+
+
+def describe_load(condition: str, cores: int) -> str:
+    return LOAD_HELP[condition].format(cores=cores, duty=MIXED_DUTY)
+
+
+def _neighbour_env(kind: str) -> dict:
+    """An ordinary program's environment: no thread pins, nor the waiting policies that
+    refseg sets for itself; the mixed neighbour's BLAS on 2 threads."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                        "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY")}
+    if kind == "mixed":
+        env["OPENBLAS_NUM_THREADS"] = "2"
+    return env
+
+
+def _stop(processes, timeout: float = 3.0) -> None:
+    for p in processes:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        try:
+            p.wait(max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _raise_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def background(condition: str, cores: int = 1):
+    """Within the block, the neighbours of ``condition`` run beside this process; yields the
+    list of their processes. They are stopped on leaving the block, whatever ends it (an
+    exception, Ctrl-C, or SIGTERM, which is turned into SystemExit here), and each one asks
+    the kernel to kill it if this process dies (PR_SET_PDEATHSIG), so none outlives the
+    benchmark even after SIGKILL."""
+    if condition == "none":
+        yield []
+        return
+    kind, count = (("busy", cores) if condition == "busy" else ("mixed", 1))
+    cmd = [sys.executable, os.path.abspath(__file__), "neighbour", kind, str(os.getpid())]
+    processes = []
+    previous_term = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        for _ in range(count):
+            processes.append(subprocess.Popen(cmd, env=_neighbour_env(kind),
+                                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                              text=True))
+        for p in processes:  # each says "ready" once it is at work
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                raise SystemExit(f"background neighbour {kind} did not start "
+                                 f"(exit status {p.poll()})")
+        time.sleep(SETTLE_S)
+        yield processes
+    finally:
+        _stop(processes)
+        signal.signal(signal.SIGTERM, previous_term)
+
+
+# --- the neighbour processes ---------------------------------------------------------------
+
+def _die_with_parent(parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the benchmark's to handle
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent-pid checks below still end it
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        sys.exit(0)
+
+
+def _busy(parent: int) -> None:
+    print("ready", flush=True)
+    count = 0
+    while True:
+        count += 1
+        if count % 10_000_000 == 0 and os.getppid() != parent:
+            return
+
+
+def _mixed(parent: int) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((MIXED_SIZE, MIXED_SIZE), dtype=np.float32)
+    b = rng.standard_normal((MIXED_SIZE, MIXED_SIZE), dtype=np.float32)
+    a @ b
+    print("ready", flush=True)
+    pause = MIXED_BURST_S * (1 - MIXED_DUTY) / MIXED_DUTY
+    while os.getppid() == parent:
+        end = time.perf_counter() + MIXED_BURST_S
+        while time.perf_counter() < end:
+            a @ b
+        time.sleep(pause)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "neighbour" or sys.argv[2] not in ("busy", "mixed"):
+        raise SystemExit("usage: _common.py neighbour {busy,mixed} PARENT_PID")
+    _die_with_parent(int(sys.argv[3]))
+    (_busy if sys.argv[2] == "busy" else _mixed)(int(sys.argv[3]))

@@ -23,6 +23,13 @@ Kernel layouts: Conv2D (kh, kw, in, out) and Conv2DTranspose (kh, kw, out, in) b
 ``transpose(3, 2, 0, 1)``: (out, in, kh, kw) for ``conv2d``, (in, out, kh, kw) for
 ``conv_transpose2d``; depthwise (kh, kw, C, 1) becomes (C, 1, kh, kw) with ``groups=C``.
 
+With ``trainable=True`` every weight except the moving statistics is an ``nn.Parameter``
+and, in training mode (``.train()``), batch norm normalises with the batch's statistics and
+updates the moving ones (momentum 0.99 in Keras' terms; torch's moving variance is the
+unbiased one, Keras' the biased: the step's loss and gradients do not depend on it): the
+network as ``refseg train --train-backbone`` trains it. By default the network is for
+inference only and its weights are buffers.
+
 Input and output are NCHW-indexed tensors; with ``channels_last=True`` the weights (and the
 input the caller passes) use torch's channels_last memory format, i.e. NHWC in memory.
 """
@@ -51,9 +58,10 @@ def _same_padding(size: int, k: int, s: int) -> tuple[int, int]:
 class TorchResMobileNet(nn.Module):
     """forward(x: (N, 3, H, W)) -> class probabilities (N, 3, H, W)."""
 
-    def __init__(self, weights: dict[str, np.ndarray], *, channels_last: bool = False):
+    def __init__(self, weights: dict[str, np.ndarray], *, channels_last: bool = False,
+                 trainable: bool = False):
         super().__init__()
-        self.channels_last = channels_last
+        self.channels_last, self.trainable = channels_last, trainable
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         self._w: dict[str, torch.Tensor] = {}
         for path, array in weights.items():
@@ -64,8 +72,12 @@ class TorchResMobileNet(nn.Module):
             t = torch.from_numpy(np.ascontiguousarray(a)).clone()
             if t.ndim == 4:
                 t = t.contiguous(memory_format=fmt)
+            if trainable and not path.endswith(("/moving_mean", "/moving_variance")):
+                t = nn.Parameter(t)
+                self.register_parameter(path.replace("/", "__"), t)
+            else:
+                self.register_buffer(path.replace("/", "__"), t, persistent=False)
             self._w[path] = t
-            self.register_buffer(path.replace("/", "__"), t, persistent=False)
 
     # -- layers (Keras semantics) -------------------------------------------------------------
     def conv(self, x, name, stride=1, padding="valid", bias=True, groups=1):
@@ -101,9 +113,12 @@ class TorchResMobileNet(nn.Module):
         return F.conv_transpose2d(x, w, b, stride=stride)[:, :, crop:crop + h, crop:crop + wd]
 
     def bn(self, x, name, eps):
+        # trainable and in training mode: batch statistics, moving ones updated with Keras'
+        # momentum 0.99 (torch counts it the other way round)
         return F.batch_norm(x, self._w[f"{name}/moving_mean"],
                             self._w[f"{name}/moving_variance"], self._w[f"{name}/gamma"],
-                            self._w[f"{name}/beta"], training=False, eps=eps)
+                            self._w[f"{name}/beta"], training=self.trainable and self.training,
+                            momentum=0.01, eps=eps)
 
     # -- ResNet50V2 ---------------------------------------------------------------------------
     def resnet_block(self, x, name, stride, conv_shortcut):

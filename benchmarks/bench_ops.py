@@ -1,5 +1,6 @@
 """Time refseg's convolution layers, one per decoder layer shape, against PyTorch's, and
-measure the memory of a decoder training step.
+measure the memory of a decoder training step and the time and memory of a whole-network
+training step.
 
 What is compared
 ----------------
@@ -87,11 +88,33 @@ peak is the bytes of live arrays only. RSS is printed after steps 1, 10, 25 and 
 that it does not grow. The same step in torch (NCHW and channels_last, ``torch.optim.Adam``)
 is given for comparison.
 
+The whole-network training step (``refseg train --train-backbone``): batch 8 at 64x224
+(``TrainConfig``'s defaults), both backbones and the decoder trainable, batch norm on batch
+statistics, forward, cross-entropy, backward, Adam; refseg's step as
+``refseg/run/training.py`` takes it, against the same step in torch (``_torch_net.py`` with
+``trainable=True``, ``torch.optim.Adam``, NCHW and channels_last), from the same initial
+weights (their first-step losses must agree within 1e-4). Each runs ``--net-steps`` steps in
+a fresh child process, with its thread count pinned before the libraries load, for the time
+per step (median without step 1) and the peak RSS (as the decoder step's); refseg also at 1
+thread.
+
+Threads and background load: with T > 1, every layer is also timed with refseg's OpenMP and
+OpenBLAS pools set to 1 thread at run time (``refseg.threads``; "refseg-fwd-1t",
+"refseg-fb-1t"), in the same rounds, and the report gives refseg's T-thread time over its
+1-thread time. ``--background-load none,busy,mixed`` times the layers and the whole-network
+step under each condition in this one run; the script starts and stops the neighbours itself
+(``_common.py``: ``busy`` = ``--background-cores`` busy Python loops, ``mixed`` = one process
+running NumPy float32 products on 2 OpenBLAS threads, 70 % of the time). The decoder step's
+memory, the sgemm ceiling and the breakdown run without neighbours. The header names the
+CPU (/proc/cpuinfo) and the row loops refseg chose (``refseg.backend.row_loops``);
+``--row-loops baseline`` runs the plain loops on an AVX-512 CPU.
+
 Usage::
 
     python benchmarks/bench_ops.py [--quick] [--threads T] [--repeat N] [--write]
         [--batches 1 4] [--layers x1 x13 ...] [--no-profile] [--train-steps S]
-        [--wait-quiet SECONDS]
+        [--net-steps S] [--wait-quiet SECONDS] [--row-loops auto|baseline]
+        [--background-load none,busy,mixed] [--background-cores N]
 """
 from __future__ import annotations
 
@@ -109,7 +132,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import all_cores, pin_threads
+from _common import (OtherLoad, ThreadSwitch, add_background_arguments, all_cores,
+                     background, check_background_arguments, describe_load, machine_lines,
+                     pin_threads)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results_ops.md"
@@ -136,6 +161,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="before each layer, wait up to SECONDS for other processes to "
                              "use under 0.2 cores (default 0: do not wait)")
+    parser.add_argument("--net-steps", type=int, default=None,
+                        help="steps of the whole-network training step (--train-backbone) "
+                             "per implementation and condition, the first one untimed in the "
+                             "median (default 6, 3 with --quick; 0 skips it)")
+    parser.add_argument("--row-loops", choices=("auto", "baseline"), default="auto",
+                        help="auto: the row loops refseg chooses (AVX-512 where the CPU has "
+                             "it); baseline: the plain x86-64 loops, as on a CPU without "
+                             "AVX-512 (default auto)")
+    add_background_arguments(parser)
     parser.add_argument("--write", action="store_true",
                         help="also write the Markdown report to benchmarks/results_ops.md")
     # Internal: the training-step memory measurement runs in a child process.
@@ -148,13 +182,21 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.batches = [1] if args.quick else [1, 4]
     if args.train_steps is None:
         args.train_steps = 10 if args.quick else 50
+    if args.net_steps is None:
+        args.net_steps = 3 if args.quick else 6
     if min(args.repeat, args.threads, args.train_steps, *args.batches) < 1:
         parser.error("--repeat, --threads, --train-steps and --batches must be >= 1")
+    if args.net_steps < 0:
+        parser.error("--net-steps must be >= 0")
+    check_background_arguments(parser, args)
     return args
 
 
+ROW_LOOPS = "auto"  # --row-loops, for the child processes
+
 if __name__ == "__main__":
     ARGS = parse_args()
+    ROW_LOOPS = ARGS.row_loops
     # OpenMP and OpenBLAS read their thread counts once, when they load: these must be set
     # before NumPy, refseg and torch are imported below.
     pin_threads(ARGS.threads)
@@ -164,6 +206,9 @@ import numpy as np  # noqa: E402
 import refseg  # noqa: E402
 from refseg import _kernels  # noqa: E402
 from refseg import autograd as ag  # noqa: E402
+
+if ROW_LOOPS == "baseline":
+    _kernels.use_avx512(False)
 
 try:  # the lead's optimiser; the training step falls back to SGD without it
     from refseg.autograd.optim import Adam as RefsegAdam
@@ -301,6 +346,7 @@ def environment_lines(threads: int) -> list[str]:
     lines = [
         f"- {platform.platform()}, {platform.processor() or platform.machine()}, "
         f"{all_cores()} cores available; Python {platform.python_version()}",
+        *machine_lines(),
         f"- refseg {getattr(refseg, '__version__', '?')} ({source_state()}), "
         f"NumPy {np.__version__}, "
         f"torch {torch.__version__ if torch else 'not loaded'}",
@@ -357,34 +403,6 @@ def minor_faults() -> int:
 # for its descheduled partner thread at every barrier (10x slower was seen here), while
 # torch's OpenMP degrades far less. So every measurement carries the CPU that other processes
 # used meanwhile, and --wait-quiet can hold a layer back until the machine is idle.
-
-class OtherLoad:
-    """Average number of cores used by other processes since the last reset: busy time of
-    the whole machine (/proc/stat) minus this process's own CPU time (and its children's)."""
-
-    def __init__(self):
-        self.reset()
-
-    @staticmethod
-    def _machine_busy_s() -> float:
-        with open("/proc/stat") as f:
-            user, nice, system, _idle, _iowait, irq, softirq, steal = map(
-                int, f.readline().split()[1:9])
-        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-    @staticmethod
-    def _own_s() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    def reset(self) -> None:
-        self._start = (time.perf_counter(), self._machine_busy_s(), self._own_s())
-
-    def cores(self) -> float:
-        wall = time.perf_counter() - self._start[0]
-        others = (self._machine_busy_s() - self._start[1]) - (self._own_s() - self._start[2])
-        return max(others, 0.0) / wall if wall > 0 else 0.0
-
 
 def wait_until_quiet(max_seconds: float, threshold: float = 0.2) -> float:
     """Sleep (in 1 s probes) until other processes use under `threshold` cores, at most
@@ -592,7 +610,9 @@ class LayerResult:
         return work / (self.ms(f"refseg-{mode}") * 1e-3) / 1e9
 
 
-def benchmark_layer(layer: Layer, batch: int, repeat: int) -> LayerResult:
+def benchmark_layer(layer: Layer, batch: int, repeat: int, switch=None) -> LayerResult:
+    """Every variant of one layer in interleaved rounds; with a ThreadSwitch also refseg at 1
+    thread ("refseg-fwd-1t", "refseg-fb-1t")."""
     data = layer_data(layer, batch)
     ours = RefsegCase(layer, data)
     nchw = TorchCase(layer, data, channels_last=False)
@@ -600,6 +620,9 @@ def benchmark_layer(layer: Layer, batch: int, repeat: int) -> LayerResult:
     fns = {"refseg-fwd": ours.forward, "torch-nchw-fwd": nchw.forward,
            "torch-cl-fwd": cl.forward, "refseg-fb": ours.forward_backward,
            "torch-nchw-fb": nchw.forward_backward, "torch-cl-fb": cl.forward_backward}
+    if switch is not None:
+        fns["refseg-fwd-1t"] = switch.wrap(1, ours.forward)
+        fns["refseg-fb-1t"] = switch.wrap(1, ours.forward_backward)
     load = OtherLoad()
     times = time_interleaved(fns, repeat)
     return LayerResult(layer, batch, times, agreement(layer, data), load.cores())
@@ -833,15 +856,104 @@ class TorchTrainer:
         return loss.item()
 
 
+# --- the whole-network training step (refseg train --train-backbone) ----------------------
+
+def net_config():
+    """The training settings the step is taken from: ``refseg train``'s defaults (batch 8 at
+    64x224, both backbones, Adam at 1e-3)."""
+    from refseg.run.training import TrainConfig
+
+    return TrainConfig(train_backbone=True)
+
+
+def net_inputs(batch: int, hw, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Random NHWC images in [-1, 1] (the network's input range) and integer labels."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (batch, *hw, 3)).astype(np.float32)
+    return x, rng.integers(0, CLASSES, size=(batch, *hw))
+
+
+class RefsegNetTrainer:
+    """One step of ``refseg train --train-backbone`` (refseg/run/training.py, _train_epoch):
+    both backbones unfrozen, training mode (batch norm on batch statistics), forward,
+    per-pixel cross-entropy, backward, Adam. The data set and claim-1 extraction are not
+    part of the step: the images are random."""
+
+    def __init__(self, batch: int):
+        from refseg.models import ResMobileNet
+
+        config = net_config()
+        self.model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
+        for branch in config.branches:
+            self.model.freeze(branch, frozen=False)
+        self.model.set_training(True)
+        self.x, self.labels = net_inputs(batch, config.input_hw)
+        params = self.model.trainable_parameters()
+        self.parameters = sum(p.data.size for p in params)
+        self.optimizer = RefsegAdam(params, learning_rate=config.learning_rate)
+
+    def step(self) -> float:
+        p = self.model.forward(self.x)
+        loss = ag.categorical_crossentropy(p, self.labels)
+        del p
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return float(loss.data)
+
+
+class TorchNetTrainer:
+    """The same step in torch: ``_torch_net.TorchResMobileNet`` with refseg's initial
+    weights, trainable, in training mode; refseg's loss; torch.optim.Adam (epsilon 1e-7, as
+    refseg's)."""
+
+    def __init__(self, batch: int, channels_last: bool):
+        from _torch_net import TorchResMobileNet
+
+        from refseg.models import ResMobileNet
+
+        config = net_config()
+        model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
+        self.net = TorchResMobileNet(model.weights(), channels_last=channels_last,
+                                     trainable=True).train()
+        del model
+        gc.collect()
+        x, labels = net_inputs(batch, config.input_hw)
+        tx = torch.from_numpy(x).permute(0, 3, 1, 2)  # channels_last: a view of NHWC
+        self.x = tx if channels_last else tx.contiguous()
+        self.labels = torch.from_numpy(labels)
+        params = list(self.net.parameters())
+        self.parameters = sum(p.numel() for p in params)
+        self.optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=1e-7)
+
+    def step(self) -> float:
+        p = self.net(self.x).clamp(1e-7, 1 - 1e-7)
+        loss = -torch.log(p.gather(1, self.labels[:, None])).mean()
+        del p
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+
 def train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
     """Runs in a fresh process: RSS around `steps` training steps, as a dict (printed as
-    JSON to the parent)."""
+    JSON to the parent). impl: refseg, torch, torch-cl (the decoder's step) or refseg-net,
+    torch-net, torch-net-cl (the whole network's)."""
     if impl.startswith("torch"):
         load_torch(threads)
+    if impl in ("torch-net", "torch-net-cl"):
+        trainer = TorchNetTrainer(batch, channels_last=impl == "torch-net-cl")
+    elif impl == "refseg-net":
+        trainer = RefsegNetTrainer(batch)
+    elif impl.startswith("torch"):
         trainer = TorchTrainer(batch, channels_last=impl == "torch-cl")
     else:
         trainer = RefsegTrainer(batch)
-    result = {"impl": impl, "batch": batch, "rss_before_mb": proc_status_mb("VmRSS")}
+    result = {"impl": impl, "batch": batch, "threads": threads,
+              "rss_before_mb": proc_status_mb("VmRSS")}
+    if hasattr(trainer, "parameters"):
+        result["parameters"] = trainer.parameters
     checkpoints = {1, 10, 25, 50, steps}
     can_reset = reset_peak_rss()
     rss, losses, times, peak_first = {}, [], [], None
@@ -880,7 +992,7 @@ def run_train_child(impl: str, batch: int, steps: int, threads: int,
                     wait_quiet: float = 0.0) -> dict:
     wait_until_quiet(wait_quiet)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--threads", str(threads),
-           "--train-child", impl, str(batch), str(steps)]
+           "--row-loops", ROW_LOOPS, "--train-child", impl, str(batch), str(steps)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         return {"impl": impl, "batch": batch, "error": out.stderr.strip().splitlines()[-1:]}
@@ -979,6 +1091,117 @@ def training_lines(runs: list[dict]) -> list[str]:
     return lines
 
 
+def verdict(ok: bool) -> str:
+    return "**holds**" if ok else "**missed**"
+
+
+NET_IMPLS = ("refseg-net", "torch-net", "torch-net-cl")
+#: first-step losses of refseg and torch (same weights, same data) must agree this closely
+NET_LOSS_TOLERANCE = 1e-4
+
+
+def steady_ms(run: dict) -> float:
+    """Median step time without step 1 (which allocates Adam's state and the workspaces)."""
+    steps = run["step_ms"]
+    return statistics.median(steps[1:] if len(steps) > 1 else steps)
+
+
+def peak_mb(run: dict) -> float:
+    """The larger of the peaks over step 1 and over the steps after it (MiB above the RSS
+    at the reset)."""
+    return max(run["peak_step1_mb"], run.get("peak_steady_mb", 0.0))
+
+
+def net_training_lines(runs: dict, threads: int) -> list[str]:
+    """runs: condition -> list of train_child results of NET_IMPLS (and refseg-net at 1
+    thread)."""
+    lines = ["| background load | impl | threads | steps | ms / step (median, steps 2..) | "
+             "images / s | peak over step 1 MiB | peak over steps 2.. MiB | RSS before MiB | "
+             "trainable parameters | loss step 1 / last step | other load |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    verdicts = []
+    for condition, rs in runs.items():
+        for r in rs:
+            if "error" in r:
+                lines.append(f"| {condition} | {r['impl']} | | failed: {r['error']} |")
+                continue
+            steady = f"{r['peak_steady_mb']:.0f}" if "peak_steady_mb" in r else "-"
+            lines.append(
+                f"| {condition} | {r['impl']} | {r['threads']} | {len(r['step_ms'])} | "
+                f"{steady_ms(r):.0f} | {1e3 * r['batch'] / steady_ms(r):.1f} | "
+                f"{r['peak_step1_mb']:.0f} | {steady} | {r['rss_before_mb']:.0f} | "
+                f"{r.get('parameters', 0):,} | {r['losses'][0]:.6f} / {r['losses'][1]:.6f} | "
+                f"{r['other_cores']:.2f} |")
+        ok = {(r["impl"], r["threads"]): r for r in rs if "error" not in r}
+        ours = ok.get(("refseg-net", threads))
+        torches = [ok[k] for k in (("torch-net", threads), ("torch-net-cl", threads)) if k in ok]
+        if ours is None or not torches:
+            verdicts.append(f"- {condition}: no ratio (a run failed)")
+            continue
+        best = min(torches, key=steady_ms)
+        ratio = steady_ms(ours) / steady_ms(best)
+        memory = peak_mb(ours) / max(peak_mb(best), 1e-9)
+        gap = max(abs(ours["losses"][0] - t["losses"][0]) for t in torches)
+        # after the updates, shown without a tolerance: Adam's first steps move each weight
+        # by about the learning rate whatever the size of its gradient, so rounding-sized
+        # gradient differences can move this loss more than they move the first
+        last_gap = max(abs(ours["losses"][1] - t["losses"][1]) for t in torches)
+        line = (f"- {condition}: refseg / torch ({best['impl']}, the faster layout) = "
+                f"{ratio:.2f} per step (target <= 1.0: {verdict(ratio <= 1)}); peak memory "
+                f"{peak_mb(ours):.0f} / {peak_mb(best):.0f} MiB = {memory:.2f} "
+                f"(target <= 1: {verdict(memory <= 1)}); first-step "
+                f"loss differs from torch's by {gap:.1e} "
+                f"({'ok' if gap <= NET_LOSS_TOLERANCE else 'MISMATCH'}, tolerance "
+                f"{NET_LOSS_TOLERANCE:g}), after step {len(ours['step_ms'])} by "
+                f"{last_gap:.1e}")
+        one = ok.get(("refseg-net", 1))
+        if one is not None and threads > 1:
+            line += f"; refseg T threads / 1 thread = {steady_ms(ours) / steady_ms(one):.2f}"
+        verdicts.append(line)
+    return lines + [""] + verdicts
+
+
+def thread_lines(results: list[LayerResult], threads: int) -> list[str]:
+    """refseg's T-thread time over its 1-thread time, per layer, from the same rounds."""
+    lines = [f"refseg {threads} threads / 1 thread (medians of the same rounds; below 1: the "
+             "threads help):", "",
+             "| layer | fwd T ms | fwd 1 ms | fwd T / 1 | f+b T ms | f+b 1 ms | f+b T / 1 |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    sums = {k: 0.0 for k in ("refseg-fwd", "refseg-fwd-1t", "refseg-fb", "refseg-fb-1t")}
+    for r in results:
+        ms = {k: r.ms(k) for k in sums}
+        for k in sums:
+            sums[k] += ms[k]
+        lines.append(f"| {r.layer.name} | {ms['refseg-fwd']:.2f} | {ms['refseg-fwd-1t']:.2f} | "
+                     f"{ms['refseg-fwd'] / ms['refseg-fwd-1t']:.2f} | {ms['refseg-fb']:.2f} | "
+                     f"{ms['refseg-fb-1t']:.2f} | {ms['refseg-fb'] / ms['refseg-fb-1t']:.2f} |")
+    lines.append(f"| **all** | {sums['refseg-fwd']:.1f} | {sums['refseg-fwd-1t']:.1f} | "
+                 f"{sums['refseg-fwd'] / sums['refseg-fwd-1t']:.2f} | {sums['refseg-fb']:.1f} | "
+                 f"{sums['refseg-fb-1t']:.1f} | {sums['refseg-fb'] / sums['refseg-fb-1t']:.2f} |")
+    return lines
+
+
+def summary_lines(results: dict, threads: int) -> list[str]:
+    """Decoder layers summed, one row per condition and batch."""
+    lines = ["| background load | batch | other load (median) | refseg / torch fwd | "
+             "refseg / torch f+b | refseg T / 1 thread fwd | refseg T / 1 thread f+b |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for (condition, batch), rs in results.items():
+        def total(key):
+            return sum(r.ms(key) for r in rs)
+
+        def torch_total(mode):
+            return sum(r.ms(r.torch_best(mode)) for r in rs)
+
+        one = (f"{total('refseg-fwd') / total('refseg-fwd-1t'):.2f} | "
+               f"{total('refseg-fb') / total('refseg-fb-1t'):.2f}" if threads > 1 else "- | -")
+        lines.append(f"| {condition} | {batch} | "
+                     f"{statistics.median(r.other_cores for r in rs):.2f} | "
+                     f"{total('refseg-fwd') / torch_total('fwd'):.2f} | "
+                     f"{total('refseg-fb') / torch_total('fb'):.2f} | {one} |")
+    return lines
+
+
 def rss_verdict(run: dict) -> str:
     rss = {int(k): v for k, v in run["rss_mb"].items()}
     first = 10 if 10 in rss and max(rss) > 10 else min(rss)
@@ -995,6 +1218,7 @@ def main(args: argparse.Namespace) -> None:
         print(json.dumps(train_child(impl, int(batch), int(steps), args.threads)))
         return
     load_torch(args.threads)
+    switch = ThreadSwitch() if args.threads > 1 else None
     layers = [LAYERS[n] for n in args.layers] if args.layers else list(LAYERS.values())
     out: list[str] = []
 
@@ -1006,7 +1230,12 @@ def main(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     emit("# refseg decoder layers vs torch", "",
          f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}: `python benchmarks/bench_ops.py "
-         + " ".join(sys.argv[1:]) + "`", "", *environment_lines(args.threads), "")
+         + " ".join(sys.argv[1:]) + "`", "", *environment_lines(args.threads),
+         "- thread pools switched at run time for the 1-thread rounds: "
+         + (switch.describe() if switch else "- (T = 1)"),
+         "- background load conditions: " + "; ".join(
+             f"{c}: {describe_load(c, args.background_cores)}" for c in args.background_load),
+         "")
 
     # Memory first, each in a fresh process; refseg's RSS check runs the longest.
     emit("## Decoder training step: memory and time", "",
@@ -1036,12 +1265,23 @@ def main(args: argparse.Namespace) -> None:
             shapes[f"{layer.name} fwd GEMM, batch {batch}"] = gemm_shape(layer, batch)
     sgemm_before = measure_sgemm(shapes, max(3, args.repeat // 2))
 
-    results = {}
-    for batch in args.batches:
-        results[batch] = []
-        for layer in layers:
-            wait_until_quiet(args.wait_quiet)
-            results[batch].append(benchmark_layer(layer, batch, args.repeat))
+    results, net_runs = {}, {}
+    for condition in args.background_load:
+        with background(condition, args.background_cores):
+            for batch in args.batches:
+                rs = results[(condition, batch)] = []
+                for layer in layers:
+                    if condition == "none":
+                        wait_until_quiet(args.wait_quiet)
+                    rs.append(benchmark_layer(layer, batch, args.repeat, switch))
+            if args.net_steps:
+                config = net_config()
+                net_runs[condition] = [
+                    run_train_child(impl, config.batch_size, args.net_steps, args.threads)
+                    for impl in NET_IMPLS]
+                if args.threads > 1:
+                    net_runs[condition].append(run_train_child(
+                        "refseg-net", config.batch_size, args.net_steps, 1))
     sgemm_after = measure_sgemm(shapes, max(3, args.repeat // 2))
     ceiling = max(max(sgemm_before[s], sgemm_after[s]) for s in ("square 1024", "square 2048"))
 
@@ -1052,15 +1292,35 @@ def main(args: argparse.Namespace) -> None:
              f"{sgemm_after[label]:.0f} |")
     emit("", f"sgemm ceiling (best square median): **{ceiling:.0f} GFLOP/s**.", "")
 
-    for batch in args.batches:
-        emit(f"## Layers, batch {batch}", "",
+    for (condition, batch), rs in results.items():
+        emit(f"## Layers, batch {batch}, background load {condition}", "",
+             f"Background load: {describe_load(condition, args.background_cores)}. "
              "Medians of the interleaved rounds; ratio = refseg / faster torch layout (ratio of "
              "the fastest runs in brackets); f+b = forward + backward, counted as 3x the "
              "forward FLOPs (direct-convolution FLOPs: an effective rate on the Winograd route); "
              "(large) = at least 1 GFLOP forward per image. Targets: ratio "
              "<= 1.5, large layers >= 50% of the sgemm ceiling. Other load: cores used by "
-             "other processes meanwhile (above ~0.1 the numbers are disturbed).", "",
-             *layer_table(results[batch], ceiling), "", *torch_layout_lines(results[batch]), "")
+             "other processes meanwhile, the background neighbours included (without them, "
+             "above ~0.1 the numbers are disturbed).", "",
+             *layer_table(rs, ceiling), "", *torch_layout_lines(rs), "")
+        if switch is not None:
+            emit(*thread_lines(rs, args.threads), "")
+    emit("## Summary: decoder layers summed, every condition", "",
+         "Sums of the medians over the layers; torch: the faster layout per layer.", "",
+         *summary_lines(results, args.threads), "")
+    if net_runs:
+        config = net_config()
+        emit("## Whole-network training step (refseg train --train-backbone)", "",
+             f"Batch {config.batch_size} at {config.input_hw[0]}x{config.input_hw[1]}, both "
+             "backbones and the decoder trainable, batch norm on batch statistics; forward, "
+             "per-pixel cross-entropy, backward, Adam (lr "
+             f"{config.learning_rate:g}); the images are random and the data set's "
+             "claim-1 extraction is not timed. refseg: refseg/run/training.py's step; torch: "
+             "benchmarks/_torch_net.py trainable, torch.optim.Adam, NCHW (torch-net) and "
+             "channels_last (torch-net-cl). Each row is a fresh child process with its "
+             "thread count pinned before the libraries load, started while the condition's "
+             "neighbours run; peaks are VmHWM above the RSS at the reset (see the decoder "
+             "step above).", "", *net_training_lines(net_runs, args.threads), "")
     worst = max(r.agreement for rs in results.values() for r in rs)
     emit(f"refseg vs torch agreement: largest relative difference over outputs and gradients "
          f"{worst:.1e} ({'ok' if worst < 1e-3 else 'MISMATCH'}).", "")
