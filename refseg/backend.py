@@ -5,6 +5,7 @@ Every public function that runs a hot loop takes ``backend="cython"`` (default) 
 """
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 from refseg.errors import InputError
@@ -53,3 +54,14 @@ def row_loops() -> tuple[str, bool]:
     active = _kernels.use_avx512(True)
     supported = _kernels.use_avx512(active)
     return ("avx512" if active else "baseline"), bool(supported)
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo``, "" where there is none (not Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""

@@ -31,6 +31,7 @@ import scipy
 
 from refseg import imageio, trace
 from refseg._version import __version__
+from refseg.backend import cpu_model
 from refseg.claim1.alternatives import ALTERNATIVES, BY_NAME, Variant, extract_variant, \
     worked_example
 from refseg.claim1.operators import OPERATORS
@@ -378,14 +379,7 @@ def closing_note(summary: dict, downstream_text: str) -> str:
 
 
 def _machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model()
     return (f"{platform.system()} {platform.machine()}" + (f", {model}" if model else "")
             + f", {os.cpu_count()} cores; Python {platform.python_version()}, NumPy "
             f"{np.__version__}, SciPy {scipy.__version__}, refseg {__version__}")

@@ -37,6 +37,7 @@ import numpy as np
 from PIL import Image
 
 from refseg import imageio, trace
+from refseg.backend import cpu_model
 from refseg._version import __version__
 from refseg.claim1.operators import OPERATORS
 from refseg.data.labels import CLASS_NAMES, LABEL_COLOURS
@@ -63,14 +64,7 @@ MODULE_COMMANDS = {
 @infrastructure("the record of the machine a report was made on")
 def machine() -> dict:
     """The machine, as a report's header states it: CPU model, cores, system, Python, NumPy."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model() or platform.processor() or platform.machine()
     return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
             "python": platform.python_version(), "numpy": np.__version__}
 
