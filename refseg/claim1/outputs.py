@@ -126,6 +126,11 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
 NPZ_CONTENTS = ("all", "maps")
 
 
+def _check_npz_contents(arrays: str) -> None:
+    if arrays not in NPZ_CONTENTS:
+        raise InputError(f"--arrays: expected one of {', '.join(NPZ_CONTENTS)}, got {arrays!r}")
+
+
 @infrastructure("writing one image's outputs")
 def write_outputs(folder, loaded: LoadedImage, result: FeatureResult,
                   arrays: str = "all") -> list[str]:
@@ -164,8 +169,7 @@ def write_outputs(folder, loaded: LoadedImage, result: FeatureResult,
     write_png(folder / "feature_map.png", result.feature_map * np.uint8(255))
     write_png(folder / "panel.png", panel(loaded.pixels, result))
     names += ["mean_image.png", "feature_map.png", "panel.png"]
-    if arrays not in NPZ_CONTENTS:
-        raise InputError(f"--arrays: expected one of {', '.join(NPZ_CONTENTS)}, got {arrays!r}")
+    _check_npz_contents(arrays)
     kept = {
         **{k: result.edges[k] for k in OPERATORS}, "feature_map": result.feature_map,
         "weights": result.vector("weights"), "cv": result.vector("cv"),
@@ -234,8 +238,7 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     images = [Path(p) for p in images]
     stems = _stems(images)
     limit = imageio.MAX_PIXELS if max_pixels is None else imageio.check_max_pixels(max_pixels)
-    if arrays not in NPZ_CONTENTS:
-        raise InputError(f"--arrays: expected one of {', '.join(NPZ_CONTENTS)}, got {arrays!r}")
+    _check_npz_contents(arrays)
     out = imageio.check_output_folder(out)
     imageio.check_replaceable(out, stems, OUTPUT_FILES, "refseg edges")
     loaded = [imageio.read_image(p, limit) for p in images]
