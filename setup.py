@@ -45,6 +45,7 @@ kernels = Extension(
              "refseg/autograd/_window.pxi", "refseg/autograd/_norm.pxi",
              "refseg/autograd/_optim.pxi", "refseg/autograd/_elementwise.pxi",
              "refseg/autograd/_direct_conv.pxi", "refseg/autograd/_winograd.pxi",
+             "refseg/autograd/_gemm.pxi",
              "refseg/autograd/direct_conv_avx512.h", "refseg/autograd/winograd_f2x2.h",
              "refseg/autograd/winograd_f4x4.h"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -689,8 +689,12 @@ def gemm_operands(layer: Layer, batch: int) -> dict:
     """The three matrix products of the im2col formulation, at full size, on random arrays:
     forward ("fwd") and the kernel and input gradients ("bwd"), with the transposed views
     refseg wrote at the time of writing (conv: y = cols W, dW = cols^T g, dcols = g W^T;
-    transposed conv: cols = x W^T, dx = gcols W, dW = gcols^T x). Whatever blocking or
-    reformulation the op uses, these are its FLOPs at the rate BLAS gives these shapes."""
+    transposed conv: cols = x W^T, dx = gcols W, dW = gcols^T x), through refseg's products
+    (``refseg.autograd.products.matmul``, tiles on the OpenMP threads). Whatever blocking or
+    reformulation the op uses, these are its FLOPs at the rate refseg's products give these
+    shapes."""
+    from refseg.autograd.products import matmul
+
     rng = np.random.default_rng(2)
     kk = layer.k * layer.k
 
@@ -701,13 +705,13 @@ def gemm_operands(layer: Layer, batch: int) -> dict:
         m = batch * layer.out_size ** 2
         cols, w2 = rand(m, kk * layer.cin), rand(kk * layer.cin, layer.cout)
         g2 = rand(m, layer.cout)
-        return {"fwd": [lambda: cols @ w2],
-                "bwd": [lambda: cols.T @ g2, lambda: g2 @ w2.T]}
+        return {"fwd": [lambda: matmul(cols, w2)],
+                "bwd": [lambda: matmul(cols.T, g2), lambda: matmul(g2, w2.T)]}
     m = batch * layer.size ** 2
     x2, w2 = rand(m, layer.cin), rand(kk * layer.cout, layer.cin)
     gcols = rand(m, kk * layer.cout)
-    return {"fwd": [lambda: x2 @ w2.T],
-            "bwd": [lambda: gcols @ w2, lambda: gcols.T @ x2]}
+    return {"fwd": [lambda: matmul(x2, w2.T)],
+            "bwd": [lambda: matmul(gcols, w2), lambda: matmul(gcols.T, x2)]}
 
 
 @dataclass

@@ -15,7 +15,7 @@ from refseg.autograd._reference import (
     channel_sums, batch_norm_forward, batch_norm_backward, adam_update, channel_affine, clamp,
     add_arrays, conv_small_forward, conv_small_weight, winograd_input, winograd_output,
     winograd_kernel, winograd_output_adjoint, winograd_kernel_adjoint, winograd4_input,
-    winograd4_output, winograd4_kernel,
+    winograd4_output, winograd4_kernel, gemm_stack,
 )
 
 __all__ = [
@@ -27,4 +27,5 @@ __all__ = [
     "channel_affine", "clamp", "add_arrays", "conv_small_forward", "conv_small_weight",
     "winograd_input", "winograd_output", "winograd_kernel", "winograd_output_adjoint",
     "winograd_kernel_adjoint", "winograd4_input", "winograd4_output", "winograd4_kernel",
+    "gemm_stack",
 ]

@@ -113,3 +113,61 @@ def limit_threads(threads: int):
     finally:
         for pool, count in previous:
             pool.set(count)
+
+
+def _needed_libraries(path: str) -> list[str]:
+    """The DT_NEEDED entries (file names of the libraries it links) of a 64-bit little-endian
+    ELF shared object, [] for any other file."""
+    data = Path(path).read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return []
+
+    def unsigned(offset, size):
+        return int.from_bytes(data[offset:offset + size], "little")
+
+    section_table, entry_size, count = unsigned(0x28, 8), unsigned(0x3A, 2), unsigned(0x3C, 2)
+    sections = [(unsigned(o + 4, 4), unsigned(o + 0x18, 8), unsigned(o + 0x20, 8),
+                 unsigned(o + 0x28, 4))
+                for o in range(section_table, section_table + count * entry_size, entry_size)]
+    names = []
+    for kind, offset, size, link in sections:
+        if kind != 6:  # SHT_DYNAMIC; its sh_link is the section of its strings
+            continue
+        strings = sections[link][1]
+        for entry in range(offset, offset + size, 16):
+            if unsigned(entry, 8) == 1:  # DT_NEEDED
+                start = strings + unsigned(entry + 8, 8)
+                names.append(data[start:data.index(b"\0", start)].decode())
+    return names
+
+
+_BLAS_POOL: list = []
+
+
+def kernel_blas_pool() -> NativePool | None:
+    """The thread functions of the BLAS library that refseg's products call (the one that
+    ``scipy.linalg.cython_blas`` links), None if it is not an OpenBLAS this module knows.
+
+    Found from the libraries that module links, not by name alone: NumPy's wheels carry their
+    own OpenBLAS beside SciPy's, torch may load a third, and distributions link NumPy and SciPy
+    to one.
+    """
+    if not _BLAS_POOL:
+        from scipy.linalg import cython_blas
+
+        needed = set(_needed_libraries(cython_blas.__file__))
+        pools = [p for p in native_pools()
+                 if p.kind == "openblas" and os.path.basename(p.path) in needed]
+        _BLAS_POOL.append(pools[0] if pools else None)
+    return _BLAS_POOL[0]
+
+
+def single_threaded_blas() -> None:
+    """Keep the BLAS of refseg's products at one thread of its own: the products run on
+    OpenMP's threads (``refseg.autograd.products``), and a BLAS call that started threads of its
+    own there would put two pools back on the cores. Called before every product (a read of
+    one integer), so that a thread count set since (``limit_threads``, the user's own BLAS
+    calls) is put back. Does nothing for a BLAS that is not OpenBLAS."""
+    pool = kernel_blas_pool()
+    if pool is not None and pool.get() != 1:
+        pool.set(1)

@@ -12,7 +12,7 @@ def channel_affine(const real[:, ::1] x, const real[::1] scale, const real[::1] 
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
     cdef real product
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * ch)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
             for c in range(ch):
                 product = x[r, c] * scale[c]
                 out[r, c] = product + shift[c]
@@ -25,7 +25,7 @@ def clamp(const real[::1] x, double low, double high, real[::1] out):
     cdef Py_ssize_t n = x.shape[0], k
     cdef real value, lo = <real> low, hi = <real> high
     with nogil:
-        for k in prange(n, schedule="static", num_threads=_threads(n)):
+        for k in prange(n, schedule="guided", num_threads=_threads(n)):
             value = x[k]
             if value <= lo:
                 value = lo
@@ -38,5 +38,5 @@ def add_arrays(const real[::1] x, const real[::1] y, real[::1] out):
     """out = x + y elementwise."""
     cdef Py_ssize_t n = x.shape[0], k
     with nogil:
-        for k in prange(n, schedule="static", num_threads=_threads(n)):
+        for k in prange(n, schedule="guided", num_threads=_threads(n)):
             out[k] = x[k] + y[k]

@@ -527,3 +527,37 @@ def winograd4_kernel(w, u):
     row, in :func:`_g4_combine`'s order, the fractions rounded to g's dtype.
     """
     _kernel_transform(w, u, 6, _g4_combine)
+
+
+# ------------------------------------------------------------------------------------------
+# Twin of _gemm.pxi.
+
+def gemm_stack(a, b, b_plane, out, accumulate, tile_rows, tile_cols, parallel):
+    """Twin of ``_kernels.gemm_stack`` (autograd/_gemm.pxi), for ``claim2.fusion`` and
+    ``claim4.propagation`` (the matrix products of the convolutions and their gradients).
+
+    out[p] = a[p] @ b[b_plane[p]] (+ out[p] if accumulate), tile by tile (tile_rows x
+    tile_cols outputs), in order (``parallel`` is the kernel's thread switch). Each tile is
+    the call the kernel makes, through SciPy's wrapper of the same BLAS: Fortran BLAS sees a
+    row-major matrix as its transpose, so the tile is computed as c^T = b^T a^T, with a plane
+    stored as a transposed view passed as it lies and marked transposed (the orientation and
+    the transposition flags choose OpenBLAS's loops, and so the rounding).
+    """
+    from scipy.linalg import blas
+
+    gemm = blas.sgemm if out.dtype == np.float32 else blas.dgemm
+    _, m, n = out.shape
+
+    def operand(x):
+        """x's transpose as Fortran BLAS takes it: (array, transposition flag)."""
+        return (x.T, 0) if x.strides[1] == x.itemsize else (x, 1)
+
+    for p in range(out.shape[0]):
+        for i0 in range(0, m, tile_rows):
+            for j0 in range(0, n, tile_cols):
+                tile = out[p, i0:i0 + tile_rows, j0:j0 + tile_cols]
+                first, trans_first = operand(b[b_plane[p], :, j0:j0 + tile_cols])
+                second, trans_second = operand(a[p, i0:i0 + tile_rows])
+                kwargs = {"beta": 1, "c": tile.T.copy(order="F")} if accumulate else {}
+                tile[...] = gemm(1, first, second, trans_a=trans_first, trans_b=trans_second,
+                                 **kwargs).T

@@ -4,7 +4,8 @@
 - depthwise_conv2d: kernel (kh, kw, C, 1), bias (C,).
 - conv2d_transpose: kernel (kh, kw, out, in), bias (out,); padding "same" gives size * stride.
 
-conv2d runs as im2col + one matrix product (BLAS through NumPy); its input gradient is col2im,
+conv2d runs as im2col + one matrix product (``products.matmul``: single-threaded BLAS calls on
+tiles of the output, on refseg's OpenMP threads); its input gradient is col2im,
 the adjoint of im2col. conv2d_transpose is the adjoint of conv2d: its forward is conv2d's
 input-gradient path and its backward uses conv2d's forward path, so <conv2d(x, W), y> =
 <x, conv2d_transpose(y, W)> for matching geometry (``tests/autograd/test_autograd.py``). With few input
@@ -25,18 +26,12 @@ Stride-1 convolutions with few channels (kh*kw*Cin*Cout <= DIRECT_MAX_PRODUCTS p
 output pixel, e.g. the 3 -> 3 prediction layer) run on compiled direct kernels instead
 (``conv_small_forward`` / ``conv_small_weight``, see ``conv_route``): there im2col + GEMM is
 mostly copying. The stride-1 transposed convolution is the convolution with the flipped kernel
-and takes the same kernels. Measured and not kept: implicit GEMM ("shifted GEMMs", kh*kw
-products with beta = 1 over shifted views of a zero-padded input) was 1.0-1.5x slower than
-im2col forward and up to 2x slower forward + backward on the decoder's large layers with 2
-OpenBLAS threads (the products have K = Cin instead of kh*kw*Cin and re-read the output kh*kw
-times); running im2col on two OpenMP threads between GEMMs was ~10x slower (OpenBLAS's idle
-workers keep spinning on the cores).
+and takes the same kernels.
 
-Measured and not changed: libgomp's workers keep spinning for a while after each parallel
-region (GOMP_SPINCOUNT, 300000 by default), on the cores OpenBLAS's threads need for the
-products that follow; with GOMP_SPINCOUNT=0 the Winograd layers ran up to 1.5-2x faster when
-they follow other OpenMP work (torch's in the benchmarks). That setting is the user's (it is
-read when libgomp loads, and torch shares the library in one process).
+Measured and not kept: implicit GEMM ("shifted GEMMs", kh*kw products with beta = 1 over
+shifted views of a zero-padded input) was 1.0-1.5x slower than im2col forward and up to 2x
+slower forward + backward on the decoder's large layers (the products have K = Cin instead of
+kh*kw*Cin and re-read the output kh*kw times).
 
 References: claims 2-4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0139] (depthwise, MobileNetV2),
 [0232]-[0236] (ResNet convolutions), [0129]-[0132] (backward).
@@ -46,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from refseg.autograd.geometry import conv_output, transpose_output
+from refseg.autograd.products import matmul, matmul_stack
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
@@ -151,7 +147,7 @@ class Conv2D(_Window):
                                kh, kw, (1, 1), (kh - 1 - pt, kw - 1 - pl), x.shape[1:3],
                                self.backend).reshape(x.shape)
         elif ctx.needs_input_grad[0]:
-            cols = g2 @ w.reshape(kh * kw * cin, cout).T
+            cols = matmul(g2, w.reshape(kh * kw * cin, cout).T, backend=self.backend)
             dx = _col2im(cols, x.shape, kh, kw, self.strides, (pt, pl), out_hw, self.backend)
         return dx, dw, db
 
@@ -192,8 +188,8 @@ class Conv2DTranspose(_Window):
         rows, columns = n * h * wd, kh * kw * cout
         pointwise = _pointwise(kh, kw, self.strides, (pt, pl), (h, wd), (ho, wo))
         if rows <= TRANSPOSED_COLUMNS_MAX_ROWS and not pointwise:
-            cols_t = np.matmul(w2, x2.T, out=_workspace(rows * columns, x.dtype)
-                               .reshape(columns, rows))
+            cols_t = matmul(w2, x2.T, _workspace(rows * columns, x.dtype)
+                            .reshape(columns, rows), backend=self.backend)
             out = np.empty((n, ho, wo, cout), dtype=x.dtype)
             kernels(self.backend).col2im_transposed(cols_t, kh, kw, *self.strides, pt, pl, h,
                                                     wd, out)
@@ -201,10 +197,10 @@ class Conv2DTranspose(_Window):
             if pointwise:
                 # the column matrix is the output itself: it must not live in the shared
                 # workspace, which the next convolution overwrites
-                cols = x2 @ w2.T
+                cols = matmul(x2, w2.T, backend=self.backend)
             else:
-                cols = np.matmul(x2, w2.T, out=_workspace(rows * columns, x.dtype)
-                                 .reshape(rows, columns))
+                cols = matmul(x2, w2.T, _workspace(rows * columns, x.dtype)
+                              .reshape(rows, columns), backend=self.backend)
             out = _col2im(cols, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
                           self.backend)
         if b is not None:
@@ -218,9 +214,8 @@ class Conv2DTranspose(_Window):
         kh, kw, cout, cin = w.shape
         if ctx.route == "direct":
             # the forward was the convolution of x with the flipped kernel: its backward, and
-            # the kernel gradient flipped back. Its kernel also sums g for the bias gradient
-            # (a BLAS call for those sums would leave OpenBLAS's threads spinning on the cores
-            # that the next kernel's OpenMP threads need)
+            # the kernel gradient flipped back. Its kernel also sums g for the bias gradient,
+            # in the same pass over g
             dx, dw, db = _direct_backward(x2, _flipped(w), np.ascontiguousarray(grad),
                                           (kh - 1 - pads[0], kw - 1 - pads[1]),
                                           ctx.needs_input_grad[0], ctx.has_bias, self.backend)
@@ -238,8 +233,9 @@ class Conv2DTranspose(_Window):
             return dx, dw, db
         gcols = _im2col(grad, kh, kw, self.strides, pads, x_shape[1:3], self.backend)
         w2 = w.reshape(kh * kw * cout, cin)
-        dx = (gcols @ w2).reshape(x_shape) if ctx.needs_input_grad[0] else None
-        dw = (gcols.T @ x2).reshape(w.shape)
+        dx = (matmul(gcols, w2, backend=self.backend).reshape(x_shape)
+              if ctx.needs_input_grad[0] else None)
+        dw = matmul(gcols.T, x2, backend=self.backend).reshape(w.shape)
         db = _channel_sums(grad) if ctx.has_bias else None
         return dx, dw, db
 
@@ -539,12 +535,9 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2) -> np.nda
     for start, v, m in _tile_blocks(n * th * tw, c, cout, x.dtype, planes):
         transform_input(x, *pads, th, tw, start, v)
         if adjoint:
-            for entry, j in enumerate(_FLIPPED_ENTRY):
-                np.matmul(v[entry], u[j].T, out=m[entry])
+            matmul_stack(v, u.transpose(0, 2, 1), m, b_plane=_FLIPPED_ENTRY, backend=backend)
         else:
-            # one call for the stack of products: NumPy runs them back to back, without the
-            # Python between them during which OpenBLAS's threads go to sleep (4-5 % faster)
-            np.matmul(v, u, out=m)
+            matmul_stack(v, u, m, backend=backend)
         transform_output(m, bias, th, tw, start, out)
     return out
 
@@ -594,16 +587,10 @@ def _winograd_weight_grad(x, g, pads, backend) -> np.ndarray:
     th, tw = (ho + 1) // 2, (wo + 1) // 2
     du = _planes(_workspace(_planes_size(c, cout, x.dtype), x.dtype, "winograd kernel"), c,
                  cout)
-    product = _workspace(c * cout, x.dtype, "winograd product").reshape(c, cout)
     for start, v, m in _tile_blocks(n * th * tw, c, cout, x.dtype):
         k.winograd_input(x, *pads, th, tw, start, v)
         k.winograd_output_adjoint(g, th, tw, start, m)
-        for entry in range(16):
-            if start == 0:
-                np.matmul(v[entry].T, m[entry], out=du[entry])
-            else:
-                np.matmul(v[entry].T, m[entry], out=product)
-                du[entry] += product
+        matmul_stack(v.transpose(0, 2, 1), m, du, accumulate=start > 0, backend=backend)
     dw = np.empty((3, 3, c, cout), dtype=x.dtype)
     k.winograd_kernel_adjoint(du, dw)
     return dw
@@ -643,15 +630,15 @@ _ONES: dict = {}
 
 
 def _channel_sums(g) -> np.ndarray:
-    """Sum of g (..., C) over all but the last axis: the bias gradient. As a matrix-vector
-    product with a vector of ones (BLAS gemv): NumPy's sum(axis=0) over rows of a few
-    channels runs a strided loop per channel, ten to twenty times slower at C = 3."""
+    """Sum of g (..., C) over all but the last axis: the bias gradient. As the product of a row
+    of ones and g (BLAS): NumPy's sum(axis=0) over rows of a few channels runs a strided loop
+    per channel, ten to twenty times slower at C = 3."""
     rows = g.reshape(-1, g.shape[-1])
     key = np.dtype(g.dtype)
     ones = _ONES.get(key)
     if ones is None or ones.size < rows.shape[0]:
         ones = _ONES[key] = np.ones(rows.shape[0], dtype=key)
-    return ones[:rows.shape[0]] @ rows
+    return matmul(ones[None, :rows.shape[0]], rows)[0]
 
 
 def _pointwise(kh, kw, strides, pads, in_hw, out_hw) -> bool:
@@ -679,7 +666,7 @@ def _blocked_conv(x, w2, kh, kw, strides, pads, out_hw, backend):
     n, _, _, c = x.shape
     ho, wo = out_hw
     if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
-        return np.ascontiguousarray(x).reshape(n * ho * wo, c) @ w2
+        return matmul(np.ascontiguousarray(x).reshape(n * ho * wo, c), w2, backend=backend)
     x = np.ascontiguousarray(x)
     k = kh * kw * c
     out = np.empty((n * ho * wo, w2.shape[1]), dtype=x.dtype)
@@ -687,7 +674,7 @@ def _blocked_conv(x, w2, kh, kw, strides, pads, out_hw, backend):
         rows = (stop - start) * wo
         cols = _workspace(rows * k, x.dtype).reshape(rows, k)
         kernels(backend).im2col(x, kh, kw, *strides, *pads, ho, wo, start, cols)
-        np.matmul(cols, w2, out=out[start * wo:stop * wo])
+        matmul(cols, w2, out[start * wo:stop * wo], backend=backend)
     return out
 
 
@@ -696,15 +683,15 @@ def _blocked_weight_grad(x, g2, kh, kw, strides, pads, out_hw, backend):
     n, _, _, c = x.shape
     ho, wo = out_hw
     if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
-        return np.ascontiguousarray(x).reshape(n * ho * wo, c).T @ g2
+        return matmul(np.ascontiguousarray(x).reshape(n * ho * wo, c).T, g2, backend=backend)
     x = np.ascontiguousarray(x)
     k = kh * kw * c
-    dw = np.zeros((k, g2.shape[1]), dtype=x.dtype)
+    dw = np.empty((k, g2.shape[1]), dtype=x.dtype)
     for start, stop in _row_blocks(n * ho, wo, k, x.dtype.itemsize):
         rows = (stop - start) * wo
         cols = _workspace(rows * k, x.dtype).reshape(rows, k)
         kernels(backend).im2col(x, kh, kw, *strides, *pads, ho, wo, start, cols)
-        dw += cols.T @ g2[start * wo:stop * wo]
+        matmul(cols.T, g2[start * wo:stop * wo], dw, accumulate=start > 0, backend=backend)
     return dw
 
 

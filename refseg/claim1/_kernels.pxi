@@ -19,7 +19,7 @@ def rgb_to_gray(const unsigned char[:, :, ::1] rgb, double wr, double wg, double
     """out[r, c] = ((wr * R + wg * G) + wb * B) / scale, in float64."""
     cdef Py_ssize_t rows = rgb.shape[0], cols = rgb.shape[1], r, c
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 out[r, c] = ((wr * rgb[r, c, 0] + wg * rgb[r, c, 1]) + wb * rgb[r, c, 2]) / scale
 
@@ -66,7 +66,7 @@ def correlate3x3(const double[:, ::1] src, const double[:, ::1] kernel, double[:
     for i in range(9):
         k[i] = kernel[i // 3, i % 3]
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
             _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
                            &src[_reflect101(r + 1, rows), 0], cols, k, &out[r, 0])
 
@@ -85,7 +85,7 @@ def gradient3x3(const double[:, ::1] src, const double[:, ::1] kx, const double[
         wx[i] = kx[i // 3, i % 3]
         wy[i] = ky[i // 3, i % 3]
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
             _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
                            &src[_reflect101(r + 1, rows), 0], cols, wx, &gx[r, 0])
             _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
@@ -101,7 +101,7 @@ def threshold_above(const double[:, ::1] src, double threshold, unsigned char[:,
     """out = 1 where src > threshold, else 0."""
     cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 out[r, c] = 1 if src[r, c] > threshold else 0
 
@@ -126,7 +126,7 @@ def non_maximum_suppression(const double[:, ::1] gx, const double[:, ::1] gy,
     cdef double m, ax, ay, a, b
     cdef unsigned char keep
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 m = magnitude[r, c]
                 out[r, c] = 0
@@ -206,7 +206,7 @@ def zero_crossings(const double[:, ::1] response, double threshold, unsigned cha
     cdef double v, a, b
     cdef unsigned char hit
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 v = response[r, c]
                 hit = 0
@@ -242,7 +242,7 @@ def weighted_vote(const unsigned char[:, :, ::1] edges, const double[::1] weight
     cdef Py_ssize_t rows = edges.shape[1], cols = edges.shape[2], r, c, k
     cdef double f
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 f = 0.0
                 for k in range(4):
@@ -282,7 +282,7 @@ def edge_statistics(const unsigned char[:, :, ::1] edges, double[:, ::1] mean_im
     cdef double e0, e1, e2, e3, m
     cdef double[:, ::1] partial = np.zeros((rows, 8))
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
             for c in range(cols):
                 e0 = 1.0 if edges[0, r, c] != 0 else 0.0
                 e1 = 1.0 if edges[1, r, c] != 0 else 0.0

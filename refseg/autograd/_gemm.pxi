@@ -1,0 +1,69 @@
+# Matrix products on refseg's one thread pool, included by refseg/_kernels.pyx, which holds the
+# cimports and the fused type real. NumPy twin: autograd/_reference.py (gemm_stack). The Python
+# side, with the validation and the tile rule, is autograd/products.py.
+#
+# OpenBLAS runs its own thread pool beside libgomp's. Two pools on two cores take turns badly:
+# each spins or sleeps on its own schedule, and a product split evenly over two threads waits
+# for the slower one whenever another process holds a core. Here every product is cut into
+# tiles of the output, each tile is one single-threaded BLAS call (SciPy's OpenBLAS, kept at
+# one thread by products.py), and the OpenMP threads take the tiles as they come free
+# (dynamic schedule): a thread slowed by a neighbour simply does fewer tiles.
+#
+# Each output element is computed by the one BLAS call of its tile, over the whole inner
+# dimension; the tiles depend on the shapes and the thread count (products.py), not on which
+# thread takes which tile.
+from scipy.linalg.cython_blas cimport sgemm, dgemm
+
+
+cdef inline void _blas_gemm(char *op_b, char *op_a, int n, int m, int k, const real *b,
+                            int ldb, const real *a, int lda, real beta, real *c,
+                            int ldc) noexcept nogil:
+    """Row-major c (m x n) = a (m x k) @ b (k x n) + beta * c, as the column-major product
+    c^T = b^T a^T that Fortran BLAS computes."""
+    cdef real one = 1
+    if real is float:
+        sgemm(op_b, op_a, &n, &m, &k, &one, <float *> b, &ldb, <float *> a, &lda, &beta, c,
+              &ldc)
+    else:
+        dgemm(op_b, op_a, &n, &m, &k, &one, <double *> b, &ldb, <double *> a, &lda, &beta,
+              c, &ldc)
+
+
+def gemm_stack(const real[:, :, :] a, const real[:, :, :] b, const Py_ssize_t[::1] b_plane,
+               real[:, :, :] out, bint accumulate, Py_ssize_t tile_rows,
+               Py_ssize_t tile_cols, bint parallel):
+    """out[p] = a[p] @ b[b_plane[p]] (+ out[p] if accumulate) for every plane p, one BLAS call
+    per tile of tile_rows x tile_cols outputs, the tiles of all planes shared out over the
+    OpenMP threads as they come free (on the calling thread alone unless parallel).
+
+    Each plane of a and b is row-major (element stride 1 along its rows) or a transposed view
+    (stride 1 down its columns); out's rows are contiguous. The inner dimension is not empty.
+    """
+    cdef Py_ssize_t item = sizeof(real)
+    cdef Py_ssize_t planes = out.shape[0], m = out.shape[1], n = out.shape[2], k = a.shape[2]
+    cdef char op_a = b'N' if a.strides[2] == item else b'T'
+    cdef char op_b = b'N' if b.strides[2] == item else b'T'
+    cdef int lda = (a.strides[1] if op_a == b'N' else a.strides[2]) // item
+    cdef int ldb = (b.strides[1] if op_b == b'N' else b.strides[2]) // item
+    cdef int ldc = out.strides[1] // item
+    cdef real beta = 1 if accumulate else 0
+    cdef Py_ssize_t row_tiles = (m + tile_rows - 1) // tile_rows
+    cdef Py_ssize_t col_tiles = (n + tile_cols - 1) // tile_cols
+    cdef Py_ssize_t per_plane = row_tiles * col_tiles, total = planes * per_plane
+    cdef Py_ssize_t t, p, r, i0, j0
+    cdef int threads = openmp.omp_get_max_threads() if parallel and total > 1 else 1
+    with nogil:
+        for t in prange(total, schedule="dynamic", chunksize=1, num_threads=threads):
+            p = t // per_plane
+            r = t - p * per_plane
+            i0 = (r // col_tiles) * tile_rows
+            j0 = (r - (r // col_tiles) * col_tiles) * tile_cols
+            _blas_gemm(&op_b, &op_a, <int> min(tile_cols, n - j0), <int> min(tile_rows, m - i0),
+                       <int> k, &b[b_plane[p], 0, j0], ldb, &a[p, i0, 0], lda, beta,
+                       &out[p, i0, j0], ldc)
+
+
+def openmp_threads():
+    """The number of threads the next parallel loop of these kernels uses (OpenMP's
+    ``omp_get_max_threads``)."""
+    return openmp.omp_get_max_threads()

@@ -1,0 +1,175 @@
+"""The matrix products of the convolutions, on refseg's one thread pool.
+
+Every product of the network (im2col times kernel, the Winograd products, the kernel
+gradients) runs here: the output is cut into tiles, each tile is one single-threaded call of
+SciPy's BLAS over the whole inner dimension, and refseg's OpenMP threads take the tiles as
+they come free (``autograd/_gemm.pxi``). There is then one pool of threads, libgomp's, instead
+of two (libgomp's for the kernels and OpenBLAS's for NumPy's products), and no product waits
+for a thread that another process has taken from its core.
+
+The tiles depend on the shapes and the thread count alone (``product_tiles``; one thread:
+one BLAS call per product), so results are reproducible at a given thread count
+(``refseg.threads.limit_threads``). The twin (backend ``"numpy"``) makes the same calls one
+after another.
+
+SciPy's OpenBLAS is kept at one thread of its own (``refseg.threads.single_threaded_blas``)
+from the first product on, for the whole process; NumPy's BLAS, a separate library in NumPy's
+and SciPy's wheels, is left as it is.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from refseg._kernels import openmp_threads
+from refseg.backend import kernels
+from refseg.trace import implements, infrastructure
+
+#: Products with fewer multiply-adds than this are one BLAS call, on the calling thread:
+#: handing out tiles costs more than it saves below it (about 20 us of work on one core).
+PARALLEL_MIN_MACS = 1 << 20
+
+#: Tiles per thread at most. More tiles than threads let the dynamic schedule even out a
+#: thread that shares its core with another process; each tile beyond the first repacks one
+#: operand, which REPACK_SIDE bounds.
+TILES_PER_THREAD = 4
+
+#: Output rows (or columns) per extra tile at least. A tile repacks the whole operand along
+#: the side it does not split; packing costs about 20 multiply-adds' time per value here, so a
+#: product split along m rows into t tiles costs (t - 1) * 20 / m more: 10 % at m / 200.
+REPACK_SIDE = 200
+
+#: Tile sides are multiples of this (OpenBLAS's single-precision kernels work on 16 x 4 and
+#: 16 x 8 blocks on x86-64).
+TILE_STEP = 16
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@infrastructure("how a product is cut into tiles for the threads: speed only, no claim element")
+def product_tiles(planes: int, m: int, n: int, k: int, threads: int) -> tuple[int, int]:
+    """(tile rows, tile columns) for ``planes`` products (m x k) @ (k x n) on ``threads``
+    threads.
+
+    One tile per plane on one thread, for small products, or when the planes alone make
+    enough tiles. Otherwise the longer side of the output is split into between ``threads``
+    and ``TILES_PER_THREAD * threads`` tiles in all, fewer when the side is short
+    (``REPACK_SIDE``). The tiles, and so the bits of the result, depend on the shapes and the
+    thread count alone.
+    """
+    whole = (max(m, 1), max(n, 1))
+    if threads <= 1 or planes * m * n * k < PARALLEL_MIN_MACS:
+        return whole
+    split_rows = m >= n
+    side = m if split_rows else n
+    wanted = max(threads, min(TILES_PER_THREAD * threads, 1 + side // REPACK_SIDE))
+    per_plane = -(-wanted // planes)
+    if per_plane <= 1 or side < 2 * TILE_STEP:
+        return whole
+    length = -(-side // per_plane)
+    length = -(-length // TILE_STEP) * TILE_STEP
+    return (length, n) if split_rows else (m, length)
+
+
+def _blas_operand(x: np.ndarray) -> np.ndarray:
+    """x (P, r, c) itself if each plane is a matrix BLAS can read in place (row-major, or a
+    transposed view, with a whole-element leading dimension large enough), else a C-contiguous
+    copy."""
+    item = x.itemsize
+    _, rows, cols = x.shape
+    s0, s1, s2 = x.strides
+    # the stride of an axis of length one never steps: give it the value BLAS checks
+    if rows == 1 and s2 == item:
+        s1 = max(1, cols) * item
+    elif cols == 1 and s1 == item:
+        s2 = max(1, rows) * item
+    if (s1, s2) != x.strides[1:]:
+        x = np.lib.stride_tricks.as_strided(x, strides=(s0, s1, s2), writeable=False)
+    if s0 % item == 0:
+        if s2 == item and s1 % item == 0 and s1 >= max(1, cols) * item:
+            return x
+        if s2 != item and s1 == item and s2 % item == 0 and s2 >= max(1, rows) * item:
+            return x
+    return np.ascontiguousarray(x)
+
+
+@implements("claim2.fusion", "claim4.propagation")
+def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
+                 backend="cython") -> np.ndarray:
+    """Stacked matrix products out[p] = a[p] @ b[b_plane[p]] on refseg's thread pool.
+
+    Parameters
+    ----------
+    a : ndarray of shape (P, m, k), float32 or float64
+    b : ndarray of shape (Q, k, n), a's dtype
+        Planes may be transposed views (``u.transpose(0, 2, 1)``): BLAS reads them in place.
+    out : ndarray of shape (P, m, n), optional
+        Written in place (its rows must be contiguous); must not overlap a or b.
+    b_plane : sequence of P ints in [0, Q), optional
+        Which plane of b each product takes; default p (then Q = P).
+    accumulate : bool
+        Add the products to out (BLAS's beta = 1) instead of overwriting it.
+    backend : {"cython", "numpy"}
+        The compiled tile loop or its twin: the same BLAS calls, bit-identical results.
+
+    Returns
+    -------
+    ndarray of shape (P, m, n): out.
+
+    Notes
+    -----
+    1. Tiles from ``product_tiles(P, m, n, k, threads)``, threads = OpenMP's current count
+       (for both backends).
+    2. Each tile: one single-threaded BLAS call (sgemm or dgemm) over the whole of k.
+    3. The cython backend hands the tiles of all planes to the OpenMP threads as they come
+       free; products below PARALLEL_MIN_MACS stay on the calling thread.
+    Other dtypes fall back to NumPy's matmul.
+    """
+    planes, m, k = a.shape
+    n = b.shape[2]
+    plane_index = (np.arange(planes, dtype=np.intp) if b_plane is None
+                   else np.ascontiguousarray(b_plane, dtype=np.intp))
+    if b.shape[1] != k or plane_index.shape != (planes,):
+        raise ValueError(f"matmul_stack: shapes {a.shape} and {b.shape} do not fit")
+    if out is None:
+        out = np.zeros((planes, m, n), dtype=np.result_type(a, b)) if accumulate else \
+            np.empty((planes, m, n), dtype=np.result_type(a, b))
+    if not (a.dtype == b.dtype == out.dtype and out.dtype in _FLOATS):
+        product = np.matmul(a, b[plane_index])
+        if accumulate:
+            out += product
+        else:
+            out[...] = product
+        return out
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        if not accumulate:
+            out[...] = 0
+        return out
+    target = out
+    if out.strides[2] != out.itemsize or out.strides[1] % out.itemsize \
+            or out.strides[1] < n * out.itemsize:
+        target = np.ascontiguousarray(out) if accumulate else np.empty(out.shape, out.dtype)
+    from refseg.threads import single_threaded_blas
+
+    single_threaded_blas()
+    tile_rows, tile_cols = product_tiles(planes, m, n, k, openmp_threads())
+    kernels(backend).gemm_stack(_blas_operand(a), _blas_operand(b), plane_index, target,
+                                accumulate, tile_rows, tile_cols,
+                                planes * m * n * k >= PARALLEL_MIN_MACS)
+    if target is not out:
+        out[...] = target
+    return out
+
+
+@implements("claim2.fusion", "claim4.propagation")
+def matmul(a, b, out=None, *, accumulate=False, backend="cython") -> np.ndarray:
+    """a (m, k) @ b (k, n) on refseg's thread pool: ``matmul_stack`` with one plane.
+
+    ``out`` (m, n), if given, is written in place; ``accumulate`` adds to it.
+    """
+    if out is None:
+        out = (np.zeros if accumulate else np.empty)((a.shape[0], b.shape[1]),
+                                                     dtype=np.result_type(a, b))
+    matmul_stack(a[None], b[None], out[None], accumulate=accumulate, backend=backend)
+    return out

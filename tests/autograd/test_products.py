@@ -1,0 +1,140 @@
+"""The matrix products on refseg's one thread pool (``refseg.autograd.products``): the tile
+loop against its twin bit for bit, against NumPy's float64 products within rounding, the same
+bits at any thread count, and the BLAS it calls kept at one thread of its own."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refseg.autograd.products import (PARALLEL_MIN_MACS, TILES_PER_THREAD, matmul,
+                                      matmul_stack, product_tiles)
+from refseg.threads import kernel_blas_pool, limit_threads
+
+from anchors import require
+
+pytestmark = pytest.mark.claim("claim4.propagation")
+
+DTYPES = [np.float32, np.float64]
+
+
+def _operand(rng, planes, rows, cols, dtype, transposed):
+    """(planes, rows, cols), stored row-major or as the transposed view of (cols, rows)
+    planes."""
+    if transposed:
+        return rng.standard_normal((planes, cols, rows)).astype(dtype).transpose(0, 2, 1)
+    return rng.standard_normal((planes, rows, cols)).astype(dtype)
+
+
+SHAPES = st.tuples(st.integers(1, 3), st.integers(1, 300), st.integers(0, 90),
+                   st.integers(1, 200))  # planes, m, k, n
+
+
+def _both(a, b, b_plane, start, accumulate):
+    outs = []
+    for backend in ("cython", "numpy"):
+        out = start.copy()
+        matmul_stack(a, b, out, b_plane=b_plane, accumulate=accumulate, backend=backend)
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@settings(max_examples=40, deadline=None)
+@given(shape=SHAPES, layout=st.tuples(st.booleans(), st.booleans()), accumulate=st.booleans(),
+       permuted=st.booleans(), seed=st.integers(0, 2**16))
+def test_tile_loop_equals_its_twin_bit_for_bit(dtype, shape, layout, accumulate, permuted,
+                                               seed):
+    """Both sides make the same BLAS calls on the same tiles; any difference is a tile or a
+    pointer computed wrongly."""
+    planes, m, k, n = shape
+    rng = np.random.default_rng(seed)
+    a = _operand(rng, planes, m, k, dtype, layout[0])
+    b = _operand(rng, planes, k, n, dtype, layout[1])
+    b_plane = rng.permutation(planes) if permuted else None
+    start = rng.standard_normal((planes, m, n)).astype(dtype)
+    fast, twin = _both(a, b, b_plane, start, accumulate)
+    assert fast.dtype == twin.dtype == dtype and np.array_equal(fast, twin)
+    expected = (np.matmul(a.astype(np.float64), b.astype(np.float64)[
+        np.arange(planes) if b_plane is None else b_plane]) + (start if accumulate else 0))
+    # float32: k + 1 roundings of terms of size |a||b|, bounded by the sum of |terms|
+    scale = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64)[
+        np.arange(planes) if b_plane is None else b_plane]) + (np.abs(start) if accumulate
+                                                                else 0)
+    eps = np.finfo(dtype).eps
+    assert np.all(np.abs(fast - expected) <= (k + 2) * eps * scale + 1e-300)
+
+
+@pytest.mark.parametrize("shape", [(1, 3136, 64, 256), (36, 392, 128, 128), (1, 49, 512, 2048),
+                                   (16, 50, 64, 64), (1, 1, 401408, 3)])
+def test_products_of_the_networks_shapes_depend_on_the_thread_count_alone(shape):
+    """Which thread takes which tile cannot change a bit: two runs at two threads agree, and
+    one thread makes one BLAS call per plane (the twin's call with a whole-plane tile). Shapes
+    of ResNet50V2's 1x1 convolutions at 56x56 and 7x7, a Winograd stack, a bias gradient."""
+    from refseg import _reference
+
+    planes, m, k, n = shape
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((planes, m, k)).astype(np.float32)
+    b = rng.standard_normal((planes, k, n)).astype(np.float32)
+    with limit_threads(2):
+        first, second = matmul_stack(a, b), matmul_stack(a, b)
+    assert np.array_equal(first, second)
+    with limit_threads(1):
+        single = matmul_stack(a, b)
+    whole = np.empty_like(single)
+    _reference.gemm_stack(a, b, np.arange(planes), whole, False, m, n, False)
+    assert np.array_equal(single, whole)
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    bound = (k + 2) * np.finfo(np.float32).eps * np.matmul(np.abs(a).astype(np.float64),
+                                                           np.abs(b).astype(np.float64))
+    assert np.all(np.abs(first - exact) <= bound) and np.all(np.abs(single - exact) <= bound)
+
+
+@settings(max_examples=200, deadline=None)
+@given(planes=st.integers(1, 64), m=st.integers(1, 60000), n=st.integers(1, 4096),
+       k=st.integers(1, 5000), threads=st.integers(1, 8))
+def test_tiles_cover_the_output_and_stay_few(planes, m, n, k, threads):
+    rows, cols = product_tiles(planes, m, n, k, threads)
+    assert 1 <= rows and 1 <= cols and (rows >= m or cols >= n)  # one side is never split
+    per_plane = -(-m // rows) * -(-n // cols)
+    assert per_plane * planes <= max(planes, TILES_PER_THREAD * threads + planes - 1)
+    if threads == 1 or planes * m * n * k < PARALLEL_MIN_MACS:
+        assert (rows, cols) == (m, n)
+
+
+def test_matmul_reads_transposed_views_and_writes_into_strided_rows():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((700, 300)).astype(np.float32)
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+    out = np.zeros((700, 400), dtype=np.float32)[:, ::2]  # rows not contiguous
+    matmul(a, b.T, out)
+    assert np.allclose(out, a.astype(np.float64) @ b.T.astype(np.float64), atol=1e-3)
+
+
+def test_matmul_edge_shapes_and_other_dtypes():
+    empty = matmul(np.ones((4, 0), np.float32), np.ones((0, 5), np.float32))
+    assert empty.shape == (4, 5) and not empty.any()
+    kept = np.full((2, 2), 3.0, np.float32)
+    matmul(np.ones((2, 0), np.float32), np.ones((0, 2), np.float32), kept, accumulate=True)
+    assert (kept == 3).all()
+    assert matmul(np.ones((0, 3), np.float32), np.ones((3, 2), np.float32)).shape == (0, 2)
+    ints = matmul(np.arange(6).reshape(2, 3), np.arange(6).reshape(3, 2))
+    assert np.array_equal(ints, np.arange(6).reshape(2, 3) @ np.arange(6).reshape(3, 2))
+    with pytest.raises(ValueError):
+        matmul_stack(np.ones((1, 2, 3), np.float32), np.ones((1, 4, 2), np.float32))
+
+
+@pytest.mark.infrastructure
+def test_the_kernels_blas_is_put_back_to_one_thread_before_each_product():
+    """A thread count set by others (here: limit_threads(2) on every pool) must not reach the
+    BLAS calls made from OpenMP's threads."""
+    threadpoolctl = require("threadpoolctl")
+    pool = kernel_blas_pool()
+    assert pool is not None, "SciPy's wheels ship OpenBLAS: its thread functions must be found"
+    info = {i["filepath"]: i for i in threadpoolctl.threadpool_info()}
+    assert any(path.endswith(pool.path.rsplit("/", 1)[-1]) for path in info), (pool.path, info)
+    a = np.ones((2000, 300), np.float32)
+    with limit_threads(2):
+        assert pool.get() == 2
+        matmul(a, a.T[:, :500])
+        assert pool.get() == 1
