@@ -327,9 +327,11 @@ def blas_info() -> list[dict]:
 
 
 def source_state() -> str:
-    """The commit of the refseg being measured, and whether refseg/ has uncommitted changes
-    (the numbers belong to that code, not to the commit alone)."""
-    root = Path(refseg.__file__).resolve().parent.parent
+    """The commit of the checkout these benchmarks belong to, whether its refseg/ has
+    uncommitted changes, and whether the refseg being measured (usually an installed copy) has
+    the checkout's Python and Cython sources: the numbers belong to that code, not to the
+    commit alone."""
+    root = Path(__file__).resolve().parent.parent
 
     def git(*cmd):
         return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,
@@ -337,9 +339,20 @@ def source_state() -> str:
 
     head = git("rev-parse", "--short", "HEAD")
     if not head:
-        return "not a git checkout"
+        return "benchmarks not in a git checkout"
     dirty = git("status", "--porcelain", "--", "refseg")
-    return f"HEAD {head}" + (" + uncommitted changes in refseg/" if dirty else ", refseg/ clean")
+    state = f"checkout HEAD {head}" + (" + uncommitted changes in refseg/" if dirty
+                                       else ", refseg/ clean")
+    measured = Path(refseg.__file__).resolve().parent
+    # the measured copy's sources that the checkout also has (a wheel may leave some out)
+    pairs = [(p, root / "refseg" / p.relative_to(measured)) for p in measured.rglob("*")
+             if p.suffix in (".py", ".pyx", ".pxi", ".c", ".h") and p.name != "_kernels.c"]
+    compared = [(p, q) for p, q in pairs if q.is_file()]
+    differ = sum(p.read_bytes() != q.read_bytes() for p, q in compared)
+    only_measured = len(pairs) - len(compared)
+    return (state + f"; measured refseg ({measured}): {len(compared) - differ} of "
+            f"{len(compared)} source files as in the checkout"
+            + (f", {only_measured} not in it" if only_measured else ""))
 
 
 def environment_lines(threads: int) -> list[str]:

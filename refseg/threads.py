@@ -1,11 +1,14 @@
 """The thread counts of the native libraries that refseg's numbers run on.
 
-Two thread pools compute refseg's results: OpenBLAS's, behind NumPy's (and SciPy's) matrix
-products, and OpenMP's (libgomp), behind refseg's compiled kernels. A float32 sum split over
-another number of threads is rounded differently, so outputs that must be reproducible to the
-bit (the golden bundle's network part) are computed with both pools pinned. This module finds
-the libraries that the process has loaded (``/proc/self/maps``) and calls their own thread
-functions through ctypes, so that it needs nothing beyond the standard library.
+refseg's parallel work runs on one pool, OpenMP's (libgomp): its compiled kernels, and the
+network's matrix products, which are tiles of single-threaded calls of SciPy's OpenBLAS handed
+out to the OpenMP threads (``refseg.autograd.products``; ``single_threaded_blas`` keeps that
+OpenBLAS at one thread of its own). NumPy's OpenBLAS, a separate library in the wheels, is left
+as it is. How a product is cut into tiles depends on the thread count, and a float32 sum split
+otherwise is rounded otherwise, so outputs that must be reproducible to the bit (the golden
+bundle's network part) are computed with the pools pinned (``limit_threads``). This module
+finds the libraries that the process has loaded (``/proc/self/maps``) and calls their own
+thread functions through ctypes, so that it needs nothing beyond the standard library.
 """
 from __future__ import annotations
 
