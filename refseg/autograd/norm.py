@@ -59,17 +59,23 @@ class BatchNorm(Op):
             kernels(self.backend).channel_affine(x2, np.ascontiguousarray(scale, dtype=x.dtype),
                                                  np.ascontiguousarray(shift, dtype=x.dtype), out)
             return out.reshape(x.shape)
+        mean, gamma, beta = (mean.astype(x.dtype), np.ascontiguousarray(gamma, dtype=x.dtype),
+                             np.ascontiguousarray(beta, dtype=x.dtype))
         xhat, out = np.empty_like(x2), np.empty_like(x2)
-        kernels(self.backend).batch_norm_forward(
-            x2, mean.astype(x.dtype), inv_std, np.ascontiguousarray(gamma, dtype=x.dtype),
-            np.ascontiguousarray(beta, dtype=x.dtype), xhat, out)
-        ctx.save_for_backward(xhat, inv_std, gamma)
+        kernels(self.backend).batch_norm_forward(x2, mean, inv_std, gamma, beta, xhat, out)
+        # x2 (the input, which the graph keeps alive anyway) rather than xhat: backward
+        # recomputes xhat, bit for bit, instead of holding a second array of x's size per
+        # layer through the whole forward pass
+        ctx.save_for_backward(x2, mean, inv_std, gamma, beta)
         return out.reshape(x.shape)
 
     def backward(self, ctx, grad):
-        xhat, inv_std, gamma = ctx.saved
+        x2, mean, inv_std, gamma, beta = ctx.saved
         c = grad.shape[-1]
         g2 = np.ascontiguousarray(grad).reshape(-1, c)
+        xhat, scratch = np.empty_like(x2), np.empty_like(x2)
+        kernels(self.backend).batch_norm_forward(x2, mean, inv_std, gamma, beta, xhat, scratch)
+        del scratch
         sum_g, sum_gx = np.empty(c), np.empty(c)
         kernels(self.backend).channel_sums(g2, xhat, sum_g, sum_gx)
         dtype = grad.dtype

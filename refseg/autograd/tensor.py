@@ -104,7 +104,8 @@ class Tensor:
         1. Order the graph's tensors so that each comes after every tensor it was made from.
         2. Walk that order backwards, calling each op's ``backward`` with the summed gradient
            of its output, and add (``+=``) what it returns into its inputs' gradients.
-        3. Free each node (op context and links) once visited: the graph is used once.
+        3. Free each node (op context and links) once visited, and let go of the tensor: the
+           graph is used once, and the activations go as the walk passes them.
 
         References
         ----------
@@ -125,7 +126,10 @@ class Tensor:
         # to two inputs (add passes its gradient to both); a leaf copies these, and takes any
         # other array as its own (an op's freshly computed gradient: no copy of large kernels)
         shared = {id(grad)}
-        for tensor in reversed(order):
+        for index in range(len(order) - 1, -1, -1):
+            # drop the order's hold on each tensor once visited: an intermediate's array is then
+            # freed as soon as the ops that used it are done, unless the caller still holds it
+            tensor, order[index] = order[index], None
             g = grads.pop(id(tensor), None)
             if tensor.node is None:
                 if tensor.requires_grad and g is not None:
