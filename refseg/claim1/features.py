@@ -136,9 +136,14 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
     # blurred is validated float64 from here on: the private paths skip re-validation
     gx, gy, magnitude = ops._gradient(blurred, ops.SOBEL_X, ops.SOBEL_Y, backend)
     _, _, prewitt_magnitude = ops._gradient(blurred, ops.PREWITT_X, ops.PREWITT_Y, backend)
+    # Canny's automatic low threshold is the Sobel magnitude's Otsu threshold, as is Sobel's
+    # own: computed once for both
+    sobel_otsu = (ops._otsu(magnitude, ops.OTSU_BINS, backend)
+                  if sobel_threshold is None or (low is None and high is None) else None)
     results = {
-        "canny": ops._canny_from_gradient(gx, gy, magnitude, low, high, backend),
-        "sobel": ops._threshold_magnitude("sobel", magnitude, sobel_threshold, backend),
+        "canny": ops._canny_from_gradient(gx, gy, magnitude, low, high, backend, sobel_otsu),
+        "sobel": ops._threshold_magnitude("sobel", magnitude, sobel_threshold, backend,
+                                          sobel_otsu),
         "prewitt": ops._threshold_magnitude("prewitt", prewitt_magnitude, prewitt_threshold,
                                             backend),
         "log": ops._log(blurred, log_threshold, backend),

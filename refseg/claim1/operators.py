@@ -138,10 +138,14 @@ def _binary_gradient(name, blurred, kx, ky, threshold, backend):
     return _threshold_magnitude(name, magnitude, threshold, backend)
 
 
-def _threshold_magnitude(name, magnitude, threshold, backend):
+def _threshold_magnitude(name, magnitude, threshold, backend, otsu=None):
+    """``otsu``: the magnitude's Otsu threshold where the caller has it already (extract
+    shares the Sobel magnitude's between Sobel and Canny)."""
     automatic = threshold is None
-    t = (_otsu(magnitude, OTSU_BINS, backend) if automatic
-         else check_threshold(threshold, f"{name}_threshold"))
+    if automatic:
+        t = _otsu(magnitude, OTSU_BINS, backend) if otsu is None else otsu
+    else:
+        t = check_threshold(threshold, f"{name}_threshold")
     edges = np.empty(magnitude.shape, dtype=np.uint8)
     kernels(backend).threshold_above(magnitude, t, edges)
     return EdgeResult(name, magnitude, edges, {"magnitude": t}, automatic)
@@ -280,10 +284,12 @@ def _canny_thresholds(magnitude, backend):
     return low, CANNY_HIGH_RATIO * low
 
 
-def _canny_from_gradient(gx, gy, magnitude, low, high, backend) -> EdgeResult:
+def _canny_from_gradient(gx, gy, magnitude, low, high, backend, otsu=None) -> EdgeResult:
+    """``otsu``: the magnitude's Otsu threshold where the caller has it already."""
     automatic = low is None and high is None
     if automatic:
-        low, high = _canny_thresholds(magnitude, backend)
+        low, high = (_canny_thresholds(magnitude, backend) if otsu is None
+                     else (otsu, CANNY_HIGH_RATIO * otsu))
     elif low is None or high is None:
         raise InputError("canny thresholds: give both low and high, or neither")
     else:
