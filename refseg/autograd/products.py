@@ -1,20 +1,20 @@
 """The matrix products of the convolutions, on refseg's one thread pool.
 
-Every product of the network (im2col times kernel, the Winograd products, the kernel
+Every product of the network (im2col times kernel, the Winograd products, the kernel and bias
 gradients) runs here: the output is cut into tiles, each tile is one single-threaded call of
 SciPy's BLAS over the whole inner dimension, and refseg's OpenMP threads take the tiles as
 they come free (``autograd/_gemm.pxi``). There is then one pool of threads, libgomp's, instead
-of two (libgomp's for the kernels and OpenBLAS's for NumPy's products), and no product waits
-for a thread that another process has taken from its core.
+of two (libgomp's for the kernels and OpenBLAS's for NumPy's products), and a thread that
+another process slows down does fewer tiles instead of holding up an even share.
 
 The tiles depend on the shapes and the thread count alone (``product_tiles``; one thread:
 one BLAS call per product), so results are reproducible at a given thread count
 (``refseg.threads.limit_threads``). The twin (backend ``"numpy"``) makes the same calls one
 after another.
 
-SciPy's OpenBLAS is kept at one thread of its own (``refseg.threads.single_threaded_blas``)
-from the first product on, for the whole process; NumPy's BLAS, a separate library in NumPy's
-and SciPy's wheels, is left as it is.
+SciPy's OpenBLAS is set back to one thread of its own before every product
+(``refseg.threads.single_threaded_blas``), which holds for the whole process; NumPy's BLAS, a
+separate library in NumPy's and SciPy's wheels, is left as it is.
 """
 from __future__ import annotations
 
