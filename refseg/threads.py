@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,9 +145,7 @@ def _needed_libraries(path: str) -> list[str]:
     return names
 
 
-_BLAS_POOL: list = []
-
-
+@functools.cache
 def kernel_blas_pool() -> NativePool | None:
     """The thread functions of the BLAS library that refseg's products call (the one that
     ``scipy.linalg.cython_blas`` links), None if it is not an OpenBLAS this module knows.
@@ -155,14 +154,12 @@ def kernel_blas_pool() -> NativePool | None:
     own OpenBLAS beside SciPy's, torch may load a third, and distributions link NumPy and SciPy
     to one.
     """
-    if not _BLAS_POOL:
-        from scipy.linalg import cython_blas
+    from scipy.linalg import cython_blas
 
-        needed = set(_needed_libraries(cython_blas.__file__))
-        pools = [p for p in native_pools()
-                 if p.kind == "openblas" and os.path.basename(p.path) in needed]
-        _BLAS_POOL.append(pools[0] if pools else None)
-    return _BLAS_POOL[0]
+    needed = set(_needed_libraries(cython_blas.__file__))
+    pools = [p for p in native_pools()
+             if p.kind == "openblas" and os.path.basename(p.path) in needed]
+    return pools[0] if pools else None
 
 
 def single_threaded_blas() -> None:

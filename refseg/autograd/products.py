@@ -22,6 +22,8 @@ import numpy as np
 
 from refseg._kernels import openmp_threads
 from refseg.backend import kernels
+from refseg.errors import InputError
+from refseg.threads import single_threaded_blas
 from refseg.trace import implements, infrastructure
 
 #: Products with fewer multiply-adds than this are one BLAS call, on the calling thread:
@@ -129,7 +131,7 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
     plane_index = (np.arange(planes, dtype=np.intp) if b_plane is None
                    else np.ascontiguousarray(b_plane, dtype=np.intp))
     if b.shape[1] != k or plane_index.shape != (planes,):
-        raise ValueError(f"matmul_stack: shapes {a.shape} and {b.shape} do not fit")
+        raise InputError(f"matmul_stack: shapes {a.shape} and {b.shape} do not fit")
     if out is None:
         out = np.zeros((planes, m, n), dtype=np.result_type(a, b)) if accumulate else \
             np.empty((planes, m, n), dtype=np.result_type(a, b))
@@ -150,8 +152,6 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
     if out.strides[2] != out.itemsize or out.strides[1] % out.itemsize \
             or out.strides[1] < n * out.itemsize:
         target = np.ascontiguousarray(out) if accumulate else np.empty(out.shape, out.dtype)
-    from refseg.threads import single_threaded_blas
-
     single_threaded_blas()
     tile_rows, tile_cols = product_tiles(planes, m, n, k, openmp_threads())
     kernels(backend).gemm_stack(_blas_operand(a), _blas_operand(b), plane_index, target,
