@@ -6,8 +6,9 @@ tests hold each pair equal bit for bit. The twins live beside their kernels' ``.
 ``claim1/_reference.py`` and ``autograd/_reference.py``; this module gathers them.
 """
 from refseg.claim1._reference import (
-    rgb_to_gray, correlate3x3, gradient3x3, threshold_above, non_maximum_suppression,
-    hysteresis, zero_crossings, weighted_vote, histogram, edge_statistics,
+    rgb_to_gray, correlate3x3, gradient3x3, gradient_magnitude3x3, threshold_above,
+    non_maximum_suppression, hysteresis, zero_crossings, weighted_vote, value_range, histogram,
+    edge_statistics,
 )
 from refseg.autograd._reference import (
     im2col, col2im, col2im_transposed, depthwise_forward, depthwise_backward_input,
@@ -19,9 +20,9 @@ from refseg.autograd._reference import (
 )
 
 __all__ = [
-    "rgb_to_gray", "correlate3x3", "gradient3x3", "threshold_above", "non_maximum_suppression",
-    "hysteresis", "zero_crossings", "weighted_vote", "histogram", "edge_statistics", "im2col",
-    "col2im", "col2im_transposed", "depthwise_forward", "depthwise_backward_input",
+    "rgb_to_gray", "correlate3x3", "gradient3x3", "gradient_magnitude3x3", "threshold_above",
+    "non_maximum_suppression", "hysteresis", "zero_crossings", "weighted_vote", "value_range",
+    "histogram", "edge_statistics", "im2col", "col2im", "col2im_transposed", "depthwise_forward", "depthwise_backward_input",
     "depthwise_backward_weight", "max_pool_forward", "max_pool_backward", "channel_moments",
     "channel_sums", "batch_norm_forward", "batch_norm_backward", "adam_update",
     "channel_affine", "clamp", "add_arrays", "conv_small_forward", "conv_small_weight",

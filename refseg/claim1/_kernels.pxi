@@ -97,6 +97,35 @@ def gradient3x3(const double[:, ::1] src, const double[:, ::1] kx, const double[
                 pm[c] = sqrt(px[c] * px[c] + py[c] * py[c])
 
 
+def gradient_magnitude3x3(const double[:, ::1] src, const double[:, ::1] kx,
+                          const double[:, ::1] ky, double[:, ::1] magnitude):
+    """magnitude = sqrt(gx*gx + gy*gy) of gradient3x3, without keeping gx and gy (each thread
+    writes them to a row of its own)."""
+    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c
+    cdef int threads = _threads(rows * cols)
+    cdef double wx[9]
+    cdef double wy[9]
+    cdef int i
+    cdef double *px
+    cdef double *py
+    cdef double *pm
+    cdef double[:, :, ::1] scratch = np.empty((threads, 2, cols))
+    for i in range(9):
+        wx[i] = kx[i // 3, i % 3]
+        wy[i] = ky[i // 3, i % 3]
+    with nogil:
+        for r in prange(rows, schedule="guided", num_threads=threads):
+            px = &scratch[openmp.omp_get_thread_num(), 0, 0]
+            py = &scratch[openmp.omp_get_thread_num(), 1, 0]
+            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
+                           &src[_reflect101(r + 1, rows), 0], cols, wx, px)
+            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
+                           &src[_reflect101(r + 1, rows), 0], cols, wy, py)
+            pm = &magnitude[r, 0]
+            for c in range(cols):
+                pm[c] = sqrt(px[c] * px[c] + py[c] * py[c])
+
+
 def threshold_above(const double[:, ::1] src, double threshold, unsigned char[:, ::1] out):
     """out = 1 where src > threshold, else 0."""
     cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c
@@ -106,11 +135,52 @@ def threshold_above(const double[:, ::1] src, double threshold, unsigned char[:,
                 out[r, c] = 1 if src[r, c] > threshold else 0
 
 
-cdef inline double _mag_at(const double[:, ::1] m, Py_ssize_t r, Py_ssize_t c,
+cdef inline double _mag_at(const double *m, Py_ssize_t r, Py_ssize_t c,
                            Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
     if r < 0 or c < 0 or r >= rows or c >= cols:
         return 0.0
-    return m[r, c]
+    return m[r * cols + c]
+
+
+cdef inline void _suppress_row(const double *gx, const double *gy, const double *magnitude,
+                               Py_ssize_t r, Py_ssize_t rows, Py_ssize_t cols, double low,
+                               double high, double tan_lo, double tan_hi,
+                               unsigned char *out) noexcept nogil:
+    """Row r of non_maximum_suppression (gx, gy, out point at row r, magnitude at row 0).
+    Each label is formed in a local and stored once: a store through a byte pointer may
+    alias anything, and would make the compiler reload every pointer after it."""
+    cdef const double *centre = magnitude + r * cols
+    cdef Py_ssize_t c, dr, dc
+    cdef double m, ax, ay, before, after
+    cdef bint axis
+    cdef unsigned char label
+    for c in range(cols):
+        m = centre[c]
+        label = 0
+        if m > low:
+            ax = fabs(gx[c])
+            ay = fabs(gy[c])
+            # (dr, dc) points to the second neighbour, the first is opposite it
+            axis = True
+            if ay < tan_lo * ax:
+                dr = 0
+                dc = 1
+            elif ay > tan_hi * ax:
+                dr = 1
+                dc = 0
+            else:
+                axis = False
+                dr = 1
+                dc = 1 if (gx[c] < 0) == (gy[c] < 0) else -1
+            if 0 < r < rows - 1 and 0 < c < cols - 1:
+                before = centre[c - dr * cols - dc]
+                after = centre[c + dr * cols + dc]
+            else:
+                before = _mag_at(magnitude, r - dr, c - dc, rows, cols)
+                after = _mag_at(magnitude, r + dr, c + dc, rows, cols)
+            if m > before and (m > after or (axis and m == after)):
+                label = 2 if m > high else 1
+        out[c] = label
 
 
 def non_maximum_suppression(const double[:, ::1] gx, const double[:, ::1] gy,
@@ -122,73 +192,68 @@ def non_maximum_suppression(const double[:, ::1] gx, const double[:, ::1] gy,
     direction (``>`` on the first neighbour, ``>=`` on the second for the axis directions,
     ``>`` on both diagonals); magnitudes outside the image count as 0. Spec ``R-canny``.
     """
-    cdef Py_ssize_t rows = gx.shape[0], cols = gx.shape[1], r, c
-    cdef double m, ax, ay, a, b
-    cdef unsigned char keep
+    cdef Py_ssize_t rows = gx.shape[0], cols = gx.shape[1], r
     with nogil:
         for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
-            for c in range(cols):
-                m = magnitude[r, c]
-                out[r, c] = 0
-                if not (m > low):
-                    continue
-                ax = gx[r, c]
-                ay = gy[r, c]
-                if ax < 0:
-                    ax = -ax
-                if ay < 0:
-                    ay = -ay
-                if ay < tan_lo * ax:
-                    keep = m > _mag_at(magnitude, r, c - 1, rows, cols) and \
-                        m >= _mag_at(magnitude, r, c + 1, rows, cols)
-                elif ay > tan_hi * ax:
-                    keep = m > _mag_at(magnitude, r - 1, c, rows, cols) and \
-                        m >= _mag_at(magnitude, r + 1, c, rows, cols)
-                elif (gx[r, c] < 0) == (gy[r, c] < 0):
-                    keep = m > _mag_at(magnitude, r - 1, c - 1, rows, cols) and \
-                        m > _mag_at(magnitude, r + 1, c + 1, rows, cols)
-                else:
-                    keep = m > _mag_at(magnitude, r - 1, c + 1, rows, cols) and \
-                        m > _mag_at(magnitude, r + 1, c - 1, rows, cols)
-                if keep:
-                    out[r, c] = 2 if m > high else 1
+            _suppress_row(&gx[r, 0], &gy[r, 0], &magnitude[0, 0], r, rows, cols, low, high,
+                          tan_lo, tan_hi, &out[r, 0])
+
+
+# Low half of a packed hysteresis stack entry: the column.
+cdef Py_ssize_t _COLUMN_MASK = 0xFFFFFFFF
+
+
+cdef inline Py_ssize_t _grow(const unsigned char *candidates, unsigned char *out,
+                             Py_ssize_t *stack, Py_ssize_t top, Py_ssize_t r, Py_ssize_t c,
+                             Py_ssize_t cols) noexcept nogil:
+    """Marks candidate (r, c) and pushes it, packed as r << 32 | c, if not reached yet."""
+    cdef Py_ssize_t p = r * cols + c
+    if candidates[p] != 0 and out[p] == 0:
+        out[p] = 1
+        stack[top] = (r << 32) | c
+        top = top + 1
+    return top
 
 
 def hysteresis(const unsigned char[:, ::1] candidates, unsigned char[:, ::1] out):
-    """out = 1 on every candidate 8-connected (through candidates) to a strong one."""
+    """out = 1 on every candidate 8-connected (through candidates) to a strong one.
+    Rows and columns must each be below 2**31 (they are packed in one stack entry)."""
     cdef Py_ssize_t rows = candidates.shape[0], cols = candidates.shape[1]
-    cdef Py_ssize_t n = rows * cols, top = 0, r, c, p, q, dr, dc, rr, cc
+    cdef Py_ssize_t n = rows * cols, top = 0, p, r, c, dr, dc
+    cdef const unsigned char *cand = &candidates[0, 0]
+    cdef unsigned char *reached = &out[0, 0]
     cdef Py_ssize_t *stack = <Py_ssize_t *> malloc(max(n, 1) * sizeof(Py_ssize_t))
     if stack == NULL:
         raise MemoryError("hysteresis: cannot allocate the pixel stack")
     try:
         with nogil:
-            for r in range(rows):
-                for c in range(cols):
-                    out[r, c] = 0
-            for r in range(rows):
-                for c in range(cols):
-                    if candidates[r, c] == 2 and out[r, c] == 0:
-                        out[r, c] = 1
-                        stack[top] = r * cols + c
-                        top = top + 1
-                        while top > 0:
-                            top = top - 1
-                            p = stack[top]
-                            rr = p // cols
-                            cc = p - rr * cols
-                            for dr in range(-1, 2):
-                                for dc in range(-1, 2):
-                                    if rr + dr < 0 or rr + dr >= rows:
-                                        continue
-                                    if cc + dc < 0 or cc + dc >= cols:
-                                        continue
-                                    if candidates[rr + dr, cc + dc] != 0 and \
-                                            out[rr + dr, cc + dc] == 0:
-                                        out[rr + dr, cc + dc] = 1
-                                        q = (rr + dr) * cols + cc + dc
-                                        stack[top] = q
-                                        top = top + 1
+            memset(reached, 0, n)
+            for p in range(n):
+                if cand[p] != 2 or reached[p] != 0:
+                    continue
+                reached[p] = 1
+                stack[0] = ((p // cols) << 32) | (p % cols)
+                top = 1
+                while top > 0:
+                    top = top - 1
+                    r = stack[top] >> 32
+                    c = stack[top] & _COLUMN_MASK
+                    if 0 < r < rows - 1 and 0 < c < cols - 1:
+                        top = _grow(cand, reached, stack, top, r - 1, c - 1, cols)
+                        top = _grow(cand, reached, stack, top, r - 1, c, cols)
+                        top = _grow(cand, reached, stack, top, r - 1, c + 1, cols)
+                        top = _grow(cand, reached, stack, top, r, c - 1, cols)
+                        top = _grow(cand, reached, stack, top, r, c + 1, cols)
+                        top = _grow(cand, reached, stack, top, r + 1, c - 1, cols)
+                        top = _grow(cand, reached, stack, top, r + 1, c, cols)
+                        top = _grow(cand, reached, stack, top, r + 1, c + 1, cols)
+                        continue
+                    for dr in range(-1, 2):
+                        if r + dr < 0 or r + dr >= rows:
+                            continue
+                        for dc in range(-1, 2):
+                            if c + dc >= 0 and c + dc < cols:
+                                top = _grow(cand, reached, stack, top, r + dr, c + dc, cols)
     finally:
         free(stack)
 
@@ -198,41 +263,78 @@ cdef inline bint _crosses(double centre, double other, double threshold) noexcep
     return centre < 0.0 and other > 0.0 and other - centre > threshold
 
 
+cdef inline unsigned char _zero_crossing_at(const double[:, ::1] response, Py_ssize_t r,
+                                            Py_ssize_t c, Py_ssize_t rows, Py_ssize_t cols,
+                                            double threshold) noexcept nogil:
+    """The rule of zero_crossings at any pixel, consulting only neighbours inside the image."""
+    cdef double v = response[r, c], a, b
+    if v < 0.0:
+        return ((c > 0 and _crosses(v, response[r, c - 1], threshold))
+                or (c + 1 < cols and _crosses(v, response[r, c + 1], threshold))
+                or (r > 0 and _crosses(v, response[r - 1, c], threshold))
+                or (r + 1 < rows and _crosses(v, response[r + 1, c], threshold)))
+    if v == 0.0:
+        if c > 0 and c + 1 < cols:
+            a = response[r, c - 1]
+            b = response[r, c + 1]
+            if ((a < 0.0 and b > 0.0) or (a > 0.0 and b < 0.0)) and \
+                    (a - b > threshold or b - a > threshold):
+                return 1
+        if r > 0 and r + 1 < rows:
+            a = response[r - 1, c]
+            b = response[r + 1, c]
+            if ((a < 0.0 and b > 0.0) or (a > 0.0 and b < 0.0)) and \
+                    (a - b > threshold or b - a > threshold):
+                return 1
+    return 0
+
+
+cdef inline bint _opposite_jump(double a, double b, double threshold) noexcept nogil:
+    """a and b of opposite signs, differing by more than threshold (no branches)."""
+    return (((a < 0.0) & (b > 0.0)) | ((a > 0.0) & (b < 0.0))) & \
+        ((a - b > threshold) | (b - a > threshold))
+
+
+cdef inline void _zero_crossings_interior(const double *above, const double *centre,
+                                          const double *below, Py_ssize_t cols,
+                                          double threshold, unsigned char *out) noexcept nogil:
+    """The rule of zero_crossings on columns 1..cols-2 of an interior row, where every
+    neighbour exists. A negative pixel is marked when its largest neighbour n is positive
+    with n - v > threshold: some neighbour qualifies exactly when the largest one does
+    (rounding of n - v keeps the order of n), so one comparison chain replaces four, without
+    branches on the pixel's sign, which is unpredictable. Exact zeros are rare: a branch."""
+    cdef Py_ssize_t c
+    cdef double v, left, right, up, down, n
+    for c in range(1, cols - 1):
+        v = centre[c]
+        left = centre[c - 1]
+        right = centre[c + 1]
+        up = above[c]
+        down = below[c]
+        n = left if left > right else right
+        n = up if up > n else n
+        n = down if down > n else n
+        out[c] = (v < 0.0) & (n > 0.0) & (n - v > threshold)
+        if v == 0.0:
+            out[c] = _opposite_jump(left, right, threshold) | _opposite_jump(up, down, threshold)
+
+
 def zero_crossings(const double[:, ::1] response, double threshold, unsigned char[:, ::1] out):
     """Marks the negative side of each sign change between 4-neighbours whose jump exceeds
     threshold, and exact zeros lying between opposite signs (left/right or up/down).
     Neighbours outside the image are not consulted. Spec ``R-log``."""
     cdef Py_ssize_t rows = response.shape[0], cols = response.shape[1], r, c
-    cdef double v, a, b
-    cdef unsigned char hit
     with nogil:
         for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
-            for c in range(cols):
-                v = response[r, c]
-                hit = 0
-                if v < 0.0:
-                    if c > 0 and _crosses(v, response[r, c - 1], threshold):
-                        hit = 1
-                    elif c + 1 < cols and _crosses(v, response[r, c + 1], threshold):
-                        hit = 1
-                    elif r > 0 and _crosses(v, response[r - 1, c], threshold):
-                        hit = 1
-                    elif r + 1 < rows and _crosses(v, response[r + 1, c], threshold):
-                        hit = 1
-                elif v == 0.0:
-                    if c > 0 and c + 1 < cols:
-                        a = response[r, c - 1]
-                        b = response[r, c + 1]
-                        if ((a < 0.0 and b > 0.0) or (a > 0.0 and b < 0.0)) and \
-                                (a - b > threshold or b - a > threshold):
-                            hit = 1
-                    if hit == 0 and r > 0 and r + 1 < rows:
-                        a = response[r - 1, c]
-                        b = response[r + 1, c]
-                        if ((a < 0.0 and b > 0.0) or (a > 0.0 and b < 0.0)) and \
-                                (a - b > threshold or b - a > threshold):
-                            hit = 1
-                out[r, c] = hit
+            if 0 < r < rows - 1 and cols > 2:
+                _zero_crossings_interior(&response[r - 1, 0], &response[r, 0],
+                                         &response[r + 1, 0], cols, threshold, &out[r, 0])
+                out[r, 0] = _zero_crossing_at(response, r, 0, rows, cols, threshold)
+                out[r, cols - 1] = _zero_crossing_at(response, r, cols - 1, rows, cols,
+                                                     threshold)
+            else:
+                for c in range(cols):
+                    out[r, c] = _zero_crossing_at(response, r, c, rows, cols, threshold)
 
 
 def weighted_vote(const unsigned char[:, :, ::1] edges, const double[::1] weights,
@@ -250,58 +352,134 @@ def weighted_vote(const unsigned char[:, :, ::1] edges, const double[::1] weight
                 final_weight[r, c] = f - offset
 
 
-def histogram(const double[:, ::1] values, double low, double high, long[::1] counts):
-    """counts[k] = number of values whose bin x = (v - low) * (nbins / (high - low)) truncates
-    to k, with x clamped to [0, nbins - 1] (and a NaN x, from 0 * inf when high - low is
-    subnormal, put in bin 0) so that no value can index outside counts."""
-    cdef Py_ssize_t rows = values.shape[0], cols = values.shape[1], r, c, k
-    cdef Py_ssize_t nbins = counts.shape[0]
-    cdef double scale = nbins / (high - low)
-    cdef double x
+cdef inline void _row_range(const double *v, Py_ssize_t n, bint absolute, double *lo,
+                            double *hi) noexcept nogil:
+    """min and max of v[0..n) (of |v| when absolute); two accumulators of each, so that the
+    comparisons of neighbouring values do not wait for each other."""
+    cdef Py_ssize_t c
+    cdef double x0, x1, lo0, lo1, hi0, hi1
+    lo0 = fabs(v[0]) if absolute else v[0]
+    lo1 = lo0
+    hi0 = lo0
+    hi1 = lo0
+    if absolute:
+        for c in range(0, n - 1, 2):
+            x0 = fabs(v[c])
+            x1 = fabs(v[c + 1])
+            lo0 = x0 if x0 < lo0 else lo0
+            lo1 = x1 if x1 < lo1 else lo1
+            hi0 = x0 if x0 > hi0 else hi0
+            hi1 = x1 if x1 > hi1 else hi1
+    else:
+        for c in range(0, n - 1, 2):
+            x0 = v[c]
+            x1 = v[c + 1]
+            lo0 = x0 if x0 < lo0 else lo0
+            lo1 = x1 if x1 < lo1 else lo1
+            hi0 = x0 if x0 > hi0 else hi0
+            hi1 = x1 if x1 > hi1 else hi1
+    x0 = fabs(v[n - 1]) if absolute else v[n - 1]
+    lo0 = x0 if x0 < lo0 else lo0
+    hi0 = x0 if x0 > hi0 else hi0
+    lo[0] = lo1 if lo1 < lo0 else lo0
+    hi[0] = hi1 if hi1 > hi0 else hi0
+
+
+def value_range(const double[:, ::1] values, bint absolute, double[::1] out):
+    """out = (min, max) of the values, or of their magnitudes when ``absolute``; the values
+    are finite (a NaN would be skipped by the comparisons)."""
+    cdef Py_ssize_t rows = values.shape[0], cols = values.shape[1], r
+    cdef double lo, hi
+    cdef double[:, ::1] row_range = np.empty((rows, 2))
     with nogil:
-        for k in range(nbins):
-            counts[k] = 0
-        for r in range(rows):
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
+            _row_range(&values[r, 0], cols, absolute, &row_range[r, 0], &row_range[r, 1])
+        lo = row_range[0, 0]
+        hi = row_range[0, 1]
+        for r in range(1, rows):
+            lo = row_range[r, 0] if row_range[r, 0] < lo else lo
+            hi = row_range[r, 1] if row_range[r, 1] > hi else hi
+    out[0] = lo
+    out[1] = hi
+
+
+# Counters per thread in histogram and edge_statistics (a power of two): consecutive pixels
+# of one bin land in different counters, so increments of one bin do not wait for each other.
+cdef int _HISTOGRAM_LANES = 4
+# Padding of each lane's counters (in counters): with 256 bins unpadded, lanes 0 and 2 lie
+# 4096 bytes apart and the processor takes their counters of one bin for the same address.
+cdef Py_ssize_t _LANE_PADDING = 8
+
+
+def histogram(const double[:, ::1] values, double low, double high, bint absolute,
+              long[::1] counts):
+    """counts[k] = number of values (of magnitudes when ``absolute``) whose bin
+    x = (v - low) * (nbins / (high - low)) truncates to k, with x clamped to [0, nbins - 1]
+    (and a NaN x, from 0 * inf when high - low is subnormal, put in bin 0) so that no value
+    can index outside counts. Integer counts: the sum over threads is exact."""
+    cdef Py_ssize_t rows = values.shape[0], cols = values.shape[1], r, c, k, lane
+    cdef Py_ssize_t nbins = counts.shape[0]
+    cdef int threads = _threads(rows * cols), t
+    cdef double scale = nbins / (high - low)
+    cdef double x, v
+    cdef long[:, ::1] partial = np.zeros((threads * _HISTOGRAM_LANES, nbins + _LANE_PADDING),
+                                         dtype=np.int_)
+    with nogil:
+        for r in prange(rows, schedule="guided", num_threads=threads):
+            lane = openmp.omp_get_thread_num() * _HISTOGRAM_LANES
             for c in range(cols):
-                x = (values[r, c] - low) * scale
+                v = values[r, c]
+                if absolute and v < 0:
+                    v = -v
+                x = (v - low) * scale
                 if not (x >= 0.0):
                     k = 0
                 elif x >= nbins - 1:
                     k = nbins - 1
                 else:
                     k = <Py_ssize_t> x
-                counts[k] += 1
+                partial[lane + (c & (_HISTOGRAM_LANES - 1)), k] += 1
+        for k in range(nbins):
+            counts[k] = 0
+        for t in range(threads * _HISTOGRAM_LANES):
+            for k in range(nbins):
+                counts[k] += partial[t, k]
 
 
 def edge_statistics(const unsigned char[:, :, ::1] edges, double[:, ::1] mean_image,
                     double[::1] sums, double[::1] squared_deviations):
     """For binary maps (value != 0 is 1) of shape (4, rows, cols): the mean image
     ((e0 + e1) + e2 + e3) / 4, each map's sum, and each map's sum of (e_k - mean)^2.
-    Every term is a multiple of 1/16, so the sums are exact whatever their order."""
-    cdef Py_ssize_t rows = edges.shape[1], cols = edges.shape[2], r, c, k
-    cdef double e0, e1, e2, e3, m
-    cdef double[:, ::1] partial = np.zeros((rows, 8))
+
+    A pixel's four bits make a code 0..15; the kernel counts the codes (integers, exact in any
+    order) and forms the sums from the counts. Every term is a multiple of 1/16 and every sum
+    stays far below 2**53 / 16, so the results are exact and equal the twin's."""
+    cdef Py_ssize_t rows = edges.shape[1], cols = edges.shape[2], r, c, k, code, lane
+    cdef int threads = _threads(rows * cols), t
+    cdef double m, e
+    cdef double means[16]
+    cdef long total[16]
+    cdef long[:, ::1] counts = np.zeros((threads * _HISTOGRAM_LANES, 16), dtype=np.int_)
+    for code in range(16):
+        means[code] = (((<double> (code & 1) + <double> ((code >> 1) & 1))
+                        + <double> ((code >> 2) & 1)) + <double> ((code >> 3) & 1)) / 4.0
     with nogil:
-        for r in prange(rows, schedule="guided", num_threads=_threads(rows * cols)):
+        for r in prange(rows, schedule="guided", num_threads=threads):
+            lane = openmp.omp_get_thread_num() * _HISTOGRAM_LANES
             for c in range(cols):
-                e0 = 1.0 if edges[0, r, c] != 0 else 0.0
-                e1 = 1.0 if edges[1, r, c] != 0 else 0.0
-                e2 = 1.0 if edges[2, r, c] != 0 else 0.0
-                e3 = 1.0 if edges[3, r, c] != 0 else 0.0
-                m = (((e0 + e1) + e2) + e3) / 4.0
-                mean_image[r, c] = m
-                partial[r, 0] += e0
-                partial[r, 1] += e1
-                partial[r, 2] += e2
-                partial[r, 3] += e3
-                partial[r, 4] += (e0 - m) * (e0 - m)
-                partial[r, 5] += (e1 - m) * (e1 - m)
-                partial[r, 6] += (e2 - m) * (e2 - m)
-                partial[r, 7] += (e3 - m) * (e3 - m)
+                code = ((edges[0, r, c] != 0) | ((edges[1, r, c] != 0) << 1)
+                        | ((edges[2, r, c] != 0) << 2) | ((edges[3, r, c] != 0) << 3))
+                mean_image[r, c] = means[code]
+                counts[lane + (c & (_HISTOGRAM_LANES - 1)), code] += 1
+        for code in range(16):
+            total[code] = 0
+            for t in range(threads * _HISTOGRAM_LANES):
+                total[code] += counts[t, code]
         for k in range(4):
             sums[k] = 0.0
             squared_deviations[k] = 0.0
-        for r in range(rows):
-            for k in range(4):
-                sums[k] += partial[r, k]
-                squared_deviations[k] += partial[r, 4 + k]
+            for code in range(16):
+                e = <double> ((code >> k) & 1)
+                m = means[code]
+                sums[k] += total[code] * e
+                squared_deviations[k] += total[code] * ((e - m) * (e - m))

@@ -61,6 +61,13 @@ def gradient3x3(src, kx, ky, gx, gy, magnitude):
     magnitude[...] = np.sqrt(np.asarray(gx) * gx + np.asarray(gy) * gy)
 
 
+def gradient_magnitude3x3(src, kx, ky, magnitude):
+    """Twin of ``_kernels.gradient_magnitude3x3`` (claim1/_kernels.pxi), for
+    ``claim1.step2.edges.prewitt``: the magnitude of :func:`gradient3x3`, gx and gy dropped."""
+    gx, gy = np.empty_like(magnitude), np.empty_like(magnitude)
+    gradient3x3(src, kx, ky, gx, gy, magnitude)
+
+
 def threshold_above(src, threshold, out):
     """Twin of ``_kernels.threshold_above`` (claim1/_kernels.pxi), for
     ``claim1.step2.edges.sobel`` and ``claim1.step2.edges.prewitt`` (magnitude to edge map).
@@ -156,18 +163,26 @@ def weighted_vote(edges, weights, offset, final_weight):
     final_weight[...] = f - offset
 
 
-def histogram(values, low, high, counts):
+def value_range(values, absolute, out):
+    """Twin of ``_kernels.value_range`` (claim1/_kernels.pxi), for the automatic (Otsu)
+    thresholds: out = (min, max) of the values, or of their magnitudes when ``absolute``."""
+    v = np.abs(values) if absolute else np.asarray(values)
+    out[0], out[1] = v.min(), v.max()
+
+
+def histogram(values, low, high, absolute, counts):
     """Twin of ``_kernels.histogram`` (claim1/_kernels.pxi), for the automatic (Otsu) thresholds
     of ``claim1.step2.edges.sobel``, ``claim1.step2.edges.prewitt``,
-    ``claim1.step2.edges.canny`` and ``claim1.step2.edges.log``.
+    ``claim1.step2.edges.canny`` and ``claim1.step2.edges.log`` (of |LoG|: ``absolute``).
 
     counts[k] = number of values whose bin x = (v - low) * (nbins / (high - low)) truncates to
     k, x clamped to [0, nbins - 1] and a NaN x (0 * inf when high - low is subnormal) put in bin
     0: the scale rounded once, then one product per value, as in the kernel.
     """
     nbins = counts.shape[0]
+    v = np.abs(values) if absolute else np.asarray(values)
     with np.errstate(invalid="ignore", over="ignore"):
-        x = (np.asarray(values) - low) * (nbins / (high - low))
+        x = (v - low) * (nbins / (high - low))
         x = np.where(x >= 0, np.minimum(x, nbins - 1), 0.0)  # NaN (0 * inf) goes to bin 0
     counts[...] = np.bincount(x.astype(np.intp).ravel(), minlength=nbins)
 

@@ -394,7 +394,7 @@ def _log_edges(blurred, v, backend):
     if v.thresholds == "matlab":
         t = MATLAB_LOG_SCALE * float(np.mean(np.abs(response)))
     else:
-        t = v.log_ratio * ops._otsu(np.abs(response), ops.OTSU_BINS, backend)
+        t = v.log_ratio * ops._otsu(response, ops.OTSU_BINS, backend, absolute=True)
     edges = np.empty(response.shape, dtype=np.uint8)
     kernels(backend).zero_crossings(response, t, edges)
     return edges

@@ -135,22 +135,25 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
 
     # blurred is validated float64 from here on: the private paths skip re-validation
     gx, gy, magnitude = ops._gradient(blurred, ops.SOBEL_X, ops.SOBEL_Y, backend)
-    _, _, prewitt_magnitude = ops._gradient(blurred, ops.PREWITT_X, ops.PREWITT_Y, backend)
+    prewitt_magnitude = ops._magnitude(blurred, ops.PREWITT_X, ops.PREWITT_Y, backend)
     # Canny's automatic low threshold is the Sobel magnitude's Otsu threshold, as is Sobel's
     # own: computed once for both
     sobel_otsu = (ops._otsu(magnitude, ops.OTSU_BINS, backend)
                   if sobel_threshold is None or (low is None and high is None) else None)
+    # each operator writes its map into one plane of the stack the vote reads
+    stack = np.empty((len(OPERATORS),) + blurred.shape, dtype=np.uint8)
+    plane = {k: stack[i] for i, k in enumerate(OPERATORS)}
     results = {
-        "canny": ops._canny_from_gradient(gx, gy, magnitude, low, high, backend, sobel_otsu),
+        "canny": ops._canny_from_gradient(gx, gy, magnitude, low, high, backend, sobel_otsu,
+                                          out=plane["canny"]),
         "sobel": ops._threshold_magnitude("sobel", magnitude, sobel_threshold, backend,
-                                          sobel_otsu),
+                                          sobel_otsu, out=plane["sobel"]),
         "prewitt": ops._threshold_magnitude("prewitt", prewitt_magnitude, prewitt_threshold,
-                                            backend),
-        "log": ops._log(blurred, log_threshold, backend),
+                                            backend, out=plane["prewitt"]),
+        "log": ops._log(blurred, log_threshold, backend, out=plane["log"]),
     }
     edges = {k: results[k].edges for k in OPERATORS}
 
-    stack = weighting.binary_stack(edges)
     mean_img, std, mean = weighting._binary_statistics(stack, backend)
     cv = weighting.coefficients_of_variation(std, mean)
     weights = weighting.operator_weights(cv)

@@ -77,6 +77,13 @@ def _gradient(g, kx, ky, backend):
     return gx, gy, magnitude
 
 
+def _magnitude(g, kx, ky, backend):
+    """The gradient magnitude alone, where gx and gy are not needed (Sobel, Prewitt)."""
+    magnitude = np.empty_like(g)
+    kernels(backend).gradient_magnitude3x3(g, kx, ky, magnitude)
+    return magnitude
+
+
 def _blurred(blurred):
     return as_float_image(blurred, "blurred", min_size=MIN_SIZE)
 
@@ -118,12 +125,17 @@ def otsu_threshold(values, *, bins: int = OTSU_BINS, backend: str = "cython") ->
     return _otsu(v, int(bins), backend)
 
 
-def _otsu(v, bins, backend):
-    low, high = float(v.min()), float(v.max())
+def _otsu(v, bins, backend, absolute=False):
+    """Otsu's threshold of ``v``, or of ``|v|`` when ``absolute`` (the LoG's rule), without
+    making the array of magnitudes."""
+    k = kernels(backend)
+    value_range = np.empty(2)
+    k.value_range(v, absolute, value_range)
+    low, high = float(value_range[0]), float(value_range[1])
     if low == high:
         return low
     counts = np.empty(bins, dtype=np.int_)
-    kernels(backend).histogram(v, low, high, counts)
+    k.histogram(v, low, high, absolute, counts)
     centres = low + (np.arange(counts.size) + 0.5) * ((high - low) / counts.size)
     mass = counts * centres
     w0, w1 = np.cumsum(counts), np.cumsum(counts[::-1])[::-1]
@@ -134,19 +146,24 @@ def _otsu(v, bins, backend):
 
 
 def _binary_gradient(name, blurred, kx, ky, threshold, backend):
-    _, _, magnitude = _gradient(_blurred(blurred), kx, ky, backend)
+    magnitude = _magnitude(_blurred(blurred), kx, ky, backend)
     return _threshold_magnitude(name, magnitude, threshold, backend)
 
 
-def _threshold_magnitude(name, magnitude, threshold, backend, otsu=None):
+def _edge_map(shape, out):
+    """``out`` (a plane of the caller's edge stack) or a new uint8 map."""
+    return np.empty(shape, dtype=np.uint8) if out is None else out
+
+
+def _threshold_magnitude(name, magnitude, threshold, backend, otsu=None, out=None):
     """``otsu``: the magnitude's Otsu threshold where the caller has it already (extract
-    shares the Sobel magnitude's between Sobel and Canny)."""
+    shares the Sobel magnitude's between Sobel and Canny); ``out``: where to write the map."""
     automatic = threshold is None
     if automatic:
         t = _otsu(magnitude, OTSU_BINS, backend) if otsu is None else otsu
     else:
         t = check_threshold(threshold, f"{name}_threshold")
-    edges = np.empty(magnitude.shape, dtype=np.uint8)
+    edges = _edge_map(magnitude.shape, out)
     kernels(backend).threshold_above(magnitude, t, edges)
     return EdgeResult(name, magnitude, edges, {"magnitude": t}, automatic)
 
@@ -244,14 +261,14 @@ def laplacian_of_gaussian(blurred, threshold: float | None = None, *,
     return _log(_blurred(blurred), threshold, backend)
 
 
-def _log(g, threshold, backend):
+def _log(g, threshold, backend, out=None):
     k = kernels(backend)
     response = np.empty_like(g)
     k.correlate3x3(g, LAPLACE_4, response)
     automatic = threshold is None
-    t = (LOG_JUMP_RATIO * _otsu(np.abs(response), OTSU_BINS, backend) if automatic
+    t = (LOG_JUMP_RATIO * _otsu(response, OTSU_BINS, backend, absolute=True) if automatic
          else check_threshold(threshold, "log_threshold"))
-    edges = np.empty(g.shape, dtype=np.uint8)
+    edges = _edge_map(g.shape, out)
     k.zero_crossings(response, t, edges)
     return EdgeResult("log", response, edges, {"slope": t}, automatic)
 
@@ -284,8 +301,10 @@ def _canny_thresholds(magnitude, backend):
     return low, CANNY_HIGH_RATIO * low
 
 
-def _canny_from_gradient(gx, gy, magnitude, low, high, backend, otsu=None) -> EdgeResult:
-    """``otsu``: the magnitude's Otsu threshold where the caller has it already."""
+def _canny_from_gradient(gx, gy, magnitude, low, high, backend, otsu=None,
+                         out=None) -> EdgeResult:
+    """``otsu``: the magnitude's Otsu threshold where the caller has it already; ``out``:
+    where to write the map."""
     automatic = low is None and high is None
     if automatic:
         low, high = (_canny_thresholds(magnitude, backend) if otsu is None
@@ -300,7 +319,7 @@ def _canny_from_gradient(gx, gy, magnitude, low, high, backend, otsu=None) -> Ed
     k = kernels(backend)
     candidates = np.empty(magnitude.shape, dtype=np.uint8)
     k.non_maximum_suppression(gx, gy, magnitude, low, high, TAN_22_5, TAN_67_5, candidates)
-    edges = np.empty(magnitude.shape, dtype=np.uint8)
+    edges = _edge_map(magnitude.shape, out)
     k.hysteresis(candidates, edges)
     return EdgeResult("canny", magnitude, edges, {"low": low, "high": high}, automatic)
 

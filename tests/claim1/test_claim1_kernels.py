@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 from refseg.claim1.operators import (LAPLACE_4, PREWITT_X, PREWITT_Y, SOBEL_X, SOBEL_Y, TAN_22_5,
                                      TAN_67_5)
 from refseg.claim1.preprocess import gaussian_kernel
+from refseg.data.synthetic import weld_image
 from strategies import gray_images
 from twins import assert_same, both, fast, twin
 
@@ -89,15 +90,84 @@ def test_edge_statistics(edges):
                      outputs=[(edges.shape[1:], np.float64), (4, np.float64), (4, np.float64)]))
 
 
-@pytest.mark.claim("claim1.step2.edges.sobel")
-@given(gray_images(min_side=1), st.integers(2, 300))
-def test_histogram(img, bins):
-    low, high = float(img.min()), float(img.max())
+@pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.log")
+@given(gray_images(min_side=1), st.integers(2, 300), st.booleans(), st.booleans())
+def test_histogram(img, bins, signed, absolute):
+    if signed:
+        img = img - 127.5
+    v = np.abs(img) if absolute else img
+    low, high = float(v.min()), float(v.max())
     if low == high:
         high = low + 1.0
     outs = []
     for module in (fast, twin):
         counts = np.zeros(bins, dtype=np.int_)
-        module.histogram(img, low, high, counts)
+        module.histogram(img, low, high, absolute, counts)
         outs.append(counts)
     assert np.array_equal(*outs) and outs[0].sum() == img.size
+
+
+@pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.log")
+@given(gray_images(min_side=1), st.booleans(), st.booleans())
+def test_value_range(img, signed, absolute):
+    if signed:
+        img = img - 127.5
+    assert_same(both("value_range", img, absolute, outputs=[(2, np.float64)]))
+    v = np.abs(img) if absolute else img
+    assert list(fast_range(img, absolute)) == [v.min(), v.max()]
+
+
+def fast_range(img, absolute):
+    out = np.empty(2)
+    fast.value_range(img, absolute, out)
+    return out
+
+
+def _pipeline_arrays(rows):
+    """The arrays claim 1's kernels see on a synthetic weld image of ``rows`` x 640 pixels."""
+    rgb = np.ascontiguousarray(weld_image(3, shape=(rows, 640)).rgb)
+    gray = np.empty(rgb.shape[:2])
+    fast.rgb_to_gray(rgb, 299.0, 587.0, 114.0, 1000.0, gray)
+    blurred = np.empty_like(gray)
+    fast.correlate3x3(gray, gaussian_kernel(0.8), blurred)
+    gx, gy, mag = (np.empty_like(gray) for _ in range(3))
+    fast.gradient3x3(blurred, SOBEL_X, SOBEL_Y, gx, gy, mag)
+    log = np.empty_like(gray)
+    fast.correlate3x3(blurred, LAPLACE_4, log)
+    return rgb, blurred, gx, gy, mag, log
+
+
+@pytest.mark.claim("claim1.step2.gray", "claim1.step2.gauss", "claim1.step2.edges.canny",
+                   "claim1.step2.edges.sobel", "claim1.step2.edges.log",
+                   "claim1.step2.final_weight", "claim1.step2.mean_image", "claim1.step2.std")
+def test_every_kernel_equals_its_twin_on_an_image_split_over_threads():
+    rows = fast.PARALLEL_MIN_PIXELS // 640 + 3
+    rgb, blurred, gx, gy, mag, log = _pipeline_arrays(rows)
+    shape = blurred.shape
+    assert blurred.size >= fast.PARALLEL_MIN_PIXELS
+    low = float(np.median(mag))
+    candidates = np.empty(shape, dtype=np.uint8)
+    fast.non_maximum_suppression(gx, gy, mag, low, 2 * low, TAN_22_5, TAN_67_5, candidates)
+    assert 0 < np.count_nonzero(candidates == 2) < np.count_nonzero(candidates)
+    rng = np.random.default_rng(0)
+    stack = (rng.random((4,) + shape) < 0.3).astype(np.uint8)
+    f64, u8 = np.float64, np.uint8
+    runs = [
+        ("rgb_to_gray", (rgb, 299.0, 587.0, 114.0, 1000.0), [(shape, f64)]),
+        ("correlate3x3", (blurred, LAPLACE_4), [(shape, f64)]),
+        ("gradient3x3", (blurred, PREWITT_X, PREWITT_Y), [(shape, f64)] * 3),
+        ("threshold_above", (mag, low), [(shape, u8)]),
+        ("non_maximum_suppression", (gx, gy, mag, low, 2 * low, TAN_22_5, TAN_67_5),
+         [(shape, u8)]),
+        ("hysteresis", (candidates,), [(shape, u8)]),
+        ("zero_crossings", (log, 1.0), [(shape, u8)]),
+        ("value_range", (log, True), [(2, f64)]),
+        ("histogram", (log, 0.0, float(np.abs(log).max()), True), [(256, np.int_)]),
+        ("histogram", (mag, float(mag.min()), float(mag.max()), False), [(256, np.int_)]),
+        ("weighted_vote", (stack, np.array([0.1, 0.2, 0.3, 0.4]), 1.5), [(shape, f64)]),
+        ("edge_statistics", (stack,), [(shape, f64), (4, f64), (4, f64)]),
+    ]
+    for name, inputs, outputs in runs:
+        ours, theirs = both(name, *inputs, outputs=outputs)
+        for a, b in zip(ours, theirs):
+            assert a.dtype == b.dtype and np.array_equal(a, b), name
