@@ -102,6 +102,16 @@ def test_tiles_cover_the_output_and_stay_few(planes, m, n, k, threads):
         assert (rows, cols) == (m, n)
 
 
+@pytest.mark.parametrize("planes, m, n, k, tiles", [
+    (1, 144, 576, 5184, 4),   # 3 tiles of 192 columns would leave a thread idle a third
+    (3, 400, 64, 500, 6),     # three planes on two threads: each split in two
+    (36, 9, 576, 576, 36),    # the planes alone make whole rounds
+])
+def test_tiles_come_in_whole_rounds_of_the_threads(planes, m, n, k, tiles):
+    rows, cols = product_tiles(planes, m, n, k, 2)
+    assert planes * -(-m // rows) * -(-n // cols) == tiles
+
+
 def test_matmul_reads_transposed_views_and_writes_into_strided_rows():
     rng = np.random.default_rng(2)
     a = rng.standard_normal((700, 300)).astype(np.float32)
