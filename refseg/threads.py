@@ -171,3 +171,92 @@ def single_threaded_blas() -> None:
     pool = kernel_blas_pool()
     if pool is not None and pool.get() != 1:
         pool.set(1)
+
+
+#: Shortest window over which the other processes' load is measured; a call that comes sooner
+#: after the last measurement keeps the thread count chosen then.
+LOAD_WINDOW_MIN = 0.05
+
+#: Longest window: a measurement older than this no longer describes the machine, and the
+#: next call runs on every thread while it takes a new one.
+LOAD_WINDOW_MAX = 30.0
+
+_STAT = Path("/proc/stat")
+
+
+@dataclass
+class _LoadSample:
+    wall: float    # time.monotonic()
+    busy: float    # seconds of CPU time all processes used, machine-wide
+    own: float     # seconds of CPU time this process used
+    threads: int   # the thread count chosen from the window that ended here
+
+
+_last_sample: _LoadSample | None = None
+
+
+def _machine_busy_seconds() -> float | None:
+    """CPU seconds spent outside idle and iowait (and outside time stolen by the hypervisor,
+    which no process here used) since boot, from /proc/stat; None where it is unreadable."""
+    try:
+        fields = _STAT.read_text().split("\n", 1)[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def other_load(sample_a: _LoadSample, sample_b: _LoadSample) -> float:
+    """Cores that other processes kept busy between two samples, on average."""
+    span = sample_b.wall - sample_a.wall
+    return max(0.0, (sample_b.busy - sample_a.busy) - (sample_b.own - sample_a.own)) / span
+
+
+def adapted_thread_count(planned: int) -> int:
+    """The threads to run on now: ``planned`` (OpenMP's count), less the cores that other
+    processes kept busy since the previous call, at least one.
+
+    A parallel loop ends when its slowest thread does; on a 2-core machine with a busy
+    neighbour a second thread waits for a core it shares, and at batch 1 (hundreds of short
+    loops) two threads took 1.15x the time of one. The window is the time since the previous
+    call (between LOAD_WINDOW_MIN and LOAD_WINDOW_MAX seconds); the first call, and one after
+    a longer gap, run on ``planned`` threads.
+    """
+    global _last_sample
+    import time
+
+    busy = _machine_busy_seconds()
+    if busy is None or planned <= 1:
+        return planned
+    times = os.times()
+    now = _LoadSample(time.monotonic(), busy, times.user + times.system, planned)
+    previous, span = _last_sample, None
+    if previous is not None:
+        span = now.wall - previous.wall
+        if span < LOAD_WINDOW_MIN:
+            return previous.threads
+    if previous is not None and span <= LOAD_WINDOW_MAX:
+        cores = len(os.sched_getaffinity(0))
+        free = cores - other_load(previous, now)
+        now.threads = max(1, min(planned, int(free + 0.5)))
+    _last_sample = now
+    return now.threads
+
+
+@contextlib.contextmanager
+def load_adapted_threads():
+    """Within the block, refseg's parallel loops run on ``adapted_thread_count`` threads.
+
+    Only how many threads run changes: the matrix products are still cut into the tiles of
+    OpenMP's count, and every other loop computes each element on one thread in a fixed order,
+    so the results are the same bits as without the block. ``limit_threads`` inside or around
+    it still sets OpenMP's count, which caps this one.
+    """
+    from refseg import _kernels
+
+    previous = _kernels.running_cap()
+    _kernels.set_running_cap(adapted_thread_count(_kernels.openmp_threads()))
+    try:
+        yield
+    finally:
+        _kernels.set_running_cap(previous)
