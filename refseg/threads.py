@@ -243,20 +243,9 @@ def adapted_thread_count(planned: int) -> int:
     return now.threads
 
 
-#: Forward passes over at most this many pixels (two 224 x 224 images) adapt their threads to
-#: the load. Their loops are short, and one that waits for a thread another process has taken
-#: the core from waits a large part of its length: at batch 1 with a busy neighbour two threads
-#: took 1.15x the time of one. Longer passes keep every thread: their products' tiles absorb a
-#: slowed thread, and under a bursty load (NumPy products on 2 threads 70 % of the time) two
-#: threads at batch 8 took 0.75x the time of one, where the load-adapted one thread took 1.03x.
-LOAD_ADAPT_MAX_PIXELS = 2 * 224 * 224
-
-
 @contextlib.contextmanager
-def load_adapted_threads(pixels: int):
-    """Within the block, refseg's parallel loops run on ``adapted_thread_count`` threads if the
-    block's forward pass covers at most LOAD_ADAPT_MAX_PIXELS ``pixels`` (batch x height x
-    width), on all of OpenMP's threads otherwise.
+def load_adapted_threads():
+    """Within the block, refseg's parallel loops run on ``adapted_thread_count`` threads.
 
     Only how many threads run changes: the matrix products are still cut into the tiles of
     OpenMP's count, and every other loop computes each element on one thread in a fixed order,
@@ -265,9 +254,6 @@ def load_adapted_threads(pixels: int):
     """
     from refseg import _kernels
 
-    if pixels > LOAD_ADAPT_MAX_PIXELS:
-        yield
-        return
     previous = _kernels.running_cap()
     _kernels.set_running_cap(adapted_thread_count(_kernels.openmp_threads()))
     try:

@@ -122,23 +122,19 @@ def test_a_running_cap_changes_no_bit_of_a_prediction_or_a_feature_map(monkeypat
     model = ResMobileNet((64, 96), seed=3)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 64, 96, 3)).astype(np.float32)
     rgb = weld_image(1, shape=(520, 640)).rgb
-    running = []
+    seen = []
 
-    def run(count):
-        def adapted(planned):
-            running.append(_kernels.running_threads())
-            return count
-        monkeypatch.setattr(threads, "adapted_thread_count", adapted)
-        with threads.load_adapted_threads(1):  # a short pass: adapted
-            running.append(_kernels.running_threads())
-            feature = extract(rgb).final_weight
-        return model.predict(x, batch_size=1), feature
+    def one_thread(planned):
+        seen.append(_kernels.running_threads())
+        return 1
 
     with limit_threads(2):
-        free, capped = run(2), run(1)
-        with threads.load_adapted_threads(threads.LOAD_ADAPT_MAX_PIXELS + 1):
-            assert _kernels.running_threads() == 2  # a long pass keeps every thread
         assert _kernels.running_threads() == 2
-    # each run: the block's choice, the threads inside it, then predict's two images
-    assert running == [2, 2, 2, 2] + [2, 1, 2, 2]
-    assert np.array_equal(free[0], capped[0]) and np.array_equal(free[1], capped[1])
+        free = model.predict(x), extract(rgb).final_weight
+        monkeypatch.setattr(threads, "adapted_thread_count", one_thread)
+        with threads.load_adapted_threads():
+            assert _kernels.running_threads() == 1
+            capped_extract = extract(rgb).final_weight
+        capped_predict = model.predict(x)
+        assert seen == [2, 2] and _kernels.running_threads() == 2
+    assert np.array_equal(free[0], capped_predict) and np.array_equal(free[1], capped_extract)

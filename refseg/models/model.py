@@ -350,12 +350,9 @@ class ResMobileNet(Model):
     def predict(self, x, batch_size: int = 8) -> np.ndarray:
         """Class probabilities (N, H, W, 3) for images (N, H, W, 3) in [-1, 1], no gradients."""
         x = self.check_input(x).data
-        parts = []
-        with no_grad():
-            for i in range(0, x.shape[0], batch_size):
-                chunk = x[i:i + batch_size]
-                with load_adapted_threads(chunk.shape[0] * chunk.shape[1] * chunk.shape[2]):
-                    parts.append(self.forward(chunk).data)
+        with no_grad(), load_adapted_threads():
+            parts = [self.forward(x[i:i + batch_size]).data
+                     for i in range(0, x.shape[0], batch_size)]
         return np.concatenate(parts) if parts else np.empty((0, *self.input_shape, 3),
                                                             dtype=self.dtype)
 
