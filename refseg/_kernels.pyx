@@ -31,35 +31,8 @@ cdef Py_ssize_t _PARALLEL_MIN_PIXELS = 262144
 PARALLEL_MIN_PIXELS = _PARALLEL_MIN_PIXELS
 
 
-# At most this many threads run a parallel loop (0: no cap), set by refseg.threads for the
-# duration of a call when other processes keep cores busy. It never changes what a loop
-# computes: each output element is computed by one thread in a fixed order, and the matrix
-# products are cut into tiles by OpenMP's own count (openmp_threads), not by this cap.
-cdef int _running_cap = 0
-
-
-def set_running_cap(int cap):
-    """Run parallel loops on at most ``cap`` threads (0: OpenMP's count)."""
-    global _running_cap
-    _running_cap = cap if cap > 0 else 0
-
-
-def running_cap():
-    return _running_cap
-
-
-cdef inline int _running_threads() noexcept nogil:
-    cdef int threads = openmp.omp_get_max_threads()
-    return _running_cap if 0 < _running_cap < threads else threads
-
-
-def running_threads():
-    """The threads a large parallel loop runs on now: OpenMP's count, or the cap if lower."""
-    return _running_threads()
-
-
 cdef inline int _threads(Py_ssize_t pixels) noexcept nogil:
-    return _running_threads() if pixels >= _PARALLEL_MIN_PIXELS else 1
+    return openmp.omp_get_max_threads() if pixels >= _PARALLEL_MIN_PIXELS else 1
 
 
 # The element type of the autograd kernels: each is compiled for float32 and for float64.

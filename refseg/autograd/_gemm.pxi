@@ -51,7 +51,7 @@ def gemm_stack(const real[:, :, :] a, const real[:, :, :] b, const Py_ssize_t[::
     cdef Py_ssize_t col_tiles = (n + tile_cols - 1) // tile_cols
     cdef Py_ssize_t per_plane = row_tiles * col_tiles, total = planes * per_plane
     cdef Py_ssize_t t, p, r, i0, j0
-    cdef int threads = _running_threads() if parallel and total > 1 else 1
+    cdef int threads = openmp.omp_get_max_threads() if parallel and total > 1 else 1
     with nogil:
         for t in prange(total, schedule="dynamic", chunksize=1, num_threads=threads):
             p = t // per_plane
@@ -64,6 +64,6 @@ def gemm_stack(const real[:, :, :] a, const real[:, :, :] b, const Py_ssize_t[::
 
 
 def openmp_threads():
-    """OpenMP's thread count (``omp_get_max_threads``): what the products' tiles are planned
-    for. The loops run on fewer while a running cap is set (``set_running_cap``)."""
+    """The number of threads the next parallel loop of these kernels uses (OpenMP's
+    ``omp_get_max_threads``)."""
     return openmp.omp_get_max_threads()

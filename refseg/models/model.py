@@ -18,7 +18,6 @@ from refseg.autograd import layers
 from refseg.models.decoder import BRANCHES, add_decoder
 from refseg.models.graph import INPUT, Graph
 from refseg.models.weights import LoadReport, match_weights, read_weight_file
-from refseg.threads import load_adapted_threads
 from refseg.trace import implements
 
 #: Input heights and widths must be multiples of this (both backbones halve the size 5 times).
@@ -350,7 +349,7 @@ class ResMobileNet(Model):
     def predict(self, x, batch_size: int = 8) -> np.ndarray:
         """Class probabilities (N, H, W, 3) for images (N, H, W, 3) in [-1, 1], no gradients."""
         x = self.check_input(x).data
-        with no_grad(), load_adapted_threads():
+        with no_grad():
             parts = [self.forward(x[i:i + batch_size]).data
                      for i in range(0, x.shape[0], batch_size)]
         return np.concatenate(parts) if parts else np.empty((0, *self.input_shape, 3),
