@@ -22,11 +22,11 @@ from refseg.autograd._reference import (
 __all__ = [
     "rgb_to_gray", "correlate3x3", "gradient3x3", "gradient_magnitude3x3", "threshold_above",
     "non_maximum_suppression", "hysteresis", "zero_crossings", "weighted_vote", "value_range",
-    "histogram", "edge_statistics", "im2col", "col2im", "col2im_transposed", "depthwise_forward", "depthwise_backward_input",
-    "depthwise_backward_weight", "max_pool_forward", "max_pool_backward", "channel_moments",
-    "channel_sums", "batch_norm_forward", "batch_norm_backward", "adam_update",
-    "channel_affine", "clamp", "add_arrays", "conv_small_forward", "conv_small_weight",
-    "winograd_input", "winograd_output", "winograd_kernel", "winograd_output_adjoint",
-    "winograd_kernel_adjoint", "winograd4_input", "winograd4_output", "winograd4_kernel",
-    "gemm_stack",
+    "histogram", "edge_statistics", "im2col", "col2im", "col2im_transposed", "depthwise_forward",
+    "depthwise_backward_input", "depthwise_backward_weight", "max_pool_forward",
+    "max_pool_backward", "channel_moments", "channel_sums", "batch_norm_forward",
+    "batch_norm_backward", "adam_update", "channel_affine", "clamp", "add_arrays",
+    "conv_small_forward", "conv_small_weight", "winograd_input", "winograd_output",
+    "winograd_kernel", "winograd_output_adjoint", "winograd_kernel_adjoint", "winograd4_input",
+    "winograd4_output", "winograd4_kernel", "gemm_stack",
 ]

@@ -79,60 +79,52 @@ def correlate3x3(const double[:, ::1] src, const double[:, ::1] kernel, double[:
                            &src[_reflect101(r + 1, rows), 0], cols, k, &out[r, 0])
 
 
+cdef inline void _gradient_row(const double[:, ::1] src, Py_ssize_t r, const double *wx,
+                               const double *wy, double *gx, double *gy,
+                               double *magnitude) noexcept nogil:
+    """Row r of gx, gy (3x3 correlations, reflect-101) and sqrt(gx*gx + gy*gy)."""
+    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], c
+    _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
+                   &src[_reflect101(r + 1, rows), 0], cols, wx, gx)
+    _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
+                   &src[_reflect101(r + 1, rows), 0], cols, wy, gy)
+    for c in range(cols):
+        magnitude[c] = sqrt(gx[c] * gx[c] + gy[c] * gy[c])
+
+
 def gradient3x3(const double[:, ::1] src, const double[:, ::1] kx, const double[:, ::1] ky,
                 double[:, ::1] gx, double[:, ::1] gy, double[:, ::1] magnitude):
     """gx, gy: 3x3 correlations (reflect-101); magnitude = sqrt(gx*gx + gy*gy)."""
-    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c
+    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r
     cdef double wx[9]
     cdef double wy[9]
     cdef int i
-    cdef double *px
-    cdef double *py
-    cdef double *pm
     for i in range(9):
         wx[i] = kx[i // 3, i % 3]
         wy[i] = ky[i // 3, i % 3]
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
                         num_threads=_threads(rows * cols)):
-            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
-                           &src[_reflect101(r + 1, rows), 0], cols, wx, &gx[r, 0])
-            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
-                           &src[_reflect101(r + 1, rows), 0], cols, wy, &gy[r, 0])
-            px = &gx[r, 0]
-            py = &gy[r, 0]
-            pm = &magnitude[r, 0]
-            for c in range(cols):
-                pm[c] = sqrt(px[c] * px[c] + py[c] * py[c])
+            _gradient_row(src, r, wx, wy, &gx[r, 0], &gy[r, 0], &magnitude[r, 0])
 
 
 def gradient_magnitude3x3(const double[:, ::1] src, const double[:, ::1] kx,
                           const double[:, ::1] ky, double[:, ::1] magnitude):
-    """magnitude = sqrt(gx*gx + gy*gy) of gradient3x3, without keeping gx and gy (each thread
-    writes them to a row of its own)."""
-    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c
+    """magnitude of gradient3x3, without keeping gx and gy (each thread writes them to rows
+    of its own)."""
+    cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r
     cdef int threads = _threads(rows * cols)
     cdef double wx[9]
     cdef double wy[9]
     cdef int i
-    cdef double *px
-    cdef double *py
-    cdef double *pm
     cdef double[:, :, ::1] scratch = np.empty((threads, 2, cols))
     for i in range(9):
         wx[i] = kx[i // 3, i % 3]
         wy[i] = ky[i // 3, i % 3]
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK, num_threads=threads):
-            px = &scratch[openmp.omp_get_thread_num(), 0, 0]
-            py = &scratch[openmp.omp_get_thread_num(), 1, 0]
-            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
-                           &src[_reflect101(r + 1, rows), 0], cols, wx, px)
-            _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
-                           &src[_reflect101(r + 1, rows), 0], cols, wy, py)
-            pm = &magnitude[r, 0]
-            for c in range(cols):
-                pm[c] = sqrt(px[c] * px[c] + py[c] * py[c])
+            _gradient_row(src, r, wx, wy, &scratch[openmp.omp_get_thread_num(), 0, 0],
+                          &scratch[openmp.omp_get_thread_num(), 1, 0], &magnitude[r, 0])
 
 
 def threshold_above(const double[:, ::1] src, double threshold, unsigned char[:, ::1] out):
@@ -274,36 +266,28 @@ cdef inline bint _crosses(double centre, double other, double threshold) noexcep
     return centre < 0.0 and other > 0.0 and other - centre > threshold
 
 
+cdef inline bint _opposite_jump(double a, double b, double threshold) noexcept nogil:
+    """a and b of opposite signs, differing by more than threshold (no branches)."""
+    return (((a < 0.0) & (b > 0.0)) | ((a > 0.0) & (b < 0.0))) & \
+        ((a - b > threshold) | (b - a > threshold))
+
+
 cdef inline unsigned char _zero_crossing_at(const double[:, ::1] response, Py_ssize_t r,
                                             Py_ssize_t c, Py_ssize_t rows, Py_ssize_t cols,
                                             double threshold) noexcept nogil:
     """The rule of zero_crossings at any pixel, consulting only neighbours inside the image."""
-    cdef double v = response[r, c], a, b
+    cdef double v = response[r, c]
     if v < 0.0:
         return ((c > 0 and _crosses(v, response[r, c - 1], threshold))
                 or (c + 1 < cols and _crosses(v, response[r, c + 1], threshold))
                 or (r > 0 and _crosses(v, response[r - 1, c], threshold))
                 or (r + 1 < rows and _crosses(v, response[r + 1, c], threshold)))
     if v == 0.0:
-        if c > 0 and c + 1 < cols:
-            a = response[r, c - 1]
-            b = response[r, c + 1]
-            if ((a < 0.0 and b > 0.0) or (a > 0.0 and b < 0.0)) and \
-                    (a - b > threshold or b - a > threshold):
-                return 1
-        if r > 0 and r + 1 < rows:
-            a = response[r - 1, c]
-            b = response[r + 1, c]
-            if ((a < 0.0 and b > 0.0) or (a > 0.0 and b < 0.0)) and \
-                    (a - b > threshold or b - a > threshold):
-                return 1
+        return ((0 < c < cols - 1
+                 and _opposite_jump(response[r, c - 1], response[r, c + 1], threshold))
+                or (0 < r < rows - 1
+                    and _opposite_jump(response[r - 1, c], response[r + 1, c], threshold)))
     return 0
-
-
-cdef inline bint _opposite_jump(double a, double b, double threshold) noexcept nogil:
-    """a and b of opposite signs, differing by more than threshold (no branches)."""
-    return (((a < 0.0) & (b > 0.0)) | ((a > 0.0) & (b < 0.0))) & \
-        ((a - b > threshold) | (b - a > threshold))
 
 
 cdef inline void _zero_crossings_interior(const double *above, const double *centre,
@@ -442,9 +426,7 @@ def histogram(const double[:, ::1] values, double low, double high, bint absolut
         for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK, num_threads=threads):
             lane = openmp.omp_get_thread_num() * _HISTOGRAM_LANES
             for c in range(cols):
-                v = values[r, c]
-                if absolute and v < 0:
-                    v = -v
+                v = fabs(values[r, c]) if absolute else values[r, c]
                 x = (v - low) * scale
                 if not (x >= 0.0):
                     k = 0
