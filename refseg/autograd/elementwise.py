@@ -18,19 +18,33 @@ def _flat(a) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
+def output_buffer(x: np.ndarray, reuse_input: bool) -> np.ndarray:
+    """Where an elementwise op writes its result: x itself when the caller lets the op
+    overwrite its input and x's buffer can take the result in place (C-contiguous, writeable),
+    else a fresh array of x's shape and dtype.
+
+    Writing in place saves an activation's memory (in training the graph would otherwise hold
+    both the input and the output) and the clearing of fresh pages; the values are the same.
+    """
+    if reuse_input and x.flags.c_contiguous and x.flags.writeable:
+        return x
+    return np.empty(x.shape, dtype=x.dtype)
+
+
 @implements("claim2.fusion", "claim4.propagation")
 class Add(Op):
-    """x + y for equal shapes (the skip connections of [0150]-[0192])."""
+    """x + y for equal shapes (the skip connections of [0150]-[0192]). With ``reuse_input``
+    the sum may be written into x's array (see :func:`output_buffer`)."""
 
     name = "add"
 
-    def __init__(self, backend="cython"):
-        self.backend = backend
+    def __init__(self, backend="cython", reuse_input=False):
+        self.backend, self.reuse_input = backend, bool(reuse_input)
 
     def forward(self, ctx, x, y):
         if x.shape != y.shape:
             raise InputError(f"add: shapes differ: {x.shape} and {y.shape}")
-        out = np.empty(x.shape, dtype=x.dtype)
+        out = output_buffer(x, self.reuse_input)
         kernels(self.backend).add_arrays(_flat(x), _flat(y), out.reshape(-1))
         return out
 
@@ -41,28 +55,28 @@ class Add(Op):
 @implements("claim2.fusion", "claim4.propagation")
 class ReLU(Op):
     """max(x, 0); with ``cap``, min(max(x, 0), cap) (ReLU6 for cap 6). The gradient is 1 where
-    0 < x (< cap), else 0 (at the kinks, 0, as torch and TensorFlow)."""
+    0 < x (< cap), else 0 (at the kinks, 0, as torch and TensorFlow). With ``reuse_input``
+    the result may be written into x's array (see :func:`output_buffer`): backward needs only
+    where x passed, never x itself."""
 
     name = "relu"
 
-    def __init__(self, cap: float | None = None, backend="cython"):
+    def __init__(self, cap: float | None = None, backend="cython", reuse_input=False):
         self.cap = cap
-        self.backend = backend
+        self.backend, self.reuse_input = backend, bool(reuse_input)
         if cap is not None:
             self.name = "relu6" if cap == 6 else f"relu{cap:g}"
 
     def forward(self, ctx, x):
-        if not ctx.recording:
-            out = np.empty(x.shape, dtype=x.dtype)
-            kernels(self.backend).clamp(_flat(x), 0.0, np.inf if self.cap is None else self.cap,
-                                        out.reshape(-1))
-            return out
-        pass_through = x > 0
-        if self.cap is not None:
-            pass_through &= x < self.cap
-        ctx.save_for_backward(pass_through)
-        out = np.maximum(x, 0)
-        return out if self.cap is None else np.minimum(out, self.cap).astype(x.dtype)
+        if ctx.recording:
+            pass_through = x > 0
+            if self.cap is not None:
+                pass_through &= x < self.cap
+            ctx.save_for_backward(pass_through)
+        out = output_buffer(x, self.reuse_input)
+        kernels(self.backend).clamp(_flat(x), 0.0, np.inf if self.cap is None else self.cap,
+                                    out.reshape(-1))
+        return out
 
     def backward(self, ctx, grad):
         (pass_through,) = ctx.saved
@@ -74,6 +88,7 @@ class Softmax(Op):
     """exp(x - max) / sum over the last (channel) axis."""
 
     name = "softmax"
+    keeps_output = True  # backward reads p: no later op may overwrite it
 
     def forward(self, ctx, x):
         e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -116,21 +131,27 @@ class ZeroPad2D(Op):
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def add(x, y, *, backend="cython") -> Tensor:
-    """Elementwise sum of two tensors of equal shape (multi-scale fusion, [0150])."""
-    return Add(backend)(as_tensor(x, "x"), as_tensor(y, "y"))
+def add(x, y, *, backend="cython", reuse_input=False) -> Tensor:
+    """Elementwise sum of two tensors of equal shape (multi-scale fusion, [0150]).
+
+    ``reuse_input=True`` lets the sum overwrite x's array: only for an x that nothing else
+    reads afterwards and that the op which made it does not keep (``Op.keeps_output``).
+    """
+    return Add(backend, reuse_input)(as_tensor(x, "x"), as_tensor(y, "y"))
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def relu(x, *, backend="cython") -> Tensor:
-    """max(x, 0) (the decoder's activation, [0140], [0195])."""
-    return ReLU(backend=backend)(as_tensor(x, "x"))
+def relu(x, *, backend="cython", reuse_input=False) -> Tensor:
+    """max(x, 0) (the decoder's activation, [0140], [0195]); ``reuse_input`` as for
+    :func:`add`."""
+    return ReLU(backend=backend, reuse_input=reuse_input)(as_tensor(x, "x"))
 
 
 @implements("claim2.backbones", "claim4.propagation")
-def relu6(x, *, backend="cython") -> Tensor:
-    """min(max(x, 0), 6) (MobileNetV2's activation, [0140], [0226]-[0229])."""
-    return ReLU(6.0, backend)(as_tensor(x, "x"))
+def relu6(x, *, backend="cython", reuse_input=False) -> Tensor:
+    """min(max(x, 0), 6) (MobileNetV2's activation, [0140], [0226]-[0229]); ``reuse_input`` as
+    for :func:`add`."""
+    return ReLU(6.0, backend, reuse_input)(as_tensor(x, "x"))
 
 
 @implements("claim2.fusion", "claim4.propagation")

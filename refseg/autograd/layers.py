@@ -47,6 +47,9 @@ class Layer:
     """
 
     keras_type = "Layer"
+    #: Whether ``forward`` takes ``reusable`` (one flag per input): the layer may then write its
+    #: result over an input's array that the caller (the graph) knows nothing else reads.
+    reuses_input = False
 
     def __init__(self, name: str):
         if not name or "/" in name:
@@ -90,7 +93,9 @@ class Layer:
         """Multiply-accumulates per image (convolutions only; 0 for the other layers)."""
         return 0
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, reusable=()):
+        if self.reuses_input and any(reusable):
+            return self.forward(*inputs, reusable=tuple(reusable))
         return self.forward(*inputs)
 
 
@@ -107,7 +112,11 @@ class _ConvLayer(Layer):
     def _activate(self, y):
         if self.activation is None:
             return y
-        return {"relu": ag.relu, "relu6": ag.relu6, "softmax": ag.softmax}[self.activation](y)
+        if self.activation == "softmax":
+            return ag.softmax(y)
+        # y is the convolution's own fresh output, read by nothing else
+        activation = ag.relu if self.activation == "relu" else ag.relu6
+        return activation(y, reuse_input=True)
 
 
 @implements("claim2.fusion", "claim4.propagation")
@@ -206,12 +215,15 @@ class BatchNormalization(Layer):
         # replace the moving ones outright (momentum 0), whether or not the layer is trainable
         self.calibrating = False
 
-    def forward(self, x):
+    reuses_input = True
+
+    def forward(self, x, reusable=(False,)):
         return ag.batch_norm(x, self.gamma, self.beta, self.state["moving_mean"],
                              self.state["moving_variance"],
                              training=(self.training and self.trainable) or self.calibrating,
                              epsilon=self.epsilon,
-                             momentum=0.0 if self.calibrating else self.momentum)
+                             momentum=0.0 if self.calibrating else self.momentum,
+                             reuse_input=reusable[0])
 
 
 @implements("claim2.backbones")
@@ -265,8 +277,11 @@ class ReLU(Layer):
             raise InputError(f"{name}: max_value must be None or 6, got {max_value!r}")
         self.max_value, self.keras_type = max_value, keras_type
 
-    def forward(self, x):
-        return ag.relu(x) if self.max_value is None else ag.relu6(x)
+    reuses_input = True
+
+    def forward(self, x, reusable=(False,)):
+        activation = ag.relu if self.max_value is None else ag.relu6
+        return activation(x, reuse_input=reusable[0])
 
 
 @implements("claim2.fusion")
@@ -274,9 +289,12 @@ class Add(Layer):
     """Elementwise sum of two inputs of equal shape (the fusion of [0150]-[0192])."""
 
     keras_type = "Add"
+    reuses_input = True
 
-    def forward(self, x, y):
-        return ag.add(x, y)
+    def forward(self, x, y, reusable=(False, False)):
+        if reusable[1] and not reusable[0]:
+            return ag.add(y, x, reuse_input=True)  # the same sum: IEEE addition commutes
+        return ag.add(x, y, reuse_input=reusable[0])
 
     def output_shape(self, a, b):
         if tuple(a) != tuple(b):

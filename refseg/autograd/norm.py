@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from refseg.autograd.elementwise import output_buffer
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
@@ -26,10 +27,10 @@ class BatchNorm(Op):
     name = "batch_norm"
 
     def __init__(self, moving_mean, moving_variance, *, training=False, epsilon=1e-3,
-                 momentum=DEFAULT_MOMENTUM, backend="cython"):
+                 momentum=DEFAULT_MOMENTUM, backend="cython", reuse_input=False):
         self.moving_mean, self.moving_variance = moving_mean, moving_variance
         self.training, self.epsilon, self.momentum = bool(training), float(epsilon), float(momentum)
-        self.backend = backend
+        self.backend, self.reuse_input = backend, bool(reuse_input)
 
     def forward(self, ctx, x, gamma, beta):
         c = x.shape[-1]
@@ -55,7 +56,9 @@ class BatchNorm(Op):
             # the training path's (x - mean) * inv_std * gamma + beta by a few ulps)
             scale = inv_std * gamma
             shift = beta - mean.astype(x.dtype) * scale
-            out = np.empty_like(x2)
+            # the graph's backward keeps x for its own gradient, so only inference may
+            # write over it
+            out = output_buffer(x2, self.reuse_input)
             kernels(self.backend).channel_affine(x2, np.ascontiguousarray(scale, dtype=x.dtype),
                                                  np.ascontiguousarray(shift, dtype=x.dtype), out)
             return out.reshape(x.shape)
@@ -92,7 +95,7 @@ class BatchNorm(Op):
 
 @implements("claim2.backbones", "claim4.propagation")
 def batch_norm(x, gamma, beta, moving_mean, moving_variance, *, training=False, epsilon=1e-3,
-               momentum=DEFAULT_MOMENTUM, backend="cython") -> Tensor:
+               momentum=DEFAULT_MOMENTUM, backend="cython", reuse_input=False) -> Tensor:
     """Keras BatchNormalization over the last axis of NHWC input.
 
     Parameters
@@ -107,6 +110,10 @@ def batch_norm(x, gamma, beta, moving_mean, moving_variance, *, training=False, 
         ResNet50V2 uses 1.001e-5, MobileNetV2 1e-3 (Keras' default).
     momentum : float
     backend : {"cython", "numpy"}
+    reuse_input : bool
+        In inference (no graph recorded), the result may overwrite x's array: only for an x
+        that nothing else reads afterwards (see ``refseg.autograd.elementwise.add``). When a
+        graph is recorded, x is kept for backward and never overwritten.
 
     Returns
     -------
@@ -117,5 +124,5 @@ def batch_norm(x, gamma, beta, moving_mean, moving_variance, *, training=False, 
     [0135], [0139], [0141], [0230].
     """
     return BatchNorm(moving_mean, moving_variance, training=training, epsilon=epsilon,
-                     momentum=momentum, backend=backend)(
+                     momentum=momentum, backend=backend, reuse_input=reuse_input)(
         as_tensor(x, "x"), as_tensor(gamma, "gamma"), as_tensor(beta, "beta"))

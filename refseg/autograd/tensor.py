@@ -191,6 +191,10 @@ class Op:
     """
 
     name = "op"
+    #: True for an op whose backward reads its own output array (softmax): that array must
+    #: then stay as it is, and no later op may overwrite it (``reuse_input`` of the
+    #: elementwise ops).
+    keeps_output = False
 
     def __call__(self, *inputs):
         arrays = [None if t is None else t.data for t in inputs]

@@ -6,6 +6,9 @@ part of the network it belongs to ("resnet50v2", "mobilenetv2", "decoder") and t
 paragraphs it comes from. Running the graph for a set of outputs evaluates only the nodes those outputs depend on, in
 insertion order (which is topological: a node can only read nodes added before it), and drops each
 intermediate as soon as its last reader has run, so inference holds few activations at a time.
+A layer may write its result over an input that it alone reads (not an output asked for, not a
+given value, not kept by the op that made it; ``Layer.reuses_input``): batch norm in inference,
+ReLU and Add, so that the graph holds one array where it would hold two.
 """
 from __future__ import annotations
 
@@ -18,6 +21,11 @@ from refseg.trace import implements
 
 #: Name of the image input node (Keras' default name of a model's input layer).
 INPUT = "input_layer"
+
+
+def _kept_by_its_op(value: Tensor) -> bool:
+    """Whether the op that computed ``value`` reads that array again in its backward."""
+    return value.node is not None and value.node[0].keeps_output
 
 
 @dataclass(frozen=True)
@@ -78,15 +86,20 @@ class Graph:
         by name to run only what follows them)."""
         outputs = list(outputs)
         order = self.required(outputs, provided=given)
-        last_reader = {}
+        last_reader, readers = {}, {}
         for step, name in enumerate(order):
             for source in self.nodes[name].inputs:
                 last_reader[source] = step
+                readers[source] = readers.get(source, 0) + 1
         keep = set(outputs)
         values = dict(given)
         for step, name in enumerate(order):
             node = self.nodes[name]
-            values[name] = node.layer(*(values[source] for source in node.inputs))
+            values[name] = node.layer(
+                *(values[source] for source in node.inputs),
+                reusable=tuple(readers[source] == 1 and source not in keep
+                               and source not in given and not _kept_by_its_op(values[source])
+                               for source in node.inputs))
             for source in node.inputs:
                 if last_reader[source] == step and source not in keep:
                     del values[source]

@@ -608,3 +608,59 @@ def test_gradients_take_their_own_route():
     for name, a, b in zip(("dx", "dw", "db"), mixed[1:], winograd[1:]):
         np.testing.assert_array_equal(a, b, err_msg=name)
     assert not np.array_equal(mixed[2], im2col[2])
+
+
+@pytest.mark.claim("claim2.fusion", "claim2.backbones")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "read-only"])
+@given(shape=st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4),
+                       st.integers(1, 4)), seed=st.integers(0, 2**16))
+def test_reuse_input_writes_over_x_only_where_it_can_and_changes_no_value(backend, layout,
+                                                                          shape, seed):
+    """relu, relu6, add and inference batch norm with ``reuse_input``: the same output, in x's
+    own array when x is C-contiguous and writeable, else in a fresh one with x untouched; with
+    a graph recorded, the same gradients, and batch norm (which keeps x) never writes over x."""
+    rng = np.random.default_rng(seed)
+    c = shape[3]
+    gamma, beta = rng.uniform(0.5, 2, c).astype(np.float32), rng.standard_normal(c).astype(
+        np.float32)
+    mean, var = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(
+        np.float32)
+    ops = {
+        "relu": lambda x, reuse: ag.relu(x, backend=backend, reuse_input=reuse),
+        "relu6": lambda x, reuse: ag.relu6(x, backend=backend, reuse_input=reuse),
+        "add": lambda x, reuse: ag.add(x, y, backend=backend, reuse_input=reuse),
+        "batch_norm": lambda x, reuse: ag.batch_norm(x, gamma, beta, mean, var,
+                                                     backend=backend, reuse_input=reuse)}
+    y = ag.Tensor((rng.standard_normal(shape) * 4).astype(np.float32))
+
+    def operand():
+        base = (rng.standard_normal((*shape[:3], 2 * c)) * 4).astype(np.float32)
+        x = np.ascontiguousarray(base[..., :c]) if layout != "strided" else base[..., ::2]
+        x.flags.writeable = layout != "read-only"
+        return x
+
+    for name, op in ops.items():
+        x = operand()
+        before = x.copy()
+        fresh = op(ag.Tensor(before.copy()), False).data
+        out = op(ag.Tensor(x), True).data
+        np.testing.assert_array_equal(out, fresh, err_msg=name)
+        in_place = x.flags.c_contiguous and x.flags.writeable  # a strided (..., 1) view can be
+        assert in_place == (layout == "contiguous" or (layout == "strided" and x.size == 1))
+        assert np.shares_memory(out, x) == in_place, name
+        if not in_place:
+            np.testing.assert_array_equal(x, before, err_msg=name)
+    if layout != "contiguous":
+        return
+    seed_grad = rng.standard_normal(shape).astype(np.float32)
+    for name, op in ops.items():
+        grads, values = [], operand()
+        for reuse in (False, True):
+            x = ag.Tensor(values.copy(), requires_grad=True)
+            kept = x.data.copy()
+            op(x, reuse).backward(seed_grad)
+            grads.append(x.grad)
+            if name == "batch_norm":
+                np.testing.assert_array_equal(x.data, kept)
+        np.testing.assert_array_equal(grads[0], grads[1], err_msg=name)

@@ -1,0 +1,119 @@
+"""Layers that write over an input nobody else reads (batch norm in inference, ReLU, Add, the
+convolutions' own activations) change no value: the network's prediction, its taps, a training
+step's loss and every gradient are the same to the bit as when every op writes a fresh array,
+the caller's arrays are never written, and the reuse does happen (else the memory it saves
+would be claimed for nothing)."""
+
+import numpy as np
+import pytest
+
+from refseg import autograd as ag
+from refseg.autograd import elementwise, norm
+from refseg.models import ResMobileNet
+from refseg.models.graph import INPUT
+
+pytestmark = pytest.mark.claim("claim2.fusion", "claim4.propagation")
+
+HW = (32, 64)
+
+
+def fresh_buffer(x, reuse_input):
+    return np.empty(x.shape, dtype=x.dtype)
+
+
+@pytest.fixture
+def no_reuse(monkeypatch):
+    def apply():
+        monkeypatch.setattr(elementwise, "output_buffer", fresh_buffer)
+        monkeypatch.setattr(norm, "output_buffer", fresh_buffer)
+    return apply
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """output_buffer as it is, counting the calls that returned the input itself."""
+    counter = type("Counter", (), {"reused": 0})()
+    original = elementwise.output_buffer
+
+    def wrapped(x, reuse_input):
+        out = original(x, reuse_input)
+        counter.reused += out is x
+        return out
+    monkeypatch.setattr(elementwise, "output_buffer", wrapped)
+    monkeypatch.setattr(norm, "output_buffer", wrapped)
+    return counter
+
+
+def images(n=2, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, (n, *HW, 3)).astype(np.float32)
+
+
+def training_step(train_backbones: bool):
+    """Loss, every parameter gradient by name, and the moving statistics after one step."""
+    model = ResMobileNet(HW, seed=3)
+    if train_backbones:
+        model.freeze(frozen=False)
+        model.set_training(True)
+    x = images()
+    before = x.copy()
+    labels = np.random.default_rng(1).integers(0, 3, x.shape[:3])
+    loss = ag.categorical_crossentropy(model(x), labels)
+    loss.backward()
+    np.testing.assert_array_equal(x, before)
+    grads = {p.name: p.grad for p in model.trainable_parameters()}
+    assert all(g is not None for g in grads.values())
+    state = {k: v.copy() for k, v in model.weights().items() if "moving" in k}
+    return float(loss.data), grads, state
+
+
+def prediction_and_taps():
+    model = ResMobileNet(HW, seed=3)
+    x = images(3, seed=4)
+    before = x.copy()
+    with ag.no_grad():
+        values = model.graph.run({INPUT: ag.Tensor(x)}, [*model.tap_names, model.OUTPUT])
+    np.testing.assert_array_equal(x, before)
+    return {name: t.data.copy() for name, t in values.items()}
+
+
+def test_prediction_and_taps_are_the_same_with_and_without_reuse(no_reuse, counting):
+    reused = prediction_and_taps()
+    assert counting.reused > 50  # batch norms, ReLUs and Adds of both backbones and the decoder
+    no_reuse()
+    fresh = prediction_and_taps()
+    assert reused.keys() == fresh.keys()
+    for name in fresh:
+        np.testing.assert_array_equal(reused[name], fresh[name], err_msg=name)
+
+
+@pytest.mark.parametrize("train_backbones", [False, True])
+def test_training_step_is_the_same_with_and_without_reuse(no_reuse, counting, train_backbones):
+    loss, grads, state = training_step(train_backbones)
+    assert counting.reused > (50 if train_backbones else 10)
+    no_reuse()
+    loss_fresh, grads_fresh, state_fresh = training_step(train_backbones)
+    assert loss == loss_fresh
+    assert grads.keys() == grads_fresh.keys()
+    for name in grads:
+        np.testing.assert_array_equal(grads[name], grads_fresh[name], err_msg=name)
+    for name in state:
+        np.testing.assert_array_equal(state[name], state_fresh[name], err_msg=name)
+
+
+def test_a_value_asked_for_or_read_twice_is_never_overwritten(no_reuse):
+    """bn_Conv1's output is read by Conv1_relu alone, so Conv1_relu may write over it, unless
+    it is asked for; conv1_conv (a tap) is read by the decoder and by ResNet50V2."""
+    asked = ["bn_Conv1", "Conv1_relu", "conv1_conv", "pool1_pad"]
+
+    def run():
+        model = ResMobileNet(HW, seed=3)
+        with ag.no_grad():
+            values = model.graph.run({INPUT: ag.Tensor(images(1, seed=5))}, asked)
+        return {name: t.data.copy() for name, t in values.items()}
+
+    reused = run()
+    assert (reused["Conv1_relu"] >= 0).all() and (reused["bn_Conv1"] < 0).any()
+    no_reuse()
+    fresh = run()
+    for name in asked:
+        np.testing.assert_array_equal(reused[name], fresh[name], err_msg=name)
