@@ -40,3 +40,65 @@ def add_arrays(const real[::1] x, const real[::1] y, real[::1] out):
     with nogil:
         for k in prange(n, schedule="guided", num_threads=_threads(n)):
             out[k] = x[k] + y[k]
+
+
+def channel_add(const real[:, ::1] x, const real[::1] shift, real[:, ::1] out):
+    """out[r, c] = x[r, c] + shift[c] (a convolution's bias; out may be x itself)."""
+    cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
+    with nogil:
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+            for c in range(ch):
+                out[r, c] = x[r, c] + shift[c]
+
+
+def zero_pad(const real[:, :, :, ::1] x, Py_ssize_t top, Py_ssize_t left,
+             real[:, :, :, ::1] out):
+    """out = x placed at (top, left) in zeros: out[n, top + i, left + j] = x[n, i, j], every
+    other element 0 (out's shape sets the bottom and right margins)."""
+    cdef Py_ssize_t n_img = out.shape[0], h = out.shape[1], w = out.shape[2], ch = out.shape[3]
+    cdef Py_ssize_t xh = x.shape[1], xw = x.shape[2], row, n, y, i
+    cdef real *dst
+    with nogil:
+        for row in prange(n_img * h, schedule="guided", num_threads=_threads(n_img * h * w * ch)):
+            n = row // h
+            y = row - n * h
+            dst = &out[n, y, 0, 0]
+            i = y - top
+            if i < 0 or i >= xh:
+                _zero_run(dst, w * ch)
+                continue
+            _zero_run(dst, left * ch)
+            _copy_run(dst + left * ch, &x[n, i, 0, 0], xw * ch)
+            _zero_run(dst + (left + xw) * ch, (w - left - xw) * ch)
+
+
+def subtract_row_max(const real[:, ::1] x, real[:, ::1] out):
+    """out[r, c] = x[r, c] - max over c of x[r] (softmax's shift), the maximum taken left to
+    right: a NaN makes it NaN, and of equal values (-0.0 and 0.0) the later wins."""
+    cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
+    cdef real top, value
+    with nogil:
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+            top = x[r, 0]
+            for c in range(1, ch):
+                if top != top:
+                    break
+                value = x[r, c]
+                if not (value < top):
+                    top = value
+            for c in range(ch):
+                out[r, c] = x[r, c] - top
+
+
+def divide_by_row_sum(const real[:, ::1] e, real[:, ::1] out):
+    """out[r, c] = e[r, c] / (e[r, 0] + e[r, 1] + ...), the sum taken left to right (as
+    NumPy sums 7 values or fewer; softmax uses this kernel for such rows only)."""
+    cdef Py_ssize_t rows = e.shape[0], ch = e.shape[1], r, c
+    cdef real total
+    with nogil:
+        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+            total = e[r, 0]
+            for c in range(1, ch):
+                total = total + e[r, c]
+            for c in range(ch):
+                out[r, c] = e[r, c] / total

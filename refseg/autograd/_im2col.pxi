@@ -36,11 +36,12 @@ def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t 
            Py_ssize_t row_start, real[:, ::1] cols):
     """For output rows r = row_start .. row_start + len(cols) / wo - 1 (r = n*ho + i):
     cols[(r - row_start)*wo + j, (a*kw + b)*C + c] = x[n, i*sh - pt + a, j*sw - pl + b, c]
-    (0 outside). Each (pixel, tap) is a contiguous run of C values in both arrays: one copy
-    or clear. A range of rows lets callers build the column matrix a cache-sized block at a
-    time."""
+    (0 outside). A window's row of kw taps reads kw neighbouring pixels, kw*C contiguous
+    values in both arrays: one copy for the taps inside the image, a clear on either side for
+    those outside (3 channels, the 7x7 stem of ResNet50V2: runs of 21 values instead of 3). A
+    range of rows lets callers build the column matrix a cache-sized block at a time."""
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], w = x.shape[2], ch = x.shape[3]
-    cdef Py_ssize_t rows = cols.shape[0] // wo, k, row, n, i, j, a, b, y, xx
+    cdef Py_ssize_t rows = cols.shape[0] // wo, k, row, n, i, j, a, y, x0, first, last
     cdef real *dst
     with nogil:
         for k in prange(rows, schedule="guided",
@@ -49,15 +50,18 @@ def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t 
             n = row // ho
             i = row - n * ho
             for j in range(wo):
-                dst = &cols[k * wo + j, 0]
+                x0 = j * sw - pl
+                first = max(0, -x0)  # taps b in [first, last) land inside the image
+                last = min(kw, w - x0)
                 for a in range(kh):
+                    dst = &cols[k * wo + j, a * kw * ch]
                     y = i * sh - pt + a
-                    for b in range(kw):
-                        xx = j * sw - pl + b
-                        if y < 0 or y >= h or xx < 0 or xx >= w:
-                            _zero_run(dst + (a * kw + b) * ch, ch)
-                        else:
-                            _copy_run(dst + (a * kw + b) * ch, &x[n, y, xx, 0], ch)
+                    if y < 0 or y >= h or first >= last:
+                        _zero_run(dst, kw * ch)
+                        continue
+                    _zero_run(dst, first * ch)
+                    _copy_run(dst + first * ch, &x[n, y, x0 + first, 0], (last - first) * ch)
+                    _zero_run(dst + last * ch, (kw - last) * ch)
 
 
 cdef inline Py_ssize_t _window_of(Py_ssize_t y, Py_ssize_t pad, Py_ssize_t tap,

@@ -265,6 +265,49 @@ def clamp(x, low, high, out):
                           np.asarray(high, dtype=x.dtype))
 
 
+def channel_add(x, shift, out):
+    """Twin of ``_kernels.channel_add`` (autograd/_elementwise.pxi), for ``claim2.fusion`` (the
+    convolutions' bias).
+
+    out = x + shift per column.
+    """
+    np.add(x, shift, out=out)
+
+
+def zero_pad(x, top, left, out):
+    """Twin of ``_kernels.zero_pad`` (autograd/_elementwise.pxi), for ``claim2.backbones``
+    (ZeroPadding2D, [0137]).
+
+    out = zeros with x at (top, left).
+    """
+    out[...] = 0
+    out[:, top:top + x.shape[1], left:left + x.shape[2]] = x
+
+
+def subtract_row_max(x, out):
+    """Twin of ``_kernels.subtract_row_max`` (autograd/_elementwise.pxi), for
+    ``claim2.fusion`` (the prediction layer's softmax, [0194]-[0195]).
+
+    out = x - max over each row, the maximum taken left to right: a NaN stays, and of equal
+    values (-0.0, 0.0) the later wins. (np.max breaks that tie either way depending on the
+    row's length and dtype; after softmax's exp the sign of a zero no longer shows.)
+    """
+    top = x[:, 0].copy()
+    for c in range(1, x.shape[1]):
+        take = ~np.isnan(top) & ~(x[:, c] < top)
+        top[take] = x[take, c]
+    np.subtract(x, top[:, None], out=out)
+
+
+def divide_by_row_sum(e, out):
+    """Twin of ``_kernels.divide_by_row_sum`` (autograd/_elementwise.pxi), for
+    ``claim2.fusion`` (the softmax's normalisation).
+
+    out = e / the sum over each row.
+    """
+    np.divide(e, e.sum(axis=-1, keepdims=True), out=out)
+
+
 def add_arrays(x, y, out):
     """Twin of ``_kernels.add_arrays`` (autograd/_elementwise.pxi), for ``claim2.fusion`` (the
     sums of the skip connections) and ``claim4.propagation``.

@@ -109,7 +109,7 @@ class Conv2D(_Window):
             out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
                                 (pt, pl), (ho, wo), self.backend)
             if b is not None:
-                out += b
+                _add_bias(out, b, self.backend)
         # the column matrix is never kept whole (it is kh*kw times the input): backward
         # rebuilds it block by block
         ctx.save_for_backward(x, w)
@@ -204,7 +204,7 @@ class Conv2DTranspose(_Window):
             out = _col2im(cols, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
                           self.backend)
         if b is not None:
-            out += b
+            _add_bias(out, b, self.backend)
         ctx.save_for_backward(x2, w)
         return out
 
@@ -260,7 +260,7 @@ class DepthwiseConv2D(_Window):
         xc = np.ascontiguousarray(x)
         kernels(self.backend).depthwise_forward(xc, w2, kh, kw, *self.strides, pt, pl, out)
         if b is not None:
-            out += b
+            _add_bias(out, b, self.backend)
         ctx.save_for_backward(xc, w2)
         ctx.geometry = (w.shape, pt, pl)
         ctx.has_bias = b is not None
@@ -413,6 +413,12 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=Fals
     if n * -(-ho // 2) * -(-wo // 2) >= min_tiles:
         return "winograd"
     return "im2col"
+
+
+def _add_bias(out, b, backend) -> None:
+    """out += b over the last axis, in place, on refseg's threads (out is C-contiguous)."""
+    rows = out.reshape(-1, out.shape[-1])
+    kernels(backend).channel_add(rows, np.ascontiguousarray(b, dtype=out.dtype), rows)
 
 
 def _flipped(w) -> np.ndarray:

@@ -83,6 +83,11 @@ class ReLU(Op):
         return (grad * pass_through,)
 
 
+#: Channels up to which softmax runs on the compiled row kernels: NumPy sums up to 7 values
+#: left to right, as ``divide_by_row_sum`` does (longer rows it sums pairwise).
+SOFTMAX_ROW_KERNEL_MAX = 7
+
+
 @implements("claim2.fusion", "claim4.propagation")
 class Softmax(Op):
     """exp(x - max) / sum over the last (channel) axis."""
@@ -90,9 +95,23 @@ class Softmax(Op):
     name = "softmax"
     keeps_output = True  # backward reads p: no later op may overwrite it
 
+    def __init__(self, backend="cython"):
+        self.backend = backend
+
     def forward(self, ctx, x):
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        p = e / e.sum(axis=-1, keepdims=True)
+        if x.shape[-1] > SOFTMAX_ROW_KERNEL_MAX:
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            p = e / e.sum(axis=-1, keepdims=True)
+        else:
+            # the shift and the normalisation compiled, NumPy's own exp between them: the
+            # same values as the two lines above, without NumPy's slow reductions over a
+            # short last axis
+            x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+            p = np.empty_like(x2)
+            kernels(self.backend).subtract_row_max(x2, p)
+            np.exp(p, out=p)
+            kernels(self.backend).divide_by_row_sum(p, p)
+            p = p.reshape(x.shape)
         ctx.save_for_backward(p)
         return p
 
@@ -107,7 +126,8 @@ class ZeroPad2D(Op):
 
     name = "zero_pad2d"
 
-    def __init__(self, padding):
+    def __init__(self, padding, backend="cython"):
+        self.backend = backend
         try:
             (t, b), (l, r) = padding
         except (TypeError, ValueError):
@@ -122,7 +142,10 @@ class ZeroPad2D(Op):
             raise InputError(f"zero_pad2d: input must be NHWC (4-D), got shape {x.shape}")
         (t, b), (l, r) = self.padding
         ctx.shape = x.shape
-        return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)))
+        n, h, w, c = x.shape
+        out = np.empty((n, h + t + b, w + l + r, c), dtype=x.dtype)
+        kernels(self.backend).zero_pad(np.ascontiguousarray(x), t, l, out)
+        return out
 
     def backward(self, ctx, grad):
         (t, _), (l, _) = self.padding
@@ -155,12 +178,12 @@ def relu6(x, *, backend="cython", reuse_input=False) -> Tensor:
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def softmax(x) -> Tensor:
+def softmax(x, *, backend="cython") -> Tensor:
     """Softmax over the last axis (the prediction layer's activation, [0194]-[0195])."""
-    return Softmax()(as_tensor(x, "x"))
+    return Softmax(backend)(as_tensor(x, "x"))
 
 
 @implements("claim2.backbones", "claim4.propagation")
-def zero_pad2d(x, padding) -> Tensor:
+def zero_pad2d(x, padding, *, backend="cython") -> Tensor:
     """Zero padding ((top, bottom), (left, right)) of NHWC images ([0137])."""
-    return ZeroPad2D(padding)(as_tensor(x, "x"))
+    return ZeroPad2D(padding, backend)(as_tensor(x, "x"))
