@@ -35,6 +35,19 @@ cdef inline int _threads(Py_ssize_t pixels) noexcept nogil:
     return openmp.omp_get_max_threads() if pixels >= _PARALLEL_MIN_PIXELS else 1
 
 
+# The autograd kernels' parallel loops hand out work in chunks of about this many elements
+# (dynamic schedule): a thread that the system deschedules while holding a chunk (a busy
+# neighbour on its core) then holds up the end of the loop by one chunk only, where a guided
+# schedule's first chunk is half the loop. Which thread computes an element never changes its
+# value.
+cdef Py_ssize_t _CHUNK_ELEMENTS = 16384
+
+
+cdef inline Py_ssize_t _chunk(Py_ssize_t elements_per_item) noexcept nogil:
+    """Loop items per chunk for items of ``elements_per_item`` elements (at least 1)."""
+    return max(1, _CHUNK_ELEMENTS // max(1, elements_per_item))
+
+
 # The element type of the autograd kernels: each is compiled for float32 and for float64.
 ctypedef fused real:
     float

@@ -12,7 +12,8 @@ def channel_affine(const real[:, ::1] x, const real[::1] scale, const real[::1] 
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
     cdef real product
     with nogil:
-        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
+                         num_threads=_threads(rows * ch)):
             for c in range(ch):
                 product = x[r, c] * scale[c]
                 out[r, c] = product + shift[c]
@@ -25,7 +26,8 @@ def clamp(const real[::1] x, double low, double high, real[::1] out):
     cdef Py_ssize_t n = x.shape[0], k
     cdef real value, lo = <real> low, hi = <real> high
     with nogil:
-        for k in prange(n, schedule="guided", num_threads=_threads(n)):
+        for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
+                         num_threads=_threads(n)):
             value = x[k]
             if value <= lo:
                 value = lo
@@ -38,7 +40,8 @@ def add_arrays(const real[::1] x, const real[::1] y, real[::1] out):
     """out = x + y elementwise."""
     cdef Py_ssize_t n = x.shape[0], k
     with nogil:
-        for k in prange(n, schedule="guided", num_threads=_threads(n)):
+        for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
+                         num_threads=_threads(n)):
             out[k] = x[k] + y[k]
 
 
@@ -46,7 +49,8 @@ def channel_add(const real[:, ::1] x, const real[::1] shift, real[:, ::1] out):
     """out[r, c] = x[r, c] + shift[c] (a convolution's bias; out may be x itself)."""
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
     with nogil:
-        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
+                         num_threads=_threads(rows * ch)):
             for c in range(ch):
                 out[r, c] = x[r, c] + shift[c]
 
@@ -59,7 +63,8 @@ def zero_pad(const real[:, :, :, ::1] x, Py_ssize_t top, Py_ssize_t left,
     cdef Py_ssize_t xh = x.shape[1], xw = x.shape[2], row, n, y, i
     cdef real *dst
     with nogil:
-        for row in prange(n_img * h, schedule="guided", num_threads=_threads(n_img * h * w * ch)):
+        for row in prange(n_img * h, schedule="dynamic", chunksize=_chunk(w * ch),
+                           num_threads=_threads(n_img * h * w * ch)):
             n = row // h
             y = row - n * h
             dst = &out[n, y, 0, 0]
@@ -78,7 +83,8 @@ def subtract_row_max(const real[:, ::1] x, real[:, ::1] out):
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
     cdef real top, value
     with nogil:
-        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
+                         num_threads=_threads(rows * ch)):
             top = x[r, 0]
             for c in range(1, ch):
                 if top != top:
@@ -96,7 +102,8 @@ def divide_by_row_sum(const real[:, ::1] e, real[:, ::1] out):
     cdef Py_ssize_t rows = e.shape[0], ch = e.shape[1], r, c
     cdef real total
     with nogil:
-        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
+                         num_threads=_threads(rows * ch)):
             total = e[r, 0]
             for c in range(1, ch):
                 total = total + e[r, c]

@@ -44,7 +44,7 @@ def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t 
     cdef Py_ssize_t rows = cols.shape[0] // wo, k, row, n, i, j, a, y, x0, first, last
     cdef real *dst
     with nogil:
-        for k in prange(rows, schedule="guided",
+        for k in prange(rows, schedule="dynamic", chunksize=_chunk(wo * kh * kw * ch),
                         num_threads=_threads(rows * wo * kh * kw * ch // 8)):
             row = row_start + k
             n = row // ho
@@ -82,7 +82,7 @@ def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
     cdef Py_ssize_t row, n, y, xx, a, b, i, j
     cdef real *dst
     with nogil:
-        for row in prange(n_img * h, schedule="guided",
+        for row in prange(n_img * h, schedule="dynamic", chunksize=_chunk(w * kh * kw * ch),
                           num_threads=_threads(n_img * h * w * kh * kw * ch // 8)):
             n = row // h
             y = row - n * h
@@ -117,7 +117,7 @@ def col2im_transposed(const real[:, ::1] cols_t, Py_ssize_t kh, Py_ssize_t kw, P
     cdef Py_ssize_t blocks = (ch + _CHANNEL_BLOCK - 1) // _CHANNEL_BLOCK
     cdef Py_ssize_t block, c0, c1, c, tap, n, i, j, y, xx, base, window
     with nogil:
-        for block in prange(blocks, schedule="guided",
+        for block in prange(blocks, schedule="dynamic", chunksize=1,
                             num_threads=_threads(n_img * h * w * kh * kw * ch // 8)):
             c0 = block * _CHANNEL_BLOCK
             c1 = min(c0 + _CHANNEL_BLOCK, ch)

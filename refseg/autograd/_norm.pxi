@@ -45,7 +45,8 @@ def batch_norm_forward(const real[:, ::1] x, const real[::1] mean, const real[::
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
     cdef real centred, normalised, scaled
     with nogil:
-        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
+                         num_threads=_threads(rows * ch)):
             for c in range(ch):
                 centred = x[r, c] - mean[c]
                 normalised = centred * inv_std[c]
@@ -62,7 +63,8 @@ def batch_norm_backward(const real[:, ::1] g, const real[:, ::1] xhat, const rea
     cdef Py_ssize_t rows = g.shape[0], ch = g.shape[1], r, c
     cdef real scaled, centred, correction
     with nogil:
-        for r in prange(rows, schedule="guided", num_threads=_threads(rows * ch)):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
+                         num_threads=_threads(rows * ch)):
             for c in range(ch):
                 scaled = count * g[r, c]
                 centred = scaled - sum_g[c]

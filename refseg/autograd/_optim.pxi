@@ -8,7 +8,8 @@ def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v,
     cdef Py_ssize_t n = param.shape[0], k
     cdef real g, mk, vk
     with nogil:
-        for k in prange(n, schedule="guided", num_threads=_threads(n // 4)):
+        for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
+                         num_threads=_threads(n // 4)):
             g = grad[k]
             mk = <real> (beta1 * m[k] + (1.0 - beta1) * g)
             vk = <real> (beta2 * v[k] + (1.0 - beta2) * g * g)

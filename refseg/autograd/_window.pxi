@@ -8,7 +8,8 @@ def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
     with nogil:
-        for row in prange(n_img * ho, schedule="guided", num_threads=_threads(n_img * ho * wo * ch)):
+        for row in prange(n_img * ho, schedule="dynamic", chunksize=_chunk(wo * ch),
+                           num_threads=_threads(n_img * ho * wo * ch)):
             n = row // ho
             i = row - n * ho
             for j in range(wo):
@@ -34,7 +35,8 @@ def depthwise_backward_input(const real[:, :, :, ::1] g, const real[:, ::1] w, P
     cdef Py_ssize_t n_img = dx.shape[0], h = dx.shape[1], wd = dx.shape[2], ch = dx.shape[3]
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], row, n, y, xx, a, b, c, ti, tj, i, j
     with nogil:
-        for row in prange(n_img * h, schedule="guided", num_threads=_threads(n_img * h * wd * ch)):
+        for row in prange(n_img * h, schedule="dynamic", chunksize=_chunk(wd * ch),
+                           num_threads=_threads(n_img * h * wd * ch)):
             n = row // h
             y = row - n * h
             for xx in range(wd):
@@ -62,7 +64,8 @@ def depthwise_backward_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], tap, n, i, j, a, b, c, y, xx
     with nogil:
-        for tap in prange(kh * kw, schedule="guided", num_threads=_threads(n_img * ho * wo * ch)):
+        for tap in prange(kh * kw, schedule="dynamic", chunksize=1,
+                           num_threads=_threads(n_img * ho * wo * ch)):
             a = tap // kw
             b = tap - a * kw
             for c in range(ch):
@@ -89,7 +92,8 @@ def max_pool_forward(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, P
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
     cdef real v
     with nogil:
-        for row in prange(n_img * ho, schedule="guided", num_threads=_threads(n_img * ho * wo * ch)):
+        for row in prange(n_img * ho, schedule="dynamic", chunksize=_chunk(wo * ch),
+                           num_threads=_threads(n_img * ho * wo * ch)):
             n = row // ho
             i = row - n * ho
             for j in range(wo):

@@ -116,7 +116,7 @@ cdef _input_transform(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, 
         raise MemoryError("Winograd input transform: cannot allocate a row of zeros")
     try:
         with nogil:
-            for p in prange(tiles, schedule="guided",
+            for p in prange(tiles, schedule="dynamic", chunksize=_chunk(planes * ch),
                             num_threads=_threads(tiles * planes * ch // 8)):
                 at = _tile_position(tile_start + p, th, tw)
                 _winograd_input_tile(&x[0, 0, 0, 0], at.n, h, w, ch, tile * at.row - pt,
@@ -172,7 +172,7 @@ cdef _output_transform(const real[:, :, :] m, const real[::1] bias, Py_ssize_t t
     cdef TilePosition at
     _check_planes(m, planes)
     with nogil:
-        for p in prange(tiles, schedule="guided",
+        for p in prange(tiles, schedule="dynamic", chunksize=_chunk(planes * cout),
                         num_threads=_threads(tiles * planes * cout // 8)):
             at = _tile_position(tile_start + p, th, tw)
             _winograd_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], at.n,
@@ -250,7 +250,7 @@ def winograd_output_adjoint(const real[:, :, :, ::1] g, Py_ssize_t th, Py_ssize_
         raise MemoryError("winograd_output_adjoint: cannot allocate a row of zeros")
     try:
         with nogil:
-            for p in prange(tiles, schedule="guided",
+            for p in prange(tiles, schedule="dynamic", chunksize=_chunk(16 * ch),
                             num_threads=_threads(tiles * 16 * ch // 8)):
                 at = _tile_position(tile_start + p, th, tw)
                 _winograd_output_adjoint_tile(&g[0, 0, 0, 0], at.n, ho, wo, ch, 2 * at.row,
