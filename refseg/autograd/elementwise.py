@@ -10,7 +10,7 @@ import numpy as np
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.trace import implements, infrastructure
 
 
 def _flat(a) -> np.ndarray:
@@ -18,6 +18,7 @@ def _flat(a) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
+@infrastructure("where an elementwise op writes its result: memory only, no claim element")
 def output_buffer(x: np.ndarray, reuse_input: bool) -> np.ndarray:
     """Where an elementwise op writes its result: x itself when the caller lets the op
     overwrite its input and x's buffer can take the result in place (C-contiguous, writeable),
