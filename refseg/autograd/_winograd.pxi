@@ -117,7 +117,7 @@ cdef _input_transform(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, 
     try:
         with nogil:
             for p in prange(tiles, schedule="dynamic", chunksize=_chunk(planes * ch),
-                            num_threads=_threads(tiles * planes * ch // 8)):
+                            num_threads=_threads(tiles * planes * ch)):
                 at = _tile_position(tile_start + p, th, tw)
                 _winograd_input_tile(&x[0, 0, 0, 0], at.n, h, w, ch, tile * at.row - pt,
                                      tile * at.col - pl, side, zeros, &v[0, p, 0], stride)
@@ -173,7 +173,7 @@ cdef _output_transform(const real[:, :, :] m, const real[::1] bias, Py_ssize_t t
     _check_planes(m, planes)
     with nogil:
         for p in prange(tiles, schedule="dynamic", chunksize=_chunk(planes * cout),
-                        num_threads=_threads(tiles * planes * cout // 8)):
+                        num_threads=_threads(tiles * planes * cout)):
             at = _tile_position(tile_start + p, th, tw)
             _winograd_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], at.n,
                                   tile * at.row, tile * at.col, ho, wo, cout, tile)
@@ -251,7 +251,7 @@ def winograd_output_adjoint(const real[:, :, :, ::1] g, Py_ssize_t th, Py_ssize_
     try:
         with nogil:
             for p in prange(tiles, schedule="dynamic", chunksize=_chunk(16 * ch),
-                            num_threads=_threads(tiles * 16 * ch // 8)):
+                            num_threads=_threads(tiles * 16 * ch)):
                 at = _tile_position(tile_start + p, th, tw)
                 _winograd_output_adjoint_tile(&g[0, 0, 0, 0], at.n, ho, wo, ch, 2 * at.row,
                                               2 * at.col, zeros, &m[0, p, 0], stride)
