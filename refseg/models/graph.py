@@ -95,11 +95,16 @@ class Graph:
         values = dict(given)
         for step, name in enumerate(order):
             node = self.nodes[name]
-            values[name] = node.layer(
-                *(values[source] for source in node.inputs),
-                reusable=tuple(readers[source] == 1 and source not in keep
-                               and source not in given and not _kept_by_its_op(values[source])
-                               for source in node.inputs))
+            reusable = tuple(readers[source] == 1 and source not in keep and source not in given
+                             and not _kept_by_its_op(values[source]) for source in node.inputs)
+            values[name] = node.layer(*(values[source] for source in node.inputs),
+                                      reusable=reusable)
+            for source, may in zip(node.inputs, reusable):
+                # the readers counted above are a value's own: a layer that handed on an input's
+                # array as its output would let a later layer overwrite what others still read
+                if not may and values[name].data is values[source].data:
+                    raise AssertionError(f"graph: {name} returned the array of its input "
+                                         f"{source}; layers must return fresh arrays")
             for source in node.inputs:
                 if last_reader[source] == step and source not in keep:
                     del values[source]

@@ -117,3 +117,20 @@ def test_a_value_asked_for_or_read_twice_is_never_overwritten(no_reuse):
     fresh = run()
     for name in asked:
         np.testing.assert_array_equal(reused[name], fresh[name], err_msg=name)
+
+
+def test_a_layer_that_hands_on_its_input_array_is_refused():
+    """The readers the graph counts are each value's own: a layer returning its input's array
+    would let a later layer overwrite what another still reads, so the graph stops."""
+    from refseg.autograd.layers import Layer, ReLU
+    from refseg.models.graph import Graph
+
+    class Identity(Layer):
+        def forward(self, x):
+            return x
+
+    graph = Graph()
+    graph.add(Identity("same"), INPUT, part="decoder", paragraphs="")
+    graph.add(ReLU("relu"), "same", part="decoder", paragraphs="")
+    with ag.no_grad(), pytest.raises(AssertionError, match="same returned the array of its input"):
+        graph.run({INPUT: ag.Tensor(images(1))}, ["relu"])
