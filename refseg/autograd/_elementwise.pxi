@@ -1,7 +1,8 @@
-# Elementwise passes of inference (no gradient kept): batch norm folded to one multiply-add per
-# element, ReLU / ReLU6 as a clamp, and the skip connections' sum. NumPy runs each of these on
-# one core; over a whole network (99 batch norms, 66 ReLUs at 224x224) they are memory-bound
-# sweeps of tens of megabytes, which two cores finish in a little more than half the time.
+# Elementwise passes: batch norm folded to one multiply-add per element (inference), ReLU /
+# ReLU6 as a clamp, the skip connections' sum, the convolutions' bias, zero padding, and
+# softmax's row shift and normalisation. NumPy runs each of these on one core; over a whole
+# network (99 batch norms, 66 ReLUs at 224x224) they are memory-bound sweeps of tens of
+# megabytes, which two cores finish in a little more than half the time.
 # Included by refseg/_kernels.pyx, which holds the cimports, _threads and the fused type real.
 # NumPy twins: autograd/_reference.py.
 

@@ -3,12 +3,6 @@
 import numpy as np
 
 
-# Rows a thread takes at a time. Small chunks handed out as threads come free: a guided
-# schedule's first chunks are half the image on two threads, and a thread that another
-# process takes the core from while it holds one keeps the whole loop waiting.
-cdef int _ROW_CHUNK = 8
-
-
 cdef inline Py_ssize_t _reflect101(Py_ssize_t i, Py_ssize_t n) noexcept nogil:
     """Index i in [-1, n] folded into [0, n) by reflect-101; a length-1 axis maps to 0."""
     if n == 1:
@@ -25,7 +19,7 @@ def rgb_to_gray(const unsigned char[:, :, ::1] rgb, double wr, double wg, double
     """out[r, c] = ((wr * R + wg * G) + wb * B) / scale, in float64."""
     cdef Py_ssize_t rows = rgb.shape[0], cols = rgb.shape[1], r, c
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
             for c in range(cols):
                 out[r, c] = ((wr * rgb[r, c, 0] + wg * rgb[r, c, 1]) + wb * rgb[r, c, 2]) / scale
@@ -73,7 +67,7 @@ def correlate3x3(const double[:, ::1] src, const double[:, ::1] kernel, double[:
     for i in range(9):
         k[i] = kernel[i // 3, i % 3]
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
             _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
                            &src[_reflect101(r + 1, rows), 0], cols, k, &out[r, 0])
@@ -103,7 +97,7 @@ def gradient3x3(const double[:, ::1] src, const double[:, ::1] kx, const double[
         wx[i] = kx[i // 3, i % 3]
         wy[i] = ky[i // 3, i % 3]
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
             _gradient_row(src, r, wx, wy, &gx[r, 0], &gy[r, 0], &magnitude[r, 0])
 
@@ -122,7 +116,7 @@ def gradient_magnitude3x3(const double[:, ::1] src, const double[:, ::1] kx,
         wx[i] = kx[i // 3, i % 3]
         wy[i] = ky[i // 3, i % 3]
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK, num_threads=threads):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols), num_threads=threads):
             _gradient_row(src, r, wx, wy, &scratch[openmp.omp_get_thread_num(), 0, 0],
                           &scratch[openmp.omp_get_thread_num(), 1, 0], &magnitude[r, 0])
 
@@ -131,7 +125,7 @@ def threshold_above(const double[:, ::1] src, double threshold, unsigned char[:,
     """out = 1 where src > threshold, else 0."""
     cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r, c
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
             for c in range(cols):
                 out[r, c] = 1 if src[r, c] > threshold else 0
@@ -196,7 +190,7 @@ def non_maximum_suppression(const double[:, ::1] gx, const double[:, ::1] gy,
     """
     cdef Py_ssize_t rows = gx.shape[0], cols = gx.shape[1], r
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
             _suppress_row(&gx[r, 0], &gy[r, 0], &magnitude[0, 0], r, rows, cols, low, high,
                           tan_lo, tan_hi, &out[r, 0])
@@ -320,7 +314,7 @@ def zero_crossings(const double[:, ::1] response, double threshold, unsigned cha
     Neighbours outside the image are not consulted. Spec ``R-log``."""
     cdef Py_ssize_t rows = response.shape[0], cols = response.shape[1], r, c
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
             if 0 < r < rows - 1 and cols > 2:
                 _zero_crossings_interior(&response[r - 1, 0], &response[r, 0],
@@ -340,7 +334,7 @@ def weighted_vote(const unsigned char[:, :, ::1] edges, const double[::1] weight
     cdef Py_ssize_t rows = edges.shape[1], cols = edges.shape[2], r, c, k
     cdef double f
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
             for c in range(cols):
                 f = 0.0
@@ -389,7 +383,7 @@ def value_range(const double[:, ::1] values, bint absolute, double[::1] out):
     cdef double lo, hi
     cdef double[:, ::1] row_range = np.empty((rows, 2))
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK,
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
             _row_range(&values[r, 0], cols, absolute, &row_range[r, 0], &row_range[r, 1])
         lo = row_range[0, 0]
@@ -423,7 +417,7 @@ def histogram(const double[:, ::1] values, double low, double high, bint absolut
     cdef long[:, ::1] partial = np.zeros((threads * _HISTOGRAM_LANES, nbins + _LANE_PADDING),
                                          dtype=np.int_)
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK, num_threads=threads):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols), num_threads=threads):
             lane = openmp.omp_get_thread_num() * _HISTOGRAM_LANES
             for c in range(cols):
                 v = fabs(values[r, c]) if absolute else values[r, c]
@@ -460,7 +454,7 @@ def edge_statistics(const unsigned char[:, :, ::1] edges, double[:, ::1] mean_im
         means[code] = (((<double> (code & 1) + <double> ((code >> 1) & 1))
                         + <double> ((code >> 2) & 1)) + <double> ((code >> 3) & 1)) / 4.0
     with nogil:
-        for r in prange(rows, schedule="dynamic", chunksize=_ROW_CHUNK, num_threads=threads):
+        for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols), num_threads=threads):
             lane = openmp.omp_get_thread_num() * _HISTOGRAM_LANES
             for c in range(cols):
                 code = ((edges[0, r, c] != 0) | ((edges[1, r, c] != 0) << 1)
