@@ -313,7 +313,7 @@ class OpTimer:
         if not op.name.startswith(("conv", "depthwise")):
             return op.name
         x, w = inputs[0].shape, inputs[1].shape
-        cout = w[2] if op.name == "conv2d_transpose" else w[3]
+        cout = w[2] if op.name.startswith("conv2d_transpose") else w[3]
         s = str(op.strides[0]) if op.strides[0] == op.strides[1] else \
             "x".join(map(str, op.strides))
         return f"{op.name} {w[0]}x{w[1]}/{s} {x[1]}x{x[2]}x{x[3]} -> {cout}"
@@ -660,7 +660,10 @@ def main(args: argparse.Namespace) -> None:
              "Every autograd op call timed (Op.__call__ wrapped at run time: the op's "
              "forward plus its Tensor wrapping); median of "
              f"{1 if args.quick else 3} predictions by total time. Conv ops include their "
-             "bias; the decoder's ReLUs and the softmax are separate relu / softmax ops.", "")
+             "bias, and the decoder's ReLU where it has one (conv2d_relu, "
+             "conv2d_transpose_relu); batch_norm_relu and batch_norm_relu6 are a backbone's "
+             "batch norm with the ReLU that alone reads it, in one pass; the softmax is its "
+             "own op.", "")
         for batch in args.batches:
             x = np.random.default_rng(batch).uniform(-1, 1, (batch, *INPUT_HW, 3)) \
                 .astype(np.float32)

@@ -20,7 +20,7 @@ the input are zero.
 """
 cimport openmp
 from cython.parallel cimport prange
-from libc.math cimport fabs, sqrt
+from libc.math cimport INFINITY, fabs, sqrt
 from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memcpy, memset
 

@@ -15,19 +15,25 @@ INFRASTRUCTURE = "the switch between compiled kernels and their NumPy twins"
 BACKENDS = ("cython", "numpy")
 
 
+_LOADED: dict[str, ModuleType] = {}
+
+
 def kernels(backend: str) -> ModuleType:
     """The module holding the kernels for ``backend``."""
+    module = _LOADED.get(backend)
+    if module is not None:
+        # every op calls this, a few hundred times per prediction
+        return module
     if backend == "cython":
-        from refseg import _kernels
-
-        return _kernels
-    if backend == "numpy":
+        from refseg import _kernels as module
+    elif backend == "numpy":
         # imported here, not above: the autograd twins live in refseg.autograd, whose modules
         # import this one
-        from refseg import _reference
-
-        return _reference
-    raise InputError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+        from refseg import _reference as module
+    else:
+        raise InputError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    _LOADED[backend] = module
+    return module
 
 
 def row_loops() -> tuple[str, bool]:

@@ -1,23 +1,30 @@
-# Elementwise passes: batch norm folded to one multiply-add per element (inference), ReLU /
-# ReLU6 as a clamp, the skip connections' sum, the convolutions' bias, zero padding, and
-# softmax's row shift and normalisation. NumPy runs each of these on one core; over a whole
+# Elementwise passes: batch norm folded to one multiply-add per element (inference; with the
+# ReLU that follows it, in the same pass), ReLU / ReLU6 as a clamp, the skip connections' sum,
+# the convolutions' bias (with their ReLU), zero padding, and softmax's row shift and
+# normalisation. NumPy runs each of these on one core; over a whole
 # network (99 batch norms, 66 ReLUs at 224x224) they are memory-bound sweeps of tens of
 # megabytes, which two cores finish in a little more than half the time.
 # Included by refseg/_kernels.pyx, which holds the cimports, _threads and the fused type real.
 # NumPy twins: autograd/_reference.py.
 
 def channel_affine(const real[:, ::1] x, const real[::1] scale, const real[::1] shift,
-                   real[:, ::1] out):
+                   double low, double high, real[:, ::1] out):
     """out[r, c] = x[r, c] * scale[c] + shift[c], rounded after the product and after the sum
-    (as NumPy's ``x * scale + shift`` in two steps)."""
+    (as NumPy's ``x * scale + shift`` in two steps), then clamped to [low, high] as ``clamp``
+    does (batch norm and the ReLU that follows it in one pass; -inf, inf: no clamp)."""
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
-    cdef real product
+    cdef real product, value, lo = <real> low, hi = <real> high
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
                          num_threads=_threads(rows * ch)):
             for c in range(ch):
                 product = x[r, c] * scale[c]
-                out[r, c] = product + shift[c]
+                value = product + shift[c]
+                if value <= lo:
+                    value = lo
+                elif value > hi:
+                    value = hi
+                out[r, c] = value
 
 
 def clamp(const real[::1] x, double low, double high, real[::1] out):
@@ -46,14 +53,22 @@ def add_arrays(const real[::1] x, const real[::1] y, real[::1] out):
             out[k] = x[k] + y[k]
 
 
-def channel_add(const real[:, ::1] x, const real[::1] shift, real[:, ::1] out):
-    """out[r, c] = x[r, c] + shift[c] (a convolution's bias; out may be x itself)."""
+def channel_add(const real[:, ::1] x, const real[::1] shift, double low, double high,
+                real[:, ::1] out):
+    """out[r, c] = x[r, c] + shift[c] (a convolution's bias; out may be x itself), clamped to
+    [low, high] as ``clamp`` does (the ReLU after the convolution; -inf, inf: no clamp)."""
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
+    cdef real value, lo = <real> low, hi = <real> high
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
                          num_threads=_threads(rows * ch)):
             for c in range(ch):
-                out[r, c] = x[r, c] + shift[c]
+                value = x[r, c] + shift[c]
+                if value <= lo:
+                    value = lo
+                elif value > hi:
+                    value = hi
+                out[r, c] = value
 
 
 def zero_pad(const real[:, :, :, ::1] x, Py_ssize_t top, Py_ssize_t left,

@@ -244,14 +244,17 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
 # ------------------------------------------------------------------------------------------
 # Twins of _elementwise.pxi.
 
-def channel_affine(x, scale, shift, out):
+def channel_affine(x, scale, shift, low, high, out):
     """Twin of ``_kernels.channel_affine`` (autograd/_elementwise.pxi), for ``claim2.backbones``
-    and ``claim4.propagation`` (batch norm at inference, folded to one multiply-add).
+    and ``claim4.propagation`` (batch norm at inference, folded to one multiply-add, and the
+    ReLU that follows it).
 
-    out = x * scale + shift, rounded after the product and after the sum (two NumPy steps).
+    out = x * scale + shift, rounded after the product and after the sum (two NumPy steps),
+    then ``clamp(out, low, high)``.
     """
     out[...] = x * scale
     out += shift
+    clamp(out, low, high, out)
 
 
 def clamp(x, low, high, out):
@@ -265,13 +268,14 @@ def clamp(x, low, high, out):
                           np.asarray(high, dtype=x.dtype))
 
 
-def channel_add(x, shift, out):
+def channel_add(x, shift, low, high, out):
     """Twin of ``_kernels.channel_add`` (autograd/_elementwise.pxi), for ``claim2.fusion`` (the
-    convolutions' bias).
+    convolutions' bias, and their ReLU).
 
-    out = x + shift per column.
+    out = x + shift per column, then ``clamp(out, low, high)``.
     """
     np.add(x, shift, out=out)
+    clamp(out, low, high, out)
 
 
 def zero_pad(x, top, left, out):
@@ -410,9 +414,10 @@ def _at_combine(m0, m1, m2, m3):
     return (m0 + m1) + m2, (m1 - m2) - m3
 
 
-def _output_transform(m, bias, th, tw, tile_start, out, tile, combine):
-    """out = (A^T M A)[u, v] + bias per tile, A^T applied by ``combine`` down each column, then
-    along each row; pixels past the bottom or right edge of out are not written."""
+def _output_transform(m, bias, low, high, th, tw, tile_start, out, tile, combine):
+    """out = clamp((A^T M A)[u, v] + bias, low, high) per tile, A^T applied by ``combine`` down
+    each column, then along each row; pixels past the bottom or right edge of out are not
+    written."""
     m, out = np.asarray(m), np.asarray(out)
     _, ho, wo, _ = out.shape
     side = tile + 2
@@ -423,18 +428,20 @@ def _output_transform(m, bias, th, tw, tile_start, out, tile, combine):
         for v in range(tile):
             y, x = tile * ti + u, tile * tj + v
             inside = (y < ho) & (x < wo)  # a partial tile at the bottom or right edge
-            out[n[inside], y[inside], x[inside]] = row[v][inside] + np.asarray(bias)
+            value = row[v][inside] + np.asarray(bias)
+            clamp(value, low, high, value)
+            out[n[inside], y[inside], x[inside]] = value
 
 
-def winograd_output(m, bias, th, tw, tile_start, out):
+def winograd_output(m, bias, low, high, th, tw, tile_start, out):
     """Twin of ``_kernels.winograd_output`` (autograd/_winograd.pxi), for ``claim2.fusion`` and
     ``claim4.propagation``.
 
     out = (A^T M A)[u, v] + bias per 2x2 tile: A^T down each column, then along each row, in
-    :func:`_at_combine`'s order, the bias added last; pixels past the bottom or right edge of
-    out are not written.
+    :func:`_at_combine`'s order, the bias added last, then ``clamp(out, low, high)``; pixels
+    past the bottom or right edge of out are not written.
     """
-    _output_transform(m, bias, th, tw, tile_start, out, 2, _at_combine)
+    _output_transform(m, bias, low, high, th, tw, tile_start, out, 2, _at_combine)
 
 
 def _g_combine(g0, g1, g2):
@@ -542,15 +549,15 @@ def _at4_combine(m0, m1, m2, m3, m4, m5):
             ((m1 + m2) + (m3 + m4) * four), (((m1 - m2) + (m3 - m4) * eight) + m5))
 
 
-def winograd4_output(m, bias, th, tw, tile_start, out):
+def winograd4_output(m, bias, low, high, th, tw, tile_start, out):
     """Twin of ``_kernels.winograd4_output`` (autograd/_winograd.pxi), for ``claim2.fusion`` and
     ``claim4.propagation``.
 
     out = (A^T M A)[u, v] + bias per 4x4 tile: A^T down each column, then along each row, in
-    :func:`_at4_combine`'s order, the bias added last; pixels past the bottom or right edge of
-    out are not written.
+    :func:`_at4_combine`'s order, the bias added last, then ``clamp(out, low, high)``; pixels
+    past the bottom or right edge of out are not written.
     """
-    _output_transform(m, bias, th, tw, tile_start, out, 4, _at4_combine)
+    _output_transform(m, bias, low, high, th, tw, tile_start, out, 4, _at4_combine)
 
 
 def _g4_combine(g0, g1, g2):

@@ -134,14 +134,17 @@ def winograd_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py_
 
 
 cdef inline void _winograd_output_tile(const real *m, Py_ssize_t stride, const real *bias,
-                                       real *out, Py_ssize_t n, Py_ssize_t y0, Py_ssize_t x0,
+                                       real low, real high, bint clamped, real *out,
+                                       Py_ssize_t n, Py_ssize_t y0, Py_ssize_t x0,
                                        Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t cout,
                                        Py_ssize_t tile) noexcept nogil:
     """The transform of the tile whose tile x tile outputs start at row y0, column x0 of image
     n: its destination pixels (NULL past the edges) in a stack array of this call, then the C
-    loop."""
+    loop; then, if clamped, each of those pixels clamped to [low, high] as ``clamp`` does,
+    while they are still in cache."""
     cdef real *dst[16]
-    cdef Py_ssize_t u, v
+    cdef real value
+    cdef Py_ssize_t u, v, o
     for u in range(tile):
         for v in range(tile):
             if y0 + u < ho and x0 + v < wo:
@@ -158,13 +161,27 @@ cdef inline void _winograd_output_tile(const real *m, Py_ssize_t stride, const r
             _winograd_output_d(m, stride, bias, dst, cout)
         else:
             _winograd4_output_d(m, stride, bias, dst, cout)
+    if not clamped:
+        return
+    for u in range(tile * tile):
+        if dst[u] == NULL:
+            continue
+        for o in range(cout):
+            value = dst[u][o]
+            if value <= low:
+                dst[u][o] = low
+            elif value > high:
+                dst[u][o] = high
 
 
-cdef _output_transform(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
-                       Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :, ::1] out,
-                       Py_ssize_t tile):
+cdef _output_transform(const real[:, :, :] m, const real[::1] bias, double low, double high,
+                       Py_ssize_t th, Py_ssize_t tw, Py_ssize_t tile_start,
+                       real[:, :, :, ::1] out, Py_ssize_t tile):
     """The output transform of F(tile x tile, 3x3) for tiles tile_start .. + m.shape[1] - 1:
-    tiles in parallel, each writing its own pixels."""
+    tiles in parallel, each writing its own pixels (clamped to [low, high]; -inf, inf: not
+    clamped)."""
+    cdef real lo = <real> low, hi = <real> high
+    cdef bint clamped = low > -INFINITY or high < INFINITY
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], cout = out.shape[3]
     cdef Py_ssize_t tiles = m.shape[1], stride = m.strides[0] // sizeof(real)
     cdef Py_ssize_t planes = (tile + 2) * (tile + 2)
@@ -175,16 +192,19 @@ cdef _output_transform(const real[:, :, :] m, const real[::1] bias, Py_ssize_t t
         for p in prange(tiles, schedule="dynamic", chunksize=_chunk(planes * cout),
                         num_threads=_threads(tiles * planes * cout)):
             at = _tile_position(tile_start + p, th, tw)
-            _winograd_output_tile(&m[0, p, 0], stride, &bias[0], &out[0, 0, 0, 0], at.n,
-                                  tile * at.row, tile * at.col, ho, wo, cout, tile)
+            _winograd_output_tile(&m[0, p, 0], stride, &bias[0], lo, hi, clamped,
+                                  &out[0, 0, 0, 0], at.n, tile * at.row, tile * at.col, ho,
+                                  wo, cout, tile)
 
 
-def winograd_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
-                    Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :, ::1] out):
+def winograd_output(const real[:, :, :] m, const real[::1] bias, double low, double high,
+                    Py_ssize_t th, Py_ssize_t tw, Py_ssize_t tile_start,
+                    real[:, :, :, ::1] out):
     """out[n, 2ti + u, 2tj + v, o] = (A^T M A)[u, v] + bias[o] with M[k] = m[k, p, o], for
-    tile t = tile_start + p; the outputs of a partial tile past the bottom or right edge of
-    out are not written. Tiles run in parallel and write disjoint pixels."""
-    _output_transform(m, bias, th, tw, tile_start, out, 2)
+    tile t = tile_start + p, clamped to [low, high] as ``clamp`` does (a ReLU after the
+    convolution; -inf, inf: no clamp); the outputs of a partial tile past the bottom or right
+    edge of out are not written. Tiles run in parallel and write disjoint pixels."""
+    _output_transform(m, bias, low, high, th, tw, tile_start, out, 2)
 
 
 def winograd_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
@@ -310,12 +330,13 @@ def winograd4_input(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, Py
     _input_transform(x, pt, pl, th, tw, tile_start, v, 4)
 
 
-def winograd4_output(const real[:, :, :] m, const real[::1] bias, Py_ssize_t th,
-                     Py_ssize_t tw, Py_ssize_t tile_start, real[:, :, :, ::1] out):
+def winograd4_output(const real[:, :, :] m, const real[::1] bias, double low, double high,
+                     Py_ssize_t th, Py_ssize_t tw, Py_ssize_t tile_start,
+                     real[:, :, :, ::1] out):
     """out[n, 4ti + u, 4tj + v, o] = (A^T M A)[u, v] + bias[o] with M[k] = m[k, p, o], for
-    tile t = tile_start + p; outputs past the bottom or right edge of out are not written.
-    F(4x4, 3x3)'s output transform, as winograd_output is F(2x2, 3x3)'s."""
-    _output_transform(m, bias, th, tw, tile_start, out, 4)
+    tile t = tile_start + p, clamped to [low, high]; outputs past the bottom or right edge of
+    out are not written. F(4x4, 3x3)'s output transform, as winograd_output is F(2x2, 3x3)'s."""
+    _output_transform(m, bias, low, high, th, tw, tile_start, out, 4)
 
 
 def winograd4_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):

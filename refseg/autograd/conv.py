@@ -38,6 +38,8 @@ References: claims 2-4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0139] (depthwi
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from refseg.autograd.geometry import conv_output, transpose_output
@@ -73,13 +75,42 @@ def _check_bias(b, channels, op):
         raise InputError(f"{op}: bias shape {b.shape} does not match {channels} channels")
 
 
-class _Window(Op):
-    """Shared attributes of the window ops: stride, padding, backend."""
+#: The bounds of "no clamp": a convolution without a ReLU after it.
+UNCLAMPED = (-np.inf, np.inf)
 
-    def __init__(self, strides=1, padding="valid", backend="cython"):
+
+class _Window(Op):
+    """Shared attributes of the window ops: stride, padding, backend, and for the convolutions
+    the ReLU (``relu``; ReLU6 with ``cap`` 6) computed with the bias, in the same pass."""
+
+    def __init__(self, strides=1, padding="valid", backend="cython", relu=False, cap=None):
         self.strides = _pair(strides, "strides", self.name)
         self.padding = padding
         self.backend = backend
+        if cap is not None and not relu:
+            raise InputError(f"{self.name}: a cap needs relu=True")
+        self.relu = bool(relu)
+        # the ReLU op's bounds: [0, inf), or [0, cap] for ReLU6
+        self.bounds = (0.0, np.inf if cap is None else float(cap)) if relu else UNCLAMPED
+        if relu:
+            self.name = f"{self.name}_relu" if cap is None else f"{self.name}_relu{cap:g}"
+
+    def _activated(self, ctx, out) -> np.ndarray:
+        """out after the bias, clamped here if its route has not clamped it, with the ReLU
+        op's mask kept for backward when a graph is recorded."""
+        if not self.relu:
+            return out
+        if ctx.recording:
+            # where the ReLU passed its input: the clamped output says the same (0 < y < cap)
+            low, high = self.bounds
+            ctx.pass_through = out > low
+            if high < np.inf:
+                ctx.pass_through &= out < high
+        return out
+
+    def _masked(self, ctx, grad) -> np.ndarray:
+        """The ReLU op's backward: grad where the ReLU passed its input, 0 elsewhere."""
+        return grad * ctx.pass_through.reshape(grad.shape) if self.relu else grad
 
 
 @implements("claim2.fusion", "claim4.propagation")
@@ -102,14 +133,15 @@ class Conv2D(_Window):
         if route == "direct":
             out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
                                (ho, wo), self.backend)
+            _clamp(out, self.bounds, self.backend)
         elif route in WINOGRAD_TILE:
             out = _winograd_conv(x, w, False, b, (pt, pl), (ho, wo), self.backend,
-                                 WINOGRAD_TILE[route])
+                                 WINOGRAD_TILE[route], self.bounds)
         else:
             out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
                                 (pt, pl), (ho, wo), self.backend)
-            if b is not None:
-                _add_bias(out, b, self.backend)
+            _add_bias(out, b, self.backend, self.bounds)
+        out = self._activated(ctx, out)
         # the column matrix is never kept whole (it is kh*kw times the input): backward
         # rebuilds it block by block
         ctx.save_for_backward(x, w)
@@ -122,7 +154,7 @@ class Conv2D(_Window):
         x, w = ctx.saved
         (pt, pl), out_hw = ctx.geometry
         kh, kw, cin, cout = w.shape
-        g = np.ascontiguousarray(grad)
+        g = np.ascontiguousarray(self._masked(ctx, grad))
         if ctx.route == "direct":
             return _direct_backward(x, w, g, (pt, pl), ctx.needs_input_grad[0], ctx.has_bias,
                                     self.backend)
@@ -143,7 +175,7 @@ class Conv2D(_Window):
             # stride 1: dx is the correlation of grad with the kernel flipped in space and
             # transposed in channels, padded k - 1 - p before: the same blocked path as forward
             flipped = np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
-            dx = _blocked_conv(np.ascontiguousarray(grad), flipped.reshape(kh * kw * cout, cin),
+            dx = _blocked_conv(g, flipped.reshape(kh * kw * cout, cin),
                                kh, kw, (1, 1), (kh - 1 - pt, kw - 1 - pl), x.shape[1:3],
                                self.backend).reshape(x.shape)
         elif ctx.needs_input_grad[0]:
@@ -175,14 +207,17 @@ class Conv2DTranspose(_Window):
             # in space, padded k - 1 - crop before
             x = np.ascontiguousarray(x)
             ctx.save_for_backward(x, w)
-            return _direct_conv(x, _flipped(w).reshape(kh * kw * cin, cout), b, (kh, kw),
-                                (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend)
+            out = _direct_conv(x, _flipped(w).reshape(kh * kw * cin, cout), b, (kh, kw),
+                               (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend)
+            _clamp(out, self.bounds, self.backend)
+            return self._activated(ctx, out)
         if ctx.route in WINOGRAD_TILE:
             # the same convolution with the flipped kernel, by the Winograd path
             x = np.ascontiguousarray(x)
             ctx.save_for_backward(x, w)
-            return _winograd_conv(x, w, True, b, (kh - 1 - pt, kw - 1 - pl), (ho, wo),
-                                  self.backend, WINOGRAD_TILE[ctx.route])
+            return self._activated(ctx, _winograd_conv(
+                x, w, True, b, (kh - 1 - pt, kw - 1 - pl), (ho, wo), self.backend,
+                WINOGRAD_TILE[ctx.route], self.bounds))
         x2 = x.reshape(n * h * wd, cin)
         w2 = w.reshape(kh * kw * cout, cin)
         rows, columns = n * h * wd, kh * kw * cout
@@ -203,15 +238,15 @@ class Conv2DTranspose(_Window):
                               .reshape(rows, columns), backend=self.backend)
             out = _col2im(cols, (n, ho, wo, cout), kh, kw, self.strides, (pt, pl), (h, wd),
                           self.backend)
-        if b is not None:
-            _add_bias(out, b, self.backend)
+        _add_bias(out, b, self.backend, self.bounds)
         ctx.save_for_backward(x2, w)
-        return out
+        return self._activated(ctx, out)
 
     def backward(self, ctx, grad):
         x2, w = ctx.saved
         x_shape, pads = ctx.geometry
         kh, kw, cout, cin = w.shape
+        grad = self._masked(ctx, grad)
         if ctx.route == "direct":
             # the forward was the convolution of x with the flipped kernel: its backward, and
             # the kernel gradient flipped back. Its kernel also sums g for the bias gradient,
@@ -399,7 +434,7 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=Fals
         return FORCE_ROUTE if (kh, kw) == (3, 3) else "im2col"
     if FORCE_ROUTE is not None:
         return FORCE_ROUTE
-    if np.prod(w_shape) <= DIRECT_MAX_PRODUCTS:
+    if math.prod(w_shape) <= DIRECT_MAX_PRODUCTS:
         return "direct"
     if not ((kh, kw) == (3, 3) and min(cin, cout) >= WINOGRAD_MIN_CHANNELS
             and np.dtype(dtype) in WINOGRAD_DTYPES):
@@ -415,10 +450,21 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=Fals
     return "im2col"
 
 
-def _add_bias(out, b, backend) -> None:
-    """out += b over the last axis, in place, on refseg's threads (out is C-contiguous)."""
+def _add_bias(out, b, backend, bounds=UNCLAMPED) -> None:
+    """out += b over the last axis (b None: nothing to add), then out clamped to ``bounds``
+    (a ReLU), in place and in one pass, on refseg's threads (out is C-contiguous)."""
+    if b is None:
+        _clamp(out, bounds, backend)
+        return
     rows = out.reshape(-1, out.shape[-1])
-    kernels(backend).channel_add(rows, np.ascontiguousarray(b, dtype=out.dtype), rows)
+    kernels(backend).channel_add(rows, np.ascontiguousarray(b, dtype=out.dtype), *bounds, rows)
+
+
+def _clamp(out, bounds, backend) -> None:
+    """out clamped to ``bounds`` in place, as the ReLU op does; nothing for UNCLAMPED."""
+    if bounds != UNCLAMPED:
+        flat = out.reshape(-1)
+        kernels(backend).clamp(flat, *bounds, flat)
 
 
 def _flipped(w) -> np.ndarray:
@@ -475,7 +521,8 @@ def _planes(scratch, rows, cols, planes=16) -> np.ndarray:
 
 
 @implements("claim4.propagation")
-def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2) -> np.ndarray:
+def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2,
+                   bounds=UNCLAMPED) -> np.ndarray:
     """Stride-1 3x3 convolution (+ bias) by Winograd F(2x2, 3x3) or F(4x4, 3x3), a block of
     tiles at a time.
 
@@ -494,6 +541,9 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2) -> np.nda
     backend : {"cython", "numpy"}
     tile : {2, 4}
         Output tile size: F(2x2, 3x3) (16 products per tile) or F(4x4, 3x3) (36).
+    bounds : (float, float)
+        The output clamped to [low, high] in the output transform (a ReLU after the
+        convolution); UNCLAMPED: not clamped.
 
     Returns
     -------
@@ -506,8 +556,8 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2) -> np.nda
        "winograd kernel".
     2. For each block of tiles (tile x tile output pixels each, WINOGRAD_BLOCK_BYTES of
        transformed data): V = B^T d B of each tile's a x a input window, (P, tiles, C); the P
-       products M[k] = V[k] @ U[k] (BLAS); out = A^T M A + bias, cropped at the bottom and
-       right edges.
+       products M[k] = V[k] @ U[k] (BLAS); out = A^T M A + bias, clamped to ``bounds``,
+       cropped at the bottom and right edges.
     For F(2x2, 3x3) the adjoint needs no transformed copy of the flipped kernel: its entry k
     is U[j].T for j = _FLIPPED_ENTRY[k], a transposed view that BLAS reads as it is. F(4x4,
     3x3)'s points (0, +-1, +-2, infinity) are not closed under p -> 1/p, which is what
@@ -544,7 +594,7 @@ def _winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2) -> np.nda
             matmul_stack(v, u.transpose(0, 2, 1), m, b_plane=_FLIPPED_ENTRY, backend=backend)
         else:
             matmul_stack(v, u, m, backend=backend)
-        transform_output(m, bias, th, tw, start, out)
+        transform_output(m, bias, *bounds, th, tw, start, out)
     return out
 
 
@@ -722,7 +772,8 @@ def _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend):
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def conv2d(x, kernel, bias=None, *, strides=1, padding="valid", backend="cython") -> Tensor:
+def conv2d(x, kernel, bias=None, *, strides=1, padding="valid", backend="cython", relu=False,
+           cap=None) -> Tensor:
     """Keras Conv2D on NHWC input.
 
     Parameters
@@ -733,6 +784,11 @@ def conv2d(x, kernel, bias=None, *, strides=1, padding="valid", backend="cython"
     strides : int or (int, int)
     padding : {"valid", "same"}
     backend : {"cython", "numpy"}
+    relu : bool
+        The ReLU of the result, in the same pass as the bias: ``relu(conv(...))`` (forward and
+        gradients) to the bit, without the intermediate array.
+    cap : float or None
+        With ``relu``, ReLU6's cap (6).
 
     Returns
     -------
@@ -742,13 +798,14 @@ def conv2d(x, kernel, bias=None, *, strides=1, padding="valid", backend="cython"
     ----------
     [0148], [0154], [0160], [0164], [0172], [0182], [0188].
     """
-    return Conv2D(strides, padding, backend)(as_tensor(x, "x"), as_tensor(kernel, "kernel"),
-                                              None if bias is None else as_tensor(bias, "bias"))
+    return Conv2D(strides, padding, backend, relu, cap)(
+        as_tensor(x, "x"), as_tensor(kernel, "kernel"),
+        None if bias is None else as_tensor(bias, "bias"))
 
 
 @implements("claim2.fusion", "claim4.propagation")
 def conv2d_transpose(x, kernel, bias=None, *, strides=1, padding="valid",
-                     backend="cython") -> Tensor:
+                     backend="cython", relu=False, cap=None) -> Tensor:
     """Keras Conv2DTranspose on NHWC input ("upsampling" in the patent's words).
 
     Parameters
@@ -760,6 +817,11 @@ def conv2d_transpose(x, kernel, bias=None, *, strides=1, padding="valid",
     padding : {"valid", "same"}
         "same" gives (H * sh, W * sw), cropping the full result from (k - s) // 2 (Keras).
     backend : {"cython", "numpy"}
+    relu : bool
+        The ReLU of the result, in the same pass as the bias: ``relu(conv(...))`` (forward and
+        gradients) to the bit, without the intermediate array.
+    cap : float or None
+        With ``relu``, ReLU6's cap (6).
 
     Returns
     -------
@@ -769,7 +831,7 @@ def conv2d_transpose(x, kernel, bias=None, *, strides=1, padding="valid",
     ----------
     [0146], [0152], [0158], [0162], [0168], [0170], [0176], [0180], [0186], [0190], [0194].
     """
-    return Conv2DTranspose(strides, padding, backend)(
+    return Conv2DTranspose(strides, padding, backend, relu, cap)(
         as_tensor(x, "x"), as_tensor(kernel, "kernel"),
         None if bias is None else as_tensor(bias, "bias"))
 

@@ -118,6 +118,14 @@ class _ConvLayer(Layer):
         activation = ag.relu if self.activation == "relu" else ag.relu6
         return activation(y, reuse_input=True)
 
+    def _convolved(self, op, x):
+        """op (conv2d or conv2d_transpose) of x, a ReLU activation computed by the op itself,
+        with the bias (the same values as a ReLU op after it, one pass less)."""
+        relu = self.activation in ("relu", "relu6")
+        y = op(x, self.kernel, self.bias, strides=self.strides, padding=self.padding,
+               relu=relu, cap=6.0 if self.activation == "relu6" else None)
+        return y if relu else self._activate(y)
+
 
 @implements("claim2.fusion", "claim4.propagation")
 class Conv2D(_ConvLayer):
@@ -130,8 +138,7 @@ class Conv2D(_ConvLayer):
     keras_type = "Conv2D"
 
     def forward(self, x):
-        return self._activate(ag.conv2d(x, self.kernel, self.bias, strides=self.strides,
-                                        padding=self.padding))
+        return self._convolved(ag.conv2d, x)
 
     def output_shape(self, shape):
         kh, kw, _, cout = self.kernel.shape
@@ -154,8 +161,7 @@ class Conv2DTranspose(_ConvLayer):
     keras_type = "Conv2DTranspose"
 
     def forward(self, x):
-        return self._activate(ag.conv2d_transpose(x, self.kernel, self.bias,
-                                                  strides=self.strides, padding=self.padding))
+        return self._convolved(ag.conv2d_transpose, x)
 
     def output_shape(self, shape):
         kh, kw, cout, _ = self.kernel.shape
@@ -217,13 +223,20 @@ class BatchNormalization(Layer):
 
     reuses_input = True
 
-    def forward(self, x, reusable=(False,)):
+    def forward(self, x, reusable=(False,), then=None):
+        """The batch norm of x; with ``then`` (a ReLU layer), that layer's ReLU of it, in the
+        same pass and to the bit (the graph fuses a batch norm with the ReLU that alone reads
+        it)."""
+        if then is not None and not isinstance(then, ReLU):
+            raise InputError(f"{self.name}: only a ReLU layer can follow in the same pass, "
+                             f"not {then.name}")
         return ag.batch_norm(x, self.gamma, self.beta, self.state["moving_mean"],
                              self.state["moving_variance"],
                              training=(self.training and self.trainable) or self.calibrating,
                              epsilon=self.epsilon,
                              momentum=0.0 if self.calibrating else self.momentum,
-                             reuse_input=reusable[0])
+                             reuse_input=reusable[0], relu=then is not None,
+                             cap=None if then is None else then.max_value)
 
 
 @implements("claim2.backbones")

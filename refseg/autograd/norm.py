@@ -3,6 +3,9 @@
 Inference: y = (x - moving_mean) / sqrt(moving_variance + eps) * gamma + beta.
 Training: the batch's mean and biased variance over N, H, W replace the moving statistics, and
 these are updated in place as Keras does: moving = moving * momentum + batch * (1 - momentum).
+With ``clamp`` the op is batch norm and the ReLU (or ReLU6) that follows it, computed in one
+pass and equal bit for bit to the two ops one after the other (``refseg.models.graph`` fuses
+a batch norm with the ReLU that alone reads it).
 
 References: [0135], [0139], [0141], [0230] (BN in the backbones, frozen in this method).
 """
@@ -27,10 +30,19 @@ class BatchNorm(Op):
     name = "batch_norm"
 
     def __init__(self, moving_mean, moving_variance, *, training=False, epsilon=1e-3,
-                 momentum=DEFAULT_MOMENTUM, backend="cython", reuse_input=False):
+                 momentum=DEFAULT_MOMENTUM, backend="cython", reuse_input=False, cap=None,
+                 clamp=False):
         self.moving_mean, self.moving_variance = moving_mean, moving_variance
         self.training, self.epsilon, self.momentum = bool(training), float(epsilon), float(momentum)
         self.backend, self.reuse_input = backend, bool(reuse_input)
+        self.clamp = bool(clamp)
+        if cap is not None and not self.clamp:
+            raise InputError(f"{self.name}: a cap needs clamp=True")
+        # the ReLU op's bounds: [0, inf), or [0, cap] for ReLU6
+        self.bounds = (0.0, np.inf if cap is None else float(cap)) if self.clamp \
+            else (-np.inf, np.inf)
+        if self.clamp:
+            self.name = "batch_norm_relu" if cap is None else f"batch_norm_relu{cap:g}"
 
     def forward(self, ctx, x, gamma, beta):
         c = x.shape[-1]
@@ -60,21 +72,32 @@ class BatchNorm(Op):
             # write over it
             out = output_buffer(x2, self.reuse_input)
             kernels(self.backend).channel_affine(x2, np.ascontiguousarray(scale, dtype=x.dtype),
-                                                 np.ascontiguousarray(shift, dtype=x.dtype), out)
+                                                 np.ascontiguousarray(shift, dtype=x.dtype),
+                                                 *self.bounds, out)
             return out.reshape(x.shape)
         mean, gamma, beta = (mean.astype(x.dtype), np.ascontiguousarray(gamma, dtype=x.dtype),
                              np.ascontiguousarray(beta, dtype=x.dtype))
         xhat, out = np.empty_like(x2), np.empty_like(x2)
         kernels(self.backend).batch_norm_forward(x2, mean, inv_std, gamma, beta, xhat, out)
+        pass_through = None
+        if self.clamp:
+            # the ReLU op's mask and clamp, on the batch norm's output
+            low, high = self.bounds
+            pass_through = out > low
+            if high < np.inf:
+                pass_through &= out < high
+            kernels(self.backend).clamp(out.reshape(-1), low, high, out.reshape(-1))
         # x2 (the input, which the graph keeps alive anyway) rather than xhat: backward
         # recomputes xhat, bit for bit, instead of holding a second array of x's size per
         # layer through the whole forward pass
-        ctx.save_for_backward(x2, mean, inv_std, gamma, beta)
+        ctx.save_for_backward(x2, mean, inv_std, gamma, beta, pass_through)
         return out.reshape(x.shape)
 
     def backward(self, ctx, grad):
-        x2, mean, inv_std, gamma, beta = ctx.saved
+        x2, mean, inv_std, gamma, beta, pass_through = ctx.saved
         c = grad.shape[-1]
+        if pass_through is not None:
+            grad = grad * pass_through.reshape(grad.shape)  # the ReLU op's backward
         g2 = np.ascontiguousarray(grad).reshape(-1, c)
         xhat, scratch = np.empty_like(x2), np.empty_like(x2)
         kernels(self.backend).batch_norm_forward(x2, mean, inv_std, gamma, beta, xhat, scratch)
@@ -95,8 +118,10 @@ class BatchNorm(Op):
 
 @implements("claim2.backbones", "claim4.propagation")
 def batch_norm(x, gamma, beta, moving_mean, moving_variance, *, training=False, epsilon=1e-3,
-               momentum=DEFAULT_MOMENTUM, backend="cython", reuse_input=False) -> Tensor:
-    """Keras BatchNormalization over the last axis of NHWC input.
+               momentum=DEFAULT_MOMENTUM, backend="cython", reuse_input=False, relu=False,
+               cap=None) -> Tensor:
+    """Keras BatchNormalization over the last axis of NHWC input, optionally with the ReLU that
+    follows it.
 
     Parameters
     ----------
@@ -114,6 +139,11 @@ def batch_norm(x, gamma, beta, moving_mean, moving_variance, *, training=False, 
         In inference (no graph recorded), the result may overwrite x's array: only for an x
         that nothing else reads afterwards (see ``refseg.autograd.elementwise.add``). When a
         graph is recorded, x is kept for backward and never overwritten.
+    relu : bool
+        Apply ReLU to the result in the same pass: ``relu(batch_norm(x))`` (forward and
+        gradients) to the bit, without the intermediate array.
+    cap : float or None
+        With ``relu``, ReLU6's cap (6): ``relu6(batch_norm(x))``.
 
     Returns
     -------
@@ -124,5 +154,6 @@ def batch_norm(x, gamma, beta, moving_mean, moving_variance, *, training=False, 
     [0135], [0139], [0141], [0230].
     """
     return BatchNorm(moving_mean, moving_variance, training=training, epsilon=epsilon,
-                     momentum=momentum, backend=backend, reuse_input=reuse_input)(
+                     momentum=momentum, backend=backend, reuse_input=reuse_input, cap=cap,
+                     clamp=relu)(
         as_tensor(x, "x"), as_tensor(gamma, "gamma"), as_tensor(beta, "beta"))

@@ -8,7 +8,10 @@ insertion order (which is topological: a node can only read nodes added before i
 intermediate as soon as its last reader has run, so inference holds few activations at a time.
 A layer may write its result over an input that it alone reads (not an output asked for, not a
 given value, not kept by the op that made it; ``Layer.reuses_input``): batch norm in inference,
-ReLU and Add, so that the graph holds one array where it would hold two.
+ReLU and Add, so that the graph holds one array where it would hold two. A batch norm whose
+output only the next node reads, a ReLU, runs with that ReLU in one pass
+(``BatchNormalization.forward(..., then=relu)``): the same values to the bit, one sweep over
+memory and one op call instead of two, and the batch norm's own output never exists.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 
 from refseg.autograd.tensor import Tensor
 from refseg.errors import InputError
-from refseg.autograd.layers import Layer
+from refseg.autograd.layers import BatchNormalization, Layer, ReLU
 from refseg.trace import implements
 
 #: Name of the image input node (Keras' default name of a model's input layer).
@@ -93,12 +96,24 @@ class Graph:
                 readers[source] = readers.get(source, 0) + 1
         keep = set(outputs)
         values = dict(given)
+        fused_into_previous = False
         for step, name in enumerate(order):
+            if fused_into_previous:
+                fused_into_previous = False
+                continue
             node = self.nodes[name]
             reusable = tuple(readers[source] == 1 and source not in keep and source not in given
                              and not _kept_by_its_op(values[source]) for source in node.inputs)
-            values[name] = node.layer(*(values[source] for source in node.inputs),
-                                      reusable=reusable)
+            then = self._fusable_relu(order, step, readers, keep)
+            if then is not None:
+                # the next node is that ReLU: its value, computed here, the batch norm's never
+                values[order[step + 1]] = node.layer.forward(values[node.inputs[0]],
+                                                             reusable=reusable, then=then)
+                fused_into_previous = True
+                name = order[step + 1]
+            else:
+                values[name] = node.layer(*(values[source] for source in node.inputs),
+                                          reusable=reusable)
             for source, may in zip(node.inputs, reusable):
                 # the readers counted above are a value's own: a layer that handed on an input's
                 # array as its output would let a later layer overwrite what others still read
@@ -109,6 +124,18 @@ class Graph:
                 if last_reader[source] == step and source not in keep:
                     del values[source]
         return {name: values[name] for name in outputs}
+
+    def _fusable_relu(self, order, step, readers, keep) -> ReLU | None:
+        """The ReLU layer of the node after ``order[step]`` when that node is a batch norm read
+        by that ReLU alone (and not asked for), else None."""
+        name = order[step]
+        if not isinstance(self.nodes[name].layer, BatchNormalization) or step + 1 == len(order):
+            return None
+        following = self.nodes[order[step + 1]]
+        if (isinstance(following.layer, ReLU) and following.inputs == (name,)
+                and readers[name] == 1 and name not in keep):
+            return following.layer
+        return None
 
     def shapes(self, input_shape) -> dict[str, tuple[int, int, int]]:
         """Per-image output shape (H, W, C) of every node for an input of ``input_shape``."""

@@ -218,6 +218,96 @@ def test_batch_norm_gradients(backend, training, n, h, w, c, seed):
                          rng.standard_normal(c)], seed)
 
 
+@pytest.mark.claim("claim2.backbones")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("cap", [None, 6.0])
+@given(shape=st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4),
+                       st.integers(1, 4)), seed=st.integers(0, 2**16))
+def test_batch_norm_with_relu_is_relu_of_batch_norm_to_the_bit(backend, training, cap, shape,
+                                                               seed):
+    """batch_norm(relu=True) is relu(batch_norm(x)) (relu6 with cap 6): the output without a
+    graph and with one, the gradients of x, gamma and beta, and the moving statistics, bit for
+    bit. Inputs spread over [-40, 40] so that values fall below 0, between, and above 6."""
+    rng = np.random.default_rng(seed)
+    c = shape[3]
+    x = (rng.standard_normal(shape) * 20).astype(np.float32)
+    x.reshape(-1)[::3] = 0.0  # on the kink when mean is 0 and beta is 0 below
+    gamma = rng.uniform(0.5, 2, c).astype(np.float32)
+    beta = np.where(rng.random(c) < 0.5, 0, rng.standard_normal(c) * 3).astype(np.float32)
+    mean = np.where(rng.random(c) < 0.5, 0, rng.standard_normal(c)).astype(np.float32)
+    var = rng.uniform(0.5, 2, c).astype(np.float32)
+    grad = rng.standard_normal(shape).astype(np.float32)
+    relu = ag.relu if cap is None else ag.relu6
+
+    def run(fused, record):
+        moving = (mean.copy(), var.copy())
+        xt, gt, bt = (ag.Tensor(a.copy(), requires_grad=record) for a in (x, gamma, beta))
+        if fused:
+            y = ag.batch_norm(xt, gt, bt, *moving, training=training, backend=backend,
+                              relu=True, cap=cap)
+        else:
+            y = relu(ag.batch_norm(xt, gt, bt, *moving, training=training, backend=backend),
+                     backend=backend)
+        if record:
+            y.backward(grad)
+        return [y.data, *moving] + ([xt.grad, gt.grad, bt.grad] if record else [])
+
+    for record in (False, True):
+        for a, b in zip(run(True, record), run(False, record)):
+            np.testing.assert_array_equal(a, b)
+            assert np.array_equal(np.signbit(a), np.signbit(b))
+
+
+@pytest.mark.claim("claim2.fusion")
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("cap", [None, 6.0])
+@given(n=st.integers(1, 2), h=st.integers(1, 5), w=st.integers(1, 5), cin=st.integers(1, 3),
+       cout=st.integers(1, 4), stride=st.integers(1, 2), bias=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_convolution_with_relu_is_relu_of_convolution_to_the_bit(route, backend, transposed,
+                                                                 cap, n, h, w, cin, cout,
+                                                                 stride, bias, seed):
+    """conv2d / conv2d_transpose with ``relu`` (and ReLU6's cap) equal relu(conv(...)) on every
+    route (stride 2 takes im2col): the output without a graph and with one, and the gradients
+    of x, kernel and bias, bit for bit, signed zeros included."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, h, w, cin)) * 4).astype(np.float32)
+    x.reshape(-1)[::4] = 0.0
+    shape = (3, 3, cout, cin) if transposed else (3, 3, cin, cout)
+    kernel = (rng.standard_normal(shape) * 2).astype(np.float32)
+    b = (rng.standard_normal(cout) * 2).astype(np.float32) if bias else None
+    op = ag.conv2d_transpose if transposed else ag.conv2d
+    relu = ag.relu if cap is None else ag.relu6
+
+    def run(fused, record):
+        tensors = [ag.Tensor(a.copy(), requires_grad=record) for a in (x, kernel)]
+        tensors.append(None if b is None else ag.Tensor(b.copy(), requires_grad=record))
+        with forced_route(route):
+            if fused:
+                y = op(*tensors, strides=stride, padding="same", backend=backend, relu=True,
+                       cap=cap)
+            else:
+                y = relu(op(*tensors, strides=stride, padding="same", backend=backend),
+                         backend=backend)
+        out = [y.data]
+        if record:
+            y.backward(rng_grad.standard_normal(y.shape).astype(np.float32))
+            out += [t.grad for t in tensors if t is not None]
+        return out
+
+    for record in (False, True):
+        results = []
+        for fused in (True, False):
+            rng_grad = np.random.default_rng(seed + 1)
+            results.append(run(fused, record))
+        for a, c in zip(*results):
+            np.testing.assert_array_equal(a, c)
+            assert np.array_equal(np.signbit(a), np.signbit(c))
+
+
 @pytest.mark.claim("claim2.fusion")
 @given(shape=st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4),
                        st.integers(1, 4)), seed=st.integers(0, 2**16))
@@ -617,9 +707,10 @@ def test_gradients_take_their_own_route():
                        st.integers(1, 4)), seed=st.integers(0, 2**16))
 def test_reuse_input_writes_over_x_only_where_it_can_and_changes_no_value(backend, layout,
                                                                           shape, seed):
-    """relu, relu6, add and inference batch norm with ``reuse_input``: the same output, in x's
-    own array when x is C-contiguous and writeable, else in a fresh one with x untouched; with
-    a graph recorded, the same gradients, and batch norm (which keeps x) never writes over x."""
+    """relu, relu6, add and inference batch norm (alone and with relu6) with ``reuse_input``:
+    the same output, in x's own array when x is C-contiguous and writeable, else in a fresh one
+    with x untouched; with a graph recorded, the same gradients, and batch norm (which keeps x)
+    never writes over x."""
     rng = np.random.default_rng(seed)
     c = shape[3]
     gamma, beta = rng.uniform(0.5, 2, c).astype(np.float32), rng.standard_normal(c).astype(
@@ -631,7 +722,9 @@ def test_reuse_input_writes_over_x_only_where_it_can_and_changes_no_value(backen
         "relu6": lambda x, reuse: ag.relu6(x, backend=backend, reuse_input=reuse),
         "add": lambda x, reuse: ag.add(x, y, backend=backend, reuse_input=reuse),
         "batch_norm": lambda x, reuse: ag.batch_norm(x, gamma, beta, mean, var,
-                                                     backend=backend, reuse_input=reuse)}
+                                                     backend=backend, reuse_input=reuse),
+        "batch_norm_relu6": lambda x, reuse: ag.batch_norm(
+            x, gamma, beta, mean, var, backend=backend, reuse_input=reuse, relu=True, cap=6)}
     y = ag.Tensor((rng.standard_normal(shape) * 4).astype(np.float32))
 
     def operand():
@@ -661,6 +754,6 @@ def test_reuse_input_writes_over_x_only_where_it_can_and_changes_no_value(backen
             kept = x.data.copy()
             op(x, reuse).backward(seed_grad)
             grads.append(x.grad)
-            if name == "batch_norm":
+            if name.startswith("batch_norm"):
                 np.testing.assert_array_equal(x.data, kept)
         np.testing.assert_array_equal(grads[0], grads[1], err_msg=name)

@@ -231,14 +231,22 @@ def _with_specials(values, dtype):
 @pytest.mark.claim("claim2.backbones", "claim2.fusion")
 @elementwise_cases(max_channels=4)
 def test_inference_elementwise(dtype, rows, values, seed):
-    """Batch-norm multiply-add, ReLU / ReLU6 clamps and the sum, with NaN, infinities and signed
-    zeros: bit for bit (NaN where the twin has NaN)."""
+    """Batch-norm multiply-add (alone, and with the ReLU / ReLU6 clamp in the same pass), ReLU /
+    ReLU6 clamps and the sum, with NaN, infinities and signed zeros: bit for bit (NaN where the
+    twin has NaN)."""
     rng = np.random.default_rng(seed)
     x = elementwise_input(values, rows, dtype, rng)
     c = x.shape[1]
     scale, shift = (rng.uniform(-3, 3, c).astype(dtype) for _ in range(2))
-    pair = both("channel_affine", x, scale, shift, outputs=[(x.shape, dtype)])
-    np.testing.assert_array_equal(*pair[0] + pair[1])
+    for low, high in ((-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)):
+        pair = both("channel_affine", x, scale, shift, low, high, outputs=[(x.shape, dtype)])
+        np.testing.assert_array_equal(*pair[0] + pair[1])
+        # the fused clamp is the clamp kernel after the unclamped multiply-add, bit for bit
+        unclamped, clamped = np.empty_like(x), np.empty_like(x)
+        fast.channel_affine(x, scale, shift, -np.inf, np.inf, unclamped)
+        fast.clamp(unclamped.reshape(-1), low, high, clamped.reshape(-1))
+        np.testing.assert_array_equal(pair[0][0], clamped)
+    np.testing.assert_array_equal(unclamped, (x * scale) + shift)  # no clamp: NumPy's two steps
     flat, other = x.reshape(-1), rng.uniform(-10, 10, x.size).astype(dtype)
     for high in (np.inf, 6.0):
         pair = both("clamp", flat, 0.0, high, outputs=[(flat.shape, dtype)])
@@ -251,18 +259,20 @@ def test_inference_elementwise(dtype, rows, values, seed):
 @pytest.mark.claim("claim2.fusion", "claim2.backbones")
 @elementwise_cases(max_channels=7)
 def test_bias_padding_and_softmax_kernels(dtype, rows, values, seed):
-    """The bias sum (also in place), zero padding and softmax's row shift and normalisation,
+    """The bias sum (also in place; with a ReLU / ReLU6 clamp, and without), zero padding and softmax's row shift and normalisation,
     with NaN, infinities and signed zeros: bit for bit. Softmax's kernels run on rows of up to
     7 values (SOFTMAX_ROW_KERNEL_MAX), which NumPy sums left to right as they do."""
     rng = np.random.default_rng(seed)
     x = elementwise_input(values, rows, dtype, rng)
     c = x.shape[1]
     shift = rng.uniform(-3, 3, c).astype(dtype)
-    pair = both("channel_add", x, shift, outputs=[(x.shape, dtype)])
-    np.testing.assert_array_equal(*pair[0] + pair[1])
-    in_place = x.copy()
-    fast.channel_add(in_place, shift, in_place)
-    np.testing.assert_array_equal(in_place, pair[1][0])
+    for low, high in ((0.0, np.inf), (0.0, 6.0), (-np.inf, np.inf)):
+        pair = both("channel_add", x, shift, low, high, outputs=[(x.shape, dtype)])
+        np.testing.assert_array_equal(*pair[0] + pair[1])
+        in_place = x.copy()
+        fast.channel_add(in_place, shift, low, high, in_place)
+        np.testing.assert_array_equal(in_place, pair[1][0])
+    np.testing.assert_array_equal(in_place, x + shift)  # no clamp: NumPy's sum
     pair = both("subtract_row_max", x, outputs=[(x.shape, dtype)])
     np.testing.assert_array_equal(*pair[0] + pair[1])
     ties = np.where(rng.random(x.shape) < 0.5, -0.0, 0.0).astype(dtype)  # the later one wins
@@ -412,8 +422,16 @@ def test_winograd_kernels(tile, dtype, x, pads, cout, same_size):
         for transform, out in zip(transform_output, outs):
             for layout in _winograd_layouts((planes, count, cout), dtype):
                 layout[...] = m[:, start:]
-                transform(layout, bias, th, tw, start, out)
+                transform(layout, bias, -np.inf, np.inf, th, tw, start, out)
         assert np.array_equal(outs[0], outs[1], equal_nan=True)
+        # with a ReLU6 in the same pass: the clamp of the unclamped output, on both backends
+        for transform in transform_output:
+            clamped = np.full((n, ho, wo, cout), np.nan, dtype=dtype)
+            transform(np.ascontiguousarray(m[:, start:]), bias, 0.0, 6.0, th, tw, start,
+                      clamped)
+            written = ~np.isnan(outs[0])
+            assert np.array_equal(clamped[written], np.clip(outs[0][written], 0, 6))
+            assert not np.signbit(clamped[written]).any()
         # exactly the pixels of the block's tiles are written (all channels)
         expected = np.zeros((n, ho, wo, cout), dtype=bool)
         for t in range(start, tiles):
@@ -451,7 +469,8 @@ def test_winograd4_computes_the_convolution(dtype, x, pads, cout):
     fast.winograd4_input(x, pt, pl, th, tw, 0, v)
     fast.winograd4_kernel(kernel, u)
     out = np.zeros((n, ho, wo, cout), dtype)
-    fast.winograd4_output(np.matmul(v, u), np.zeros(cout, dtype), th, tw, 0, out)
+    fast.winograd4_output(np.matmul(v, u), np.zeros(cout, dtype), -np.inf, np.inf, th, tw, 0,
+                          out)
     padded = np.zeros((n, ho + 2, wo + 2, c))
     rows = slice(max(pt, 0), min(pt + h, ho + 2))
     cols = slice(max(pl, 0), min(pl + w, wo + 2))
@@ -514,7 +533,7 @@ def test_winograd_adjoint_kernels(dtype, g, cin):
     if dtype == np.float64:
         mm = rng.standard_normal((16, tiles, cout))
         y = np.zeros(g.shape)
-        fast.winograd_output(mm, np.zeros(cout), th, tw, 0, y)
+        fast.winograd_output(mm, np.zeros(cout), -np.inf, np.inf, th, tw, 0, y)
         adjoint = np.zeros((16, tiles, cout))
         fast.winograd_output_adjoint(g, th, tw, 0, adjoint)
         assert (y * g).sum() == pytest.approx((mm * adjoint).sum(), rel=1e-12, abs=1e-12)
