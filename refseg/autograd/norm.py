@@ -3,7 +3,7 @@
 Inference: y = (x - moving_mean) / sqrt(moving_variance + eps) * gamma + beta.
 Training: the batch's mean and biased variance over N, H, W replace the moving statistics, and
 these are updated in place as Keras does: moving = moving * momentum + batch * (1 - momentum).
-With ``clamp`` the op is batch norm and the ReLU (or ReLU6) that follows it, computed in one
+With ``relu`` the op is batch norm and the ReLU (or ReLU6) that follows it, computed in one
 pass and equal bit for bit to the two ops one after the other (``refseg.models.graph`` fuses
 a batch norm with the ReLU that alone reads it).
 
@@ -30,18 +30,18 @@ class BatchNorm(Op):
     name = "batch_norm"
 
     def __init__(self, moving_mean, moving_variance, *, training=False, epsilon=1e-3,
-                 momentum=DEFAULT_MOMENTUM, backend="cython", reuse_input=False, cap=None,
-                 clamp=False):
+                 momentum=DEFAULT_MOMENTUM, backend="cython", reuse_input=False, relu=False,
+                 cap=None):
         self.moving_mean, self.moving_variance = moving_mean, moving_variance
         self.training, self.epsilon, self.momentum = bool(training), float(epsilon), float(momentum)
         self.backend, self.reuse_input = backend, bool(reuse_input)
-        self.clamp = bool(clamp)
-        if cap is not None and not self.clamp:
-            raise InputError(f"{self.name}: a cap needs clamp=True")
-        # the ReLU op's bounds: [0, inf), or [0, cap] for ReLU6
-        self.bounds = (0.0, np.inf if cap is None else float(cap)) if self.clamp \
+        self.relu = bool(relu)
+        if cap is not None and not self.relu:
+            raise InputError(f"{self.name}: a cap needs relu=True")
+        # the ReLU op's bounds: [0, inf), or [0, cap] for ReLU6; (-inf, inf): no clamp
+        self.bounds = (0.0, np.inf if cap is None else float(cap)) if self.relu \
             else (-np.inf, np.inf)
-        if self.clamp:
+        if self.relu:
             self.name = "batch_norm_relu" if cap is None else f"batch_norm_relu{cap:g}"
 
     def forward(self, ctx, x, gamma, beta):
@@ -80,7 +80,7 @@ class BatchNorm(Op):
         xhat, out = np.empty_like(x2), np.empty_like(x2)
         kernels(self.backend).batch_norm_forward(x2, mean, inv_std, gamma, beta, xhat, out)
         pass_through = None
-        if self.clamp:
+        if self.relu:
             # the ReLU op's mask and clamp, on the batch norm's output
             low, high = self.bounds
             pass_through = out > low
@@ -154,6 +154,6 @@ def batch_norm(x, gamma, beta, moving_mean, moving_variance, *, training=False, 
     [0135], [0139], [0141], [0230].
     """
     return BatchNorm(moving_mean, moving_variance, training=training, epsilon=epsilon,
-                     momentum=momentum, backend=backend, reuse_input=reuse_input, cap=cap,
-                     clamp=relu)(
+                     momentum=momentum, backend=backend, reuse_input=reuse_input, relu=relu,
+                     cap=cap)(
         as_tensor(x, "x"), as_tensor(gamma, "gamma"), as_tensor(beta, "beta"))
