@@ -96,8 +96,8 @@ class _Window(Op):
             self.name = f"{self.name}_relu" if cap is None else f"{self.name}_relu{cap:g}"
 
     def _activated(self, ctx, out) -> np.ndarray:
-        """out after the bias, clamped here if its route has not clamped it, with the ReLU
-        op's mask kept for backward when a graph is recorded."""
+        """out, which its route has clamped with the bias, and, when a graph is recorded, the
+        ReLU op's mask kept for backward."""
         if not self.relu:
             return out
         if ctx.recording:
