@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from refseg import autograd as ag
-from refseg.autograd import elementwise, layers, norm
+from refseg.autograd import conv, elementwise, layers, norm
 from refseg.models import ResMobileNet
 from refseg.models.graph import INPUT, Graph
 
@@ -47,22 +47,42 @@ def counting(monkeypatch):
 
 @pytest.fixture
 def no_fusion(monkeypatch):
+    """Every batch norm, and every convolution layer's ReLU activation, runs as an op of its
+    own."""
+    def convolved_alone(self, op, x):
+        return self._activate(op(x, self.kernel, self.bias, strides=self.strides,
+                                 padding=self.padding))
+
     def apply():
         monkeypatch.setattr(Graph, "_fusable_relu", lambda self, *args: None)
+        monkeypatch.setattr(layers._ConvLayer, "_convolved", convolved_alone)
     return apply
 
 
 @pytest.fixture
 def counting_fusion(monkeypatch):
-    """BatchNormalization.forward as it is, counting the calls with a ReLU in the same pass."""
-    counter = type("Counter", (), {"fused": 0})()
-    original = layers.BatchNormalization.forward
+    """BatchNormalization.forward and the convolutions as they are, counting the batch norms
+    run with a ReLU in the same pass (``fused``) and the convolutions with one (``convs``)."""
+    counter = type("Counter", (), {"fused": 0, "convs": 0})()
+    original, activated = layers.BatchNormalization.forward, conv._Window._activated
 
     def wrapped(self, x, reusable=(False,), then=None):
         counter.fused += then is not None
         return original(self, x, reusable, then)
+
+    def counted(self, ctx, out):
+        counter.convs += self.relu
+        return activated(self, ctx, out)
     monkeypatch.setattr(layers.BatchNormalization, "forward", wrapped)
+    monkeypatch.setattr(conv._Window, "_activated", counted)
     return counter
+
+
+def assert_fusion_counted(counter, fused):
+    """83 batch norms and the decoder's 17 convolutions with a ReLU (10 transposed, 7 not) when
+    fused, none otherwise; the counter is reset."""
+    assert (counter.fused, counter.convs) == ((49 + 34, 17) if fused else (0, 0))
+    counter.fused = counter.convs = 0
 
 
 def images(n=2, seed=0):
@@ -87,6 +107,24 @@ def training_step(train_backbones: bool):
     return float(loss.data), grads, state
 
 
+def assert_same_step(step, other):
+    """Two training_step results equal: the loss, and every gradient and moving statistic to
+    the bit."""
+    (loss, grads, state), (loss_other, grads_other, state_other) = step, other
+    assert loss == loss_other
+    assert grads.keys() == grads_other.keys()
+    for name in grads:
+        np.testing.assert_array_equal(grads[name], grads_other[name], err_msg=name)
+    for name in state:
+        np.testing.assert_array_equal(state[name], state_other[name], err_msg=name)
+
+
+def assert_same_values(values, other):
+    assert values.keys() == other.keys()
+    for name in values:
+        np.testing.assert_array_equal(values[name], other[name], err_msg=name)
+
+
 def prediction_and_taps():
     model = ResMobileNet(HW, seed=3)
     x = images(3, seed=4)
@@ -101,25 +139,16 @@ def test_prediction_and_taps_are_the_same_with_and_without_reuse(no_reuse, count
     reused = prediction_and_taps()
     assert counting.reused > 50  # batch norms, ReLUs and Adds of both backbones and the decoder
     no_reuse()
-    fresh = prediction_and_taps()
-    assert reused.keys() == fresh.keys()
-    for name in fresh:
-        np.testing.assert_array_equal(reused[name], fresh[name], err_msg=name)
+    assert_same_values(reused, prediction_and_taps())
 
 
 @pytest.mark.parametrize("train_backbones", [False, True])
 def test_training_step_is_the_same_with_and_without_reuse(no_reuse, counting, train_backbones):
-    loss, grads, state = training_step(train_backbones)
+    reused = training_step(train_backbones)
     # with a graph recorded throughout (trained backbones) the 33 Adds write over an input
     assert counting.reused > (30 if train_backbones else 10)
     no_reuse()
-    loss_fresh, grads_fresh, state_fresh = training_step(train_backbones)
-    assert loss == loss_fresh
-    assert grads.keys() == grads_fresh.keys()
-    for name in grads:
-        np.testing.assert_array_equal(grads[name], grads_fresh[name], err_msg=name)
-    for name in state:
-        np.testing.assert_array_equal(state[name], state_fresh[name], err_msg=name)
+    assert_same_step(reused, training_step(train_backbones))
 
 
 def test_a_value_asked_for_or_read_twice_is_never_overwritten(no_reuse):
@@ -163,26 +192,20 @@ def test_prediction_and_taps_are_the_same_with_and_without_fusion(no_fusion, cou
     16 preactivations, the post-activation and the first two of each of its 16 bottleneck
     blocks (49), and MobileNetV2's 34 ReLU6; the taps (ReLU outputs) are still there."""
     fused = prediction_and_taps()
-    assert counting_fusion.fused == 49 + 34
+    assert_fusion_counted(counting_fusion, True)
     no_fusion()
-    alone = prediction_and_taps()
-    assert fused.keys() == alone.keys()
-    for name in alone:
-        np.testing.assert_array_equal(fused[name], alone[name], err_msg=name)
+    assert_same_values(fused, prediction_and_taps())
+    assert_fusion_counted(counting_fusion, False)
 
 
 @pytest.mark.parametrize("train_backbones", [False, True])
 def test_training_step_is_the_same_with_and_without_fusion(no_fusion, counting_fusion,
                                                             train_backbones):
     """Frozen backbones (inference batch norm, nothing recorded) and trained ones (batch
-    statistics, recorded: the fused op's backward masks the gradient as the ReLU's does)."""
-    loss, grads, state = training_step(train_backbones)
-    assert counting_fusion.fused == 49 + 34
+    statistics, recorded: the fused op's backward masks the gradient as the ReLU's does); the
+    decoder's convolutions with their ReLU against a ReLU op after each."""
+    fused = training_step(train_backbones)
+    assert_fusion_counted(counting_fusion, True)
     no_fusion()
-    loss_alone, grads_alone, state_alone = training_step(train_backbones)
-    assert loss == loss_alone
-    assert grads.keys() == grads_alone.keys()
-    for name in grads:
-        np.testing.assert_array_equal(grads[name], grads_alone[name], err_msg=name)
-    for name in state:
-        np.testing.assert_array_equal(state[name], state_alone[name], err_msg=name)
+    assert_same_step(fused, training_step(train_backbones))
+    assert_fusion_counted(counting_fusion, False)
