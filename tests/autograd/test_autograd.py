@@ -143,9 +143,13 @@ def forced_route(route):
        seed=st.integers(0, 2**16))
 def test_stride1_conv_routes(route, backend, n, h, w, cin, cout, kernel, padding, bias, seed):
     """Each stride-1 route of conv2d and of the transposed convolution forced on drawn shapes:
-    gradient checks, and the same values as im2col to rounding. Winograd F(2x2, 3x3) and
-    F(4x4, 3x3) compute 3x3 kernels only (a forced Winograd route sends other kernels to
-    im2col): their draws use 3x3."""
+    the same values as im2col to rounding, and gradient checks. On the routes that go through
+    BLAS the twins' backend ("numpy") instead gives the compiled backend's values and gradients
+    bit for bit, which the same draws gradient-check there (its own central differences took
+    most of this test's time). On the direct route the twins agree with the compiled kernels
+    in float64 to rounding only (4e-16 seen), so they are gradient-checked as those are.
+    Winograd F(2x2, 3x3) and F(4x4, 3x3) compute 3x3 kernels only (a forced Winograd route
+    sends other kernels to im2col): their draws use 3x3."""
     kh, kw = (3, 3) if route.startswith("winograd") else kernel
     if padding == "valid":
         h, w = max(h, kh), max(w, kw)
@@ -155,17 +159,26 @@ def test_stride1_conv_routes(route, backend, n, h, w, cin, cout, kernel, padding
         arrays.append(rng.standard_normal(cout))
     ho, wo = (conv_output(size, k, 1, padding, "t")[0] for size, k in ((h, kh), (w, kw)))
     projection = rng.standard_normal((n, ho, wo, cout))
-    results = {}
-    for name in ("im2col", route):
+    def values_and_gradients(name, on, op=ag.conv2d, inputs=arrays, seed_grad=projection):
         with forced_route(name):
             assert conv_route((kh, kw, cin, cout), (1, 1), np.float64) == name
-            tensors = [ag.Tensor(a.copy(), requires_grad=True) for a in arrays]
-            y = ag.conv2d(*tensors, padding=padding, backend=backend)
-            y.backward(projection)
-            results[name] = [y.data] + [t.grad for t in tensors]
-    for a, b in zip(results[route], results["im2col"]):
+            tensors = [ag.Tensor(a.copy(), requires_grad=True) for a in inputs]
+            y = op(*tensors, padding=padding, backend=on)
+            if seed_grad is None:
+                seed_grad = np.random.default_rng(seed + 1).standard_normal(y.shape)
+            y.backward(seed_grad)
+            return [y.data] + [t.grad for t in tensors]
+
+    for a, b in zip(values_and_gradients(route, backend), values_and_gradients("im2col", backend)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     transposed = [arrays[0], arrays[1].transpose(0, 1, 3, 2).copy(), *arrays[2:]]
+    if backend == "numpy" and route != "direct":
+        for op, inputs, g in ((ag.conv2d, arrays, projection),
+                              (ag.conv2d_transpose, transposed, None)):
+            for a, b in zip(values_and_gradients(route, "numpy", op, inputs, g),
+                            values_and_gradients(route, "cython", op, inputs, g)):
+                np.testing.assert_array_equal(a, b)
+        return
     with forced_route(route):
         check_gradients(lambda *t: ag.conv2d(*t, padding=padding, backend=backend), arrays,
                         seed)
