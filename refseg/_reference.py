@@ -15,8 +15,8 @@ from refseg.autograd._reference import (
     depthwise_backward_weight, max_pool_forward, max_pool_backward, channel_moments,
     channel_sums, batch_norm_forward, batch_norm_backward, adam_update, channel_affine, clamp,
     add_arrays, channel_add, zero_pad, subtract_row_max, divide_by_row_sum, conv_small_forward,
-    conv_small_weight, winograd_input, winograd_output, winograd_kernel, winograd_output_adjoint, winograd_kernel_adjoint, winograd4_input,
-    winograd4_output, winograd4_kernel, gemm_stack,
+    conv_small_weight, winograd_input, winograd_output, winograd_kernel, winograd_output_adjoint,
+    winograd_kernel_adjoint, winograd4_input, winograd4_output, winograd4_kernel, gemm_stack,
 )
 
 __all__ = [

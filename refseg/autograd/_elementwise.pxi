@@ -1,11 +1,22 @@
 # Elementwise passes: batch norm folded to one multiply-add per element (inference; with the
 # ReLU that follows it, in the same pass), ReLU / ReLU6 as a clamp, the skip connections' sum,
 # the convolutions' bias (with their ReLU), zero padding, and softmax's row shift and
-# normalisation. NumPy runs each of these on one core; over a whole
-# network (99 batch norms, 66 ReLUs at 224x224) they are memory-bound sweeps of tens of
-# megabytes, which two cores finish in a little more than half the time.
+# normalisation. NumPy runs each of these on one core; over a whole network (99 batch norms,
+# 66 ReLUs at 224x224) they are memory-bound sweeps of tens of megabytes, which two cores
+# finish in a little more than half the time.
 # Included by refseg/_kernels.pyx, which holds the cimports, _threads and the fused type real.
 # NumPy twins: autograd/_reference.py.
+
+cdef inline real _clamped(real value, real lo, real hi) noexcept nogil:
+    """value clamped to [lo, hi] as np.minimum(np.maximum(value, lo), hi): NaN kept, and a
+    value equal to lo becomes lo itself (-0.0 gives +0.0 for lo = 0). The ReLU of every
+    kernel here and of the Winograd output transforms."""
+    if value <= lo:
+        return lo
+    if value > hi:
+        return hi
+    return value
+
 
 def channel_affine(const real[:, ::1] x, const real[::1] scale, const real[::1] shift,
                    double low, double high, real[:, ::1] out):
@@ -13,18 +24,13 @@ def channel_affine(const real[:, ::1] x, const real[::1] scale, const real[::1] 
     (as NumPy's ``x * scale + shift`` in two steps), then clamped to [low, high] as ``clamp``
     does (batch norm and the ReLU that follows it in one pass; -inf, inf: no clamp)."""
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
-    cdef real product, value, lo = <real> low, hi = <real> high
+    cdef real product, lo = <real> low, hi = <real> high
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
                          num_threads=_threads(rows * ch)):
             for c in range(ch):
                 product = x[r, c] * scale[c]
-                value = product + shift[c]
-                if value <= lo:
-                    value = lo
-                elif value > hi:
-                    value = hi
-                out[r, c] = value
+                out[r, c] = _clamped(product + shift[c], lo, hi)
 
 
 def clamp(const real[::1] x, double low, double high, real[::1] out):
@@ -32,16 +38,11 @@ def clamp(const real[::1] x, double low, double high, real[::1] out):
     high 6). Values equal to ``low`` become ``low`` itself, so -0.0 gives +0.0 as np.maximum
     does."""
     cdef Py_ssize_t n = x.shape[0], k
-    cdef real value, lo = <real> low, hi = <real> high
+    cdef real lo = <real> low, hi = <real> high
     with nogil:
         for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
                          num_threads=_threads(n)):
-            value = x[k]
-            if value <= lo:
-                value = lo
-            elif value > hi:
-                value = hi
-            out[k] = value
+            out[k] = _clamped(x[k], lo, hi)
 
 
 def add_arrays(const real[::1] x, const real[::1] y, real[::1] out):
@@ -63,12 +64,7 @@ def channel_add(const real[:, ::1] x, const real[::1] shift, double low, double 
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
                          num_threads=_threads(rows * ch)):
             for c in range(ch):
-                value = x[r, c] + shift[c]
-                if value <= lo:
-                    value = lo
-                elif value > hi:
-                    value = hi
-                out[r, c] = value
+                out[r, c] = _clamped(x[r, c] + shift[c], lo, hi)
 
 
 def zero_pad(const real[:, :, :, ::1] x, Py_ssize_t top, Py_ssize_t left,

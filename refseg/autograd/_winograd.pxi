@@ -140,10 +140,9 @@ cdef inline void _winograd_output_tile(const real *m, Py_ssize_t stride, const r
                                        Py_ssize_t tile) noexcept nogil:
     """The transform of the tile whose tile x tile outputs start at row y0, column x0 of image
     n: its destination pixels (NULL past the edges) in a stack array of this call, then the C
-    loop; then, if clamped, each of those pixels clamped to [low, high] as ``clamp`` does,
-    while they are still in cache."""
+    loop; then, if clamped, each of those pixels clamped to [low, high] (``_clamped``, as
+    ``clamp`` does), while they are still in cache."""
     cdef real *dst[16]
-    cdef real value
     cdef Py_ssize_t u, v, o
     for u in range(tile):
         for v in range(tile):
@@ -167,11 +166,7 @@ cdef inline void _winograd_output_tile(const real *m, Py_ssize_t stride, const r
         if dst[u] == NULL:
             continue
         for o in range(cout):
-            value = dst[u][o]
-            if value <= low:
-                dst[u][o] = low
-            elif value > high:
-                dst[u][o] = high
+            dst[u][o] = _clamped(dst[u][o], low, high)
 
 
 cdef _output_transform(const real[:, :, :] m, const real[::1] bias, double low, double high,

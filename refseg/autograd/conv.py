@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from refseg.autograd.elementwise import UNCLAMPED, relu_bounds, relu_passes
 from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.autograd.products import matmul, matmul_stack
 from refseg.autograd.tensor import Op, Tensor, as_tensor
@@ -75,10 +76,6 @@ def _check_bias(b, channels, op):
         raise InputError(f"{op}: bias shape {b.shape} does not match {channels} channels")
 
 
-#: The bounds of "no clamp": a convolution without a ReLU after it.
-UNCLAMPED = (-np.inf, np.inf)
-
-
 class _Window(Op):
     """Shared attributes of the window ops: stride, padding, backend, and for the convolutions
     the ReLU (``relu``; ReLU6 with ``cap`` 6) computed with the bias, in the same pass."""
@@ -87,11 +84,8 @@ class _Window(Op):
         self.strides = _pair(strides, "strides", self.name)
         self.padding = padding
         self.backend = backend
-        if cap is not None and not relu:
-            raise InputError(f"{self.name}: a cap needs relu=True")
         self.relu = bool(relu)
-        # the ReLU op's bounds: [0, inf), or [0, cap] for ReLU6
-        self.bounds = (0.0, np.inf if cap is None else float(cap)) if relu else UNCLAMPED
+        self.bounds = relu_bounds(self.relu, cap, self.name)
         if relu:
             self.name = f"{self.name}_relu" if cap is None else f"{self.name}_relu{cap:g}"
 
@@ -101,11 +95,7 @@ class _Window(Op):
         if not self.relu:
             return out
         if ctx.recording:
-            # where the ReLU passed its input: the clamped output says the same (0 < y < cap)
-            low, high = self.bounds
-            ctx.pass_through = out > low
-            if high < np.inf:
-                ctx.pass_through &= out < high
+            ctx.pass_through = relu_passes(out, self.bounds)
         return out
 
     def _masked(self, ctx, grad) -> np.ndarray:

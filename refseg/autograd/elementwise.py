@@ -53,6 +53,33 @@ class Add(Op):
         return grad, grad
 
 
+#: The clamp bounds that change no value: an op without a ReLU in its last pass.
+UNCLAMPED = (-np.inf, np.inf)
+
+
+@implements("claim2.fusion", "claim2.backbones")
+def relu_bounds(relu: bool, cap: float | None, op: str) -> tuple[float, float]:
+    """The bounds the ReLU op clamps to: [0, inf), or [0, cap] for ReLU6 (cap 6); UNCLAMPED
+    without ``relu``. For the ops that compute a ReLU in their own last pass (batch norm, the
+    convolutions); InputError for a cap without ``relu``, naming ``op``."""
+    if cap is not None and not relu:
+        raise InputError(f"{op}: a cap needs relu=True")
+    return (0.0, np.inf if cap is None else float(cap)) if relu else UNCLAMPED
+
+
+@implements("claim4.propagation")
+def relu_passes(values: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    """Where a ReLU with ``bounds`` passes its input, i.e. where its gradient is 1: low <
+    values < high, elementwise (bool, values' shape). The ReLU's input and its clamped output
+    give the same mask (NaN: False), so an op that clamps in place can take it from its
+    output."""
+    low, high = bounds
+    mask = values > low
+    if high < np.inf:
+        mask &= values < high
+    return mask
+
+
 @implements("claim2.fusion", "claim4.propagation")
 class ReLU(Op):
     """max(x, 0); with ``cap``, min(max(x, 0), cap) (ReLU6 for cap 6). The gradient is 1 where
@@ -64,19 +91,16 @@ class ReLU(Op):
 
     def __init__(self, cap: float | None = None, backend="cython", reuse_input=False):
         self.cap = cap
+        self.bounds = relu_bounds(True, cap, self.name)
         self.backend, self.reuse_input = backend, bool(reuse_input)
         if cap is not None:
             self.name = "relu6" if cap == 6 else f"relu{cap:g}"
 
     def forward(self, ctx, x):
         if ctx.recording:
-            pass_through = x > 0
-            if self.cap is not None:
-                pass_through &= x < self.cap
-            ctx.save_for_backward(pass_through)
+            ctx.save_for_backward(relu_passes(x, self.bounds))
         out = output_buffer(x, self.reuse_input)
-        kernels(self.backend).clamp(_flat(x), 0.0, np.inf if self.cap is None else self.cap,
-                                    out.reshape(-1))
+        kernels(self.backend).clamp(_flat(x), *self.bounds, out.reshape(-1))
         return out
 
     def backward(self, ctx, grad):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refseg.autograd.elementwise import output_buffer
+from refseg.autograd.elementwise import output_buffer, relu_bounds, relu_passes
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
@@ -36,11 +36,7 @@ class BatchNorm(Op):
         self.training, self.epsilon, self.momentum = bool(training), float(epsilon), float(momentum)
         self.backend, self.reuse_input = backend, bool(reuse_input)
         self.relu = bool(relu)
-        if cap is not None and not self.relu:
-            raise InputError(f"{self.name}: a cap needs relu=True")
-        # the ReLU op's bounds: [0, inf), or [0, cap] for ReLU6; (-inf, inf): no clamp
-        self.bounds = (0.0, np.inf if cap is None else float(cap)) if self.relu \
-            else (-np.inf, np.inf)
+        self.bounds = relu_bounds(self.relu, cap, self.name)
         if self.relu:
             self.name = "batch_norm_relu" if cap is None else f"batch_norm_relu{cap:g}"
 
@@ -82,11 +78,8 @@ class BatchNorm(Op):
         pass_through = None
         if self.relu:
             # the ReLU op's mask and clamp, on the batch norm's output
-            low, high = self.bounds
-            pass_through = out > low
-            if high < np.inf:
-                pass_through &= out < high
-            kernels(self.backend).clamp(out.reshape(-1), low, high, out.reshape(-1))
+            pass_through = relu_passes(out, self.bounds)
+            kernels(self.backend).clamp(out.reshape(-1), *self.bounds, out.reshape(-1))
         # x2 (the input, which the graph keeps alive anyway) rather than xhat: backward
         # recomputes xhat, bit for bit, instead of holding a second array of x's size per
         # layer through the whole forward pass

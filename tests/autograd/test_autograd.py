@@ -322,6 +322,27 @@ def test_convolution_with_relu_is_relu_of_convolution_to_the_bit(route, backend,
             assert np.array_equal(np.signbit(a), np.signbit(c))
 
 
+@pytest.mark.claim("claim4.propagation", "claim2.fusion", "claim2.backbones")
+@given(values=st.lists(st.floats(-10, 10, width=32)
+                       | st.sampled_from([0.0, -0.0, 6.0, np.nan, np.inf, -np.inf]),
+                       min_size=1, max_size=40),
+       cap=st.sampled_from([None, 6.0]))
+def test_relu_mask_is_the_same_from_the_input_and_from_the_clamped_output(values, cap):
+    """relu_passes with relu_bounds is where 0 < x (< cap; NaN: nowhere), and gives the same
+    mask on the ReLU's output as on its input: the fused ops take it from their output."""
+    from refseg.autograd.elementwise import UNCLAMPED, relu_bounds, relu_passes
+
+    x = np.array(values, dtype=np.float32)
+    bounds = relu_bounds(True, cap, "op")
+    expected = (x > 0) if cap is None else (x > 0) & (x < cap)  # +inf passes a plain ReLU
+    np.testing.assert_array_equal(relu_passes(x, bounds), expected)
+    clamped = (ag.relu(x) if cap is None else ag.relu6(x)).data
+    np.testing.assert_array_equal(relu_passes(clamped, bounds), expected)
+    assert relu_bounds(False, None, "op") == UNCLAMPED
+    with pytest.raises(InputError, match="op: a cap needs relu=True"):
+        relu_bounds(False, 6.0, "op")
+
+
 @pytest.mark.claim("claim2.fusion")
 @given(shape=st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4),
                        st.integers(1, 4)), seed=st.integers(0, 2**16))
@@ -519,7 +540,7 @@ def test_inference_paths_equal_the_recording_paths(backend, case):
     """Under no_grad, max pooling, batch norm, the ReLUs and add take shorter paths that keep
     nothing for backward (the last four in compiled elementwise kernels); they give the
     recording paths' values (batch norm's multiply-add rounds differently: within 4 ulps of
-    float64)."""
+    float64 of its largest term, |x - mean| * scale or |beta|, since the sum may cancel)."""
     shape, pool, strides, padding, seed = case
     rng = np.random.default_rng(seed)
     x, y = rng.standard_normal(shape) * 8, rng.standard_normal(shape)
@@ -539,8 +560,10 @@ def test_inference_paths_equal_the_recording_paths(backend, case):
     slow = run(True)
     for a, b in zip(fast[:4], slow[:4]):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_allclose(fast[4], slow[4], rtol=4 * np.finfo(float).eps,
-                               atol=4 * np.finfo(float).eps * np.abs(slow[4]).max())
+    scale = gamma / np.sqrt(var + 1e-3)
+    terms = np.maximum(np.abs(x) * scale + np.abs(mean * scale), np.abs(beta))
+    np.testing.assert_allclose(fast[4], slow[4], rtol=0,
+                               atol=4 * np.finfo(float).eps * terms.max())
 
 
 @pytest.mark.claim("claim4.propagation")
