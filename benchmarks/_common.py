@@ -81,8 +81,9 @@ def machine_lines() -> list[str]:
     path, supported = row_loops()
     isa = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in ("avx2", "avx512f"))
     described = {"avx512": "AVX-512 (avx512f, chosen at run time)",
-                 "baseline": "baseline x86-64 loops (no AVX-512 path "
-                             + ("switched off)" if supported else "on this CPU)")}[path]
+                 "baseline": "baseline x86-64 loops (" + ("the AVX-512 path switched off)"
+                                                          if supported else
+                                                          "no AVX-512 path on this CPU)")}[path]
     return [f"- CPU: {model}; {all_cores()} cores available; /proc/cpuinfo flags: {isa}",
             f"- refseg row loops (direct convolution kernels): **{described}**"]
 
