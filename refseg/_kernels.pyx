@@ -35,6 +35,20 @@ cdef inline int _threads(Py_ssize_t pixels) noexcept nogil:
     return openmp.omp_get_max_threads() if pixels >= _PARALLEL_MIN_PIXELS else 1
 
 
+# The network's kernels (autograd/) run on one thread below this many elements (or units of
+# work): at batch 1 most of its batch norms, sums and paddings are 0.2-1 M elements, a fraction
+# of a millisecond, and when another process holds a core each parallel loop can wait for a
+# descheduled thread at its end. Measured with one busy neighbour at batch 1, the whole
+# prediction on 2 threads took 1.00-1.06 times its 1-thread time at this bound against
+# 1.06-1.16 at the claim-1 bound (docs/performance.md).
+cdef Py_ssize_t _PARALLEL_MIN_ELEMENTS = 1048576
+PARALLEL_MIN_ELEMENTS = _PARALLEL_MIN_ELEMENTS
+
+
+cdef inline int _array_threads(Py_ssize_t elements) noexcept nogil:
+    return openmp.omp_get_max_threads() if elements >= _PARALLEL_MIN_ELEMENTS else 1
+
+
 # The kernels' parallel loops hand out work in chunks of about this many elements (dynamic
 # schedule; 8 rows of a 1920-pixel image): a thread that the system deschedules while holding a
 # chunk (a busy neighbour on its core) then holds up the end of the loop by one chunk only,

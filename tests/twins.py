@@ -19,9 +19,9 @@ def both(name, *inputs, outputs):
     return results
 
 
-#: Elements enough for the kernels' two-thread split (PARALLEL_MIN_PIXELS): hypothesis draws
-#: small arrays, which run on one thread.
-PARALLEL_ROWS = fast.PARALLEL_MIN_PIXELS // 4 + 7
+#: Rows enough for the network kernels' two-thread split (PARALLEL_MIN_ELEMENTS, with 4 or more
+#: columns): hypothesis draws small arrays, which run on one thread.
+PARALLEL_ROWS = fast.PARALLEL_MIN_ELEMENTS // 4 + 7
 
 
 def assert_same(pair):

@@ -9,7 +9,7 @@
 # it copied by the other core) left the row loops waiting for memory, and a buffer of that
 # size, allocated and freed on every call, was mapped afresh each time (page faults).
 #
-# Included by refseg/_kernels.pyx, which holds the cimports, _threads and the fused type real.
+# Included by refseg/_kernels.pyx, which holds the cimports, _array_threads and the fused type real.
 # NumPy twins: autograd/_reference.py.
 
 cdef enum:
@@ -143,7 +143,7 @@ def conv_small_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, const r
     cdef Py_ssize_t width = _round_up(wo, WIDE_LANES if wide else LANES) + kw - 1
     cdef Py_ssize_t bands = (ho + SMALL_BAND - 1) // SMALL_BAND  # per image
     cdef Py_ssize_t per_thread = (SMALL_BAND + kh - 1) * ch * width
-    cdef int threads = _threads(n_img * ho * wo * taps * cout // 8)
+    cdef int threads = _array_threads(n_img * ho * wo * taps * cout // 8)
     cdef Py_ssize_t job, n, i, i0, count, o, t
     cdef real *planes
     cdef real *scratch = <real *> malloc(max(threads * per_thread, 1) * sizeof(real))
@@ -235,7 +235,7 @@ def conv_small_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::1] g, Py
     cdef Py_ssize_t per_band = (taps + 1) * cout
     cdef Py_ssize_t x_planes = (SMALL_BAND + kh - 1) * ch * width
     cdef Py_ssize_t per_thread = x_planes + SMALL_BAND * cout * width_g
-    cdef int threads = _threads(n_img * ho * wo * taps * cout // 8)
+    cdef int threads = _array_threads(n_img * ho * wo * taps * cout // 8)
     cdef Py_ssize_t job, n, i, i0, count, o, k, l
     cdef real *planes
     cdef double *lanes

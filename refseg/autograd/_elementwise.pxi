@@ -4,7 +4,7 @@
 # normalisation. NumPy runs each of these on one core; over a whole network (99 batch norms,
 # 66 ReLUs at 224x224) they are memory-bound sweeps of tens of megabytes, which two cores
 # finish in a little more than half the time.
-# Included by refseg/_kernels.pyx, which holds the cimports, _threads and the fused type real.
+# Included by refseg/_kernels.pyx, which holds the cimports, _array_threads and the fused type real.
 # NumPy twins: autograd/_reference.py.
 
 cdef inline real _clamped(real value, real lo, real hi) noexcept nogil:
@@ -27,7 +27,7 @@ def channel_affine(const real[:, ::1] x, const real[::1] scale, const real[::1] 
     cdef real product, lo = <real> low, hi = <real> high
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
-                         num_threads=_threads(rows * ch)):
+                         num_threads=_array_threads(rows * ch)):
             for c in range(ch):
                 product = x[r, c] * scale[c]
                 out[r, c] = _clamped(product + shift[c], lo, hi)
@@ -41,7 +41,7 @@ def clamp(const real[::1] x, double low, double high, real[::1] out):
     cdef real lo = <real> low, hi = <real> high
     with nogil:
         for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
-                         num_threads=_threads(n)):
+                         num_threads=_array_threads(n)):
             out[k] = _clamped(x[k], lo, hi)
 
 
@@ -50,7 +50,7 @@ def add_arrays(const real[::1] x, const real[::1] y, real[::1] out):
     cdef Py_ssize_t n = x.shape[0], k
     with nogil:
         for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
-                         num_threads=_threads(n)):
+                         num_threads=_array_threads(n)):
             out[k] = x[k] + y[k]
 
 
@@ -62,7 +62,7 @@ def channel_add(const real[:, ::1] x, const real[::1] shift, double low, double 
     cdef real value, lo = <real> low, hi = <real> high
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
-                         num_threads=_threads(rows * ch)):
+                         num_threads=_array_threads(rows * ch)):
             for c in range(ch):
                 out[r, c] = _clamped(x[r, c] + shift[c], lo, hi)
 
@@ -76,7 +76,7 @@ def zero_pad(const real[:, :, :, ::1] x, Py_ssize_t top, Py_ssize_t left,
     cdef real *dst
     with nogil:
         for row in prange(n_img * h, schedule="dynamic", chunksize=_chunk(w * ch),
-                           num_threads=_threads(n_img * h * w * ch)):
+                           num_threads=_array_threads(n_img * h * w * ch)):
             n = row // h
             y = row - n * h
             dst = &out[n, y, 0, 0]
@@ -96,7 +96,7 @@ def subtract_row_max(const real[:, ::1] x, real[:, ::1] out):
     cdef real top, value
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
-                         num_threads=_threads(rows * ch)):
+                         num_threads=_array_threads(rows * ch)):
             top = x[r, 0]
             for c in range(1, ch):
                 if top != top:
@@ -115,7 +115,7 @@ def divide_by_row_sum(const real[:, ::1] e, real[:, ::1] out):
     cdef real total
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
-                         num_threads=_threads(rows * ch)):
+                         num_threads=_array_threads(rows * ch)):
             total = e[r, 0]
             for c in range(1, ch):
                 total = total + e[r, c]

@@ -1,5 +1,5 @@
 # Column matrices of window ops (NHWC), included by refseg/_kernels.pyx, which holds the
-# cimports, _threads and the fused type real. NumPy twins: autograd/_reference.py.
+# cimports, _array_threads and the fused type real. NumPy twins: autograd/_reference.py.
 
 cdef inline void _add_run(real *out, const real *src, Py_ssize_t count) noexcept nogil:
     """out[c] = out[c] + src[c] over a contiguous run (vectorised by the compiler)."""
@@ -45,7 +45,7 @@ def im2col(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t 
     cdef real *dst
     with nogil:
         for k in prange(rows, schedule="dynamic", chunksize=_chunk(wo * kh * kw * ch),
-                        num_threads=_threads(rows * wo * kh * kw * ch)):
+                        num_threads=_array_threads(rows * wo * kh * kw * ch)):
             row = row_start + k
             n = row // ho
             i = row - n * ho
@@ -83,7 +83,7 @@ def col2im(const real[:, ::1] cols, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
     cdef real *dst
     with nogil:
         for row in prange(n_img * h, schedule="dynamic", chunksize=_chunk(w * kh * kw * ch),
-                          num_threads=_threads(n_img * h * w * kh * kw * ch)):
+                          num_threads=_array_threads(n_img * h * w * kh * kw * ch)):
             n = row // h
             y = row - n * h
             for xx in range(w):
@@ -118,7 +118,7 @@ def col2im_transposed(const real[:, ::1] cols_t, Py_ssize_t kh, Py_ssize_t kw, P
     cdef Py_ssize_t block, c0, c1, c, tap, n, i, j, y, xx, base, window
     with nogil:
         for block in prange(blocks, schedule="dynamic", chunksize=1,
-                            num_threads=_threads(n_img * h * w * kh * kw * ch)):
+                            num_threads=_array_threads(n_img * h * w * kh * kw * ch)):
             c0 = block * _CHANNEL_BLOCK
             c1 = min(c0 + _CHANNEL_BLOCK, ch)
             for n in range(n_img):

@@ -1,6 +1,6 @@
 # Batch-norm statistics and passes (rows = N*H*W pixels, columns = channels), included by
-# refseg/_kernels.pyx, which holds the cimports, _threads and the fused type real. NumPy twins:
-# autograd/_reference.py.
+# refseg/_kernels.pyx, which holds the cimports, _array_threads and the fused type real. NumPy
+# twins: autograd/_reference.py.
 
 def channel_moments(const real[:, ::1] x, double[::1] mean, double[::1] variance):
     """Per-column mean and (biased) variance of x (rows = N*H*W pixels), two passes in float64."""
@@ -46,7 +46,7 @@ def batch_norm_forward(const real[:, ::1] x, const real[::1] mean, const real[::
     cdef real centred, normalised, scaled
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
-                         num_threads=_threads(rows * ch)):
+                         num_threads=_array_threads(rows * ch)):
             for c in range(ch):
                 centred = x[r, c] - mean[c]
                 normalised = centred * inv_std[c]
@@ -64,7 +64,7 @@ def batch_norm_backward(const real[:, ::1] g, const real[:, ::1] xhat, const rea
     cdef real scaled, centred, correction
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
-                         num_threads=_threads(rows * ch)):
+                         num_threads=_array_threads(rows * ch)):
             for c in range(ch):
                 scaled = count * g[r, c]
                 centred = scaled - sum_g[c]

@@ -1,4 +1,4 @@
-# The Adam step, included by refseg/_kernels.pyx, which holds the cimports, _threads and the
+# The Adam step, included by refseg/_kernels.pyx, which holds the cimports, _array_threads and the
 # fused type real. NumPy twin: autograd/_reference.py.
 
 def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v, double lr,
@@ -9,7 +9,7 @@ def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v,
     cdef real g, mk, vk
     with nogil:
         for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
-                         num_threads=_threads(n // 4)):
+                         num_threads=_array_threads(n // 4)):
             g = grad[k]
             mk = <real> (beta1 * m[k] + (1.0 - beta1) * g)
             vk = <real> (beta2 * v[k] + (1.0 - beta2) * g * g)

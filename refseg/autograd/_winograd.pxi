@@ -1,5 +1,5 @@
 # Winograd transforms for 3x3 convolutions, included by refseg/_kernels.pyx, which holds the
-# cimports, _threads and the fused type real. NumPy twins: autograd/_reference.py.
+# cimports, _array_threads and the fused type real. NumPy twins: autograd/_reference.py.
 
 # Winograd F(2x2, 3x3) for stride-1 3x3 convolutions (Lavin and Gray, "Fast Algorithms for
 # Convolutional Neural Networks", CVPR 2016, arXiv:1509.09308). Each 2x2 block of outputs
@@ -117,7 +117,7 @@ cdef _input_transform(const real[:, :, :, ::1] x, Py_ssize_t pt, Py_ssize_t pl, 
     try:
         with nogil:
             for p in prange(tiles, schedule="dynamic", chunksize=_chunk(planes * ch),
-                            num_threads=_threads(tiles * planes * ch)):
+                            num_threads=_array_threads(tiles * planes * ch)):
                 at = _tile_position(tile_start + p, th, tw)
                 _winograd_input_tile(&x[0, 0, 0, 0], at.n, h, w, ch, tile * at.row - pt,
                                      tile * at.col - pl, side, zeros, &v[0, p, 0], stride)
@@ -185,7 +185,7 @@ cdef _output_transform(const real[:, :, :] m, const real[::1] bias, double low, 
     _check_planes(m, planes)
     with nogil:
         for p in prange(tiles, schedule="dynamic", chunksize=_chunk(planes * cout),
-                        num_threads=_threads(tiles * planes * cout)):
+                        num_threads=_array_threads(tiles * planes * cout)):
             at = _tile_position(tile_start + p, th, tw)
             _winograd_output_tile(&m[0, p, 0], stride, &bias[0], lo, hi, clamped,
                                   &out[0, 0, 0, 0], at.n, tile * at.row, tile * at.col, ho,
@@ -266,7 +266,7 @@ def winograd_output_adjoint(const real[:, :, :, ::1] g, Py_ssize_t th, Py_ssize_
     try:
         with nogil:
             for p in prange(tiles, schedule="dynamic", chunksize=_chunk(16 * ch),
-                            num_threads=_threads(tiles * 16 * ch)):
+                            num_threads=_array_threads(tiles * 16 * ch)):
                 at = _tile_position(tile_start + p, th, tw)
                 _winograd_output_adjoint_tile(&g[0, 0, 0, 0], at.n, ho, wo, ch, 2 * at.row,
                                               2 * at.col, zeros, &m[0, p, 0], stride)
