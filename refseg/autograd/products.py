@@ -120,7 +120,8 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
     accumulate : bool
         Add the products to out (BLAS's beta = 1) instead of overwriting it.
     backend : {"cython", "numpy"}
-        The compiled tile loop or its twin: the same BLAS calls, bit-identical results.
+        The compiled tile loop or its twin: the same BLAS calls, bit-identical results
+        (float64 with n = 1: to 1 ulp on OpenBLAS's SkylakeX kernels).
 
     Returns
     -------

@@ -45,7 +45,11 @@ def _both(a, b, b_plane, start, accumulate):
 def test_tile_loop_equals_its_twin_bit_for_bit(dtype, shape, layout, accumulate, permuted,
                                                seed):
     """Both sides make the same BLAS calls on the same tiles; any difference is a tile or a
-    pointer computed wrongly."""
+    pointer computed wrongly. One exception, held to the rounding bound instead: float64
+    products with one output column. There OpenBLAS 0.3.30's SkylakeX kernels (seen on an AMD
+    Zen 4) gave SciPy's Python wrapper and its Cython BLAS results 1 ulp apart for the same
+    arguments, in up to a third of the draws; float32, and float64 with more columns, agreed
+    to the bit."""
     planes, m, k, n = shape
     rng = np.random.default_rng(seed)
     a = _operand(rng, planes, m, k, dtype, layout[0])
@@ -53,7 +57,9 @@ def test_tile_loop_equals_its_twin_bit_for_bit(dtype, shape, layout, accumulate,
     b_plane = rng.permutation(planes) if permuted else None
     start = rng.standard_normal((planes, m, n)).astype(dtype)
     fast, twin = _both(a, b, b_plane, start, accumulate)
-    assert fast.dtype == twin.dtype == dtype and np.array_equal(fast, twin)
+    one_column_float64 = dtype == np.float64 and n == 1
+    assert fast.dtype == twin.dtype == dtype
+    assert one_column_float64 or np.array_equal(fast, twin)
     expected = (np.matmul(a.astype(np.float64), b.astype(np.float64)[
         np.arange(planes) if b_plane is None else b_plane]) + (start if accumulate else 0))
     # float32: k + 1 roundings of terms of size |a||b|, bounded by the sum of |terms|
@@ -61,7 +67,8 @@ def test_tile_loop_equals_its_twin_bit_for_bit(dtype, shape, layout, accumulate,
         np.arange(planes) if b_plane is None else b_plane]) + (np.abs(start) if accumulate
                                                                 else 0)
     eps = np.finfo(dtype).eps
-    assert np.all(np.abs(fast - expected) <= (k + 2) * eps * scale + 1e-300)
+    for result in (fast, twin):
+        assert np.all(np.abs(result - expected) <= (k + 2) * eps * scale + 1e-300)
 
 
 @pytest.mark.parametrize("shape", [(1, 3136, 64, 256), (36, 392, 128, 128), (1, 49, 512, 2048),
