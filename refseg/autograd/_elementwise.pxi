@@ -59,7 +59,7 @@ def channel_add(const real[:, ::1] x, const real[::1] shift, double low, double 
     """out[r, c] = x[r, c] + shift[c] (a convolution's bias; out may be x itself), clamped to
     [low, high] as ``clamp`` does (the ReLU after the convolution; -inf, inf: no clamp)."""
     cdef Py_ssize_t rows = x.shape[0], ch = x.shape[1], r, c
-    cdef real value, lo = <real> low, hi = <real> high
+    cdef real lo = <real> low, hi = <real> high
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
                          num_threads=_array_threads(rows * ch)):
