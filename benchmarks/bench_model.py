@@ -661,9 +661,11 @@ def main(args: argparse.Namespace) -> None:
              "forward plus its Tensor wrapping); median of "
              f"{1 if args.quick else 3} predictions by total time. Conv ops include their "
              "bias, and the decoder's ReLU where it has one (conv2d_relu, "
-             "conv2d_transpose_relu); batch_norm_relu and batch_norm_relu6 are a backbone's "
-             "batch norm with the ReLU that alone reads it, in one pass; the softmax is its "
-             "own op.", "")
+             "conv2d_transpose_relu); conv2d_batch_norm (_relu, _relu6) is a backbone's "
+             "convolution with the batch norm after it, and that batch norm's ReLU, in the "
+             "convolution's output pass; batch_norm_relu and batch_norm_relu6 are the other "
+             "batch norms with the ReLU that alone reads them, in one pass; the softmax is "
+             "its own op.", "")
         for batch in args.batches:
             x = np.random.default_rng(batch).uniform(-1, 1, (batch, *INPUT_HW, 3)) \
                 .astype(np.float32)

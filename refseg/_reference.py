@@ -12,8 +12,8 @@ from refseg.claim1._reference import (
 )
 from refseg.autograd._reference import (
     im2col, col2im, col2im_transposed, depthwise_forward, depthwise_backward_input,
-    depthwise_backward_weight, max_pool_forward, max_pool_backward, channel_moments,
-    channel_sums, batch_norm_forward, batch_norm_backward, adam_update, channel_affine, clamp,
+    depthwise_backward_weight, window_maximum, max_pool_forward, max_pool_backward,
+    channel_moments, channel_sums, batch_norm_forward, batch_norm_backward, adam_update, channel_affine, clamp,
     add_arrays, channel_add, zero_pad, subtract_row_max, divide_by_row_sum, conv_small_forward,
     conv_small_weight, winograd_input, winograd_output, winograd_kernel, winograd_output_adjoint,
     winograd_kernel_adjoint, winograd4_input, winograd4_output, winograd4_kernel, gemm_stack,
@@ -23,7 +23,7 @@ __all__ = [
     "rgb_to_gray", "correlate3x3", "gradient3x3", "gradient_magnitude3x3", "threshold_above",
     "non_maximum_suppression", "hysteresis", "zero_crossings", "weighted_vote", "value_range",
     "histogram", "edge_statistics", "im2col", "col2im", "col2im_transposed", "depthwise_forward",
-    "depthwise_backward_input", "depthwise_backward_weight", "max_pool_forward",
+    "depthwise_backward_input", "depthwise_backward_weight", "window_maximum", "max_pool_forward",
     "max_pool_backward", "channel_moments", "channel_sums", "batch_norm_forward",
     "batch_norm_backward", "adam_update", "channel_affine", "clamp", "add_arrays",
     "channel_add", "zero_pad", "subtract_row_max", "divide_by_row_sum",

@@ -7,12 +7,13 @@ weight layouts throughout.
 from refseg.autograd.conv import conv2d, conv2d_transpose, depthwise_conv2d
 from refseg.autograd.elementwise import add, relu, relu6, softmax, zero_pad2d
 from refseg.autograd.losses import categorical_crossentropy, mean_squared_error, one_hot
-from refseg.autograd.norm import batch_norm
+from refseg.autograd.norm import batch_norm, inference_affine
 from refseg.autograd.pool import max_pool2d
-from refseg.autograd.tensor import Op, Tensor, no_grad
+from refseg.autograd.tensor import Op, Tensor, grad_enabled, no_grad
 
 __all__ = [
     "Op", "Tensor", "add", "batch_norm", "categorical_crossentropy", "conv2d",
-    "conv2d_transpose", "depthwise_conv2d", "max_pool2d", "mean_squared_error", "no_grad",
+    "conv2d_transpose", "depthwise_conv2d", "grad_enabled", "inference_affine", "max_pool2d",
+    "mean_squared_error", "no_grad",
     "one_hot", "relu", "relu6", "softmax", "zero_pad2d",
 ]

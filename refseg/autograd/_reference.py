@@ -132,6 +132,28 @@ def depthwise_backward_weight(x, g, kh, kw, sh, sw, pt, pl, dw):
             dw[a * kw + b] = (taps[a, b] * g).sum(axis=(0, 1, 2))
 
 
+def window_maximum(x, kh, kw, sh, sw, pt, pl, out):
+    """Twin of ``_kernels.window_maximum`` (autograd/_window.pxi), for ``claim2.backbones``
+    (ResNet50V2's poolings at inference).
+
+    x padded with -inf, then the kh*kw strided views of it folded in row-major order by
+    np.maximum's rule, written out: the value so far stays when it is >= the next or NaN.
+    """
+    x = np.asarray(x)[:, max(-pt, 0):, max(-pl, 0):]  # a negative pad: windows start inside
+    pt, pl = max(pt, 0), max(pl, 0)
+    ho, wo = out.shape[1], out.shape[2]
+    bottom = max((ho - 1) * sh + kh - pt - x.shape[1], 0)
+    right = max((wo - 1) * sw + kw - pl - x.shape[2], 0)
+    padded = np.pad(x, ((0, 0), (pt, bottom), (pl, right), (0, 0)), constant_values=-np.inf)
+    best = None
+    for a in range(kh):
+        for b in range(kw):
+            view = padded[:, a:a + (ho - 1) * sh + 1:sh, b:b + (wo - 1) * sw + 1:sw]
+            best = view.copy() if best is None else np.where(
+                (best >= view) | np.isnan(best), best, view)
+    out[...] = best
+
+
 def max_pool_forward(x, kh, kw, sh, sw, pt, pl, out, argmax):
     """Twin of ``_kernels.max_pool_forward`` (autograd/_window.pxi), for ``claim2.backbones``
     (ResNet50's first pooling) and ``claim4.propagation``.
@@ -582,12 +604,16 @@ def winograd4_kernel(w, u):
 # ------------------------------------------------------------------------------------------
 # Twin of _gemm.pxi.
 
-def gemm_stack(a, b, b_plane, out, accumulate, tile_rows, tile_cols, parallel):
+def gemm_stack(a, b, b_plane, out, accumulate, tile_rows, tile_cols, parallel, scale, shift,
+               low, high, epilogue):
     """Twin of ``_kernels.gemm_stack`` (autograd/_gemm.pxi), for ``claim2.fusion`` and
     ``claim4.propagation`` (the matrix products of the convolutions and their gradients).
 
     out[p] = a[p] @ b[b_plane[p]] (+ out[p] if accumulate), tile by tile (tile_rows x
-    tile_cols outputs), in order (``parallel`` is the kernel's thread switch). Each tile is
+    tile_cols outputs), in order (``parallel`` is the kernel's thread switch); with
+    ``epilogue``, then each plane through ``channel_affine`` (scale not empty),
+    ``channel_add`` (shift alone) or ``clamp``, elementwise, so the tiling cannot change
+    them. Each tile is
     the call the kernel makes, through SciPy's wrapper of the same BLAS: Fortran BLAS sees a
     row-major matrix as its transpose, so the tile is computed as c^T = b^T a^T, with a plane
     stored as a transposed view passed as it lies and marked transposed (the orientation and
@@ -611,3 +637,12 @@ def gemm_stack(a, b, b_plane, out, accumulate, tile_rows, tile_cols, parallel):
                 kwargs = {"beta": 1, "c": tile.T.copy(order="F")} if accumulate else {}
                 tile[...] = gemm(1, first, second, trans_a=trans_first, trans_b=trans_second,
                                  **kwargs).T
+        if not epilogue:
+            continue
+        plane = out[p]
+        if len(scale):
+            channel_affine(plane, scale, shift, low, high, plane)
+        elif len(shift):
+            channel_add(plane, shift, low, high, plane)
+        else:
+            clamp(plane, low, high, plane)

@@ -83,6 +83,48 @@ def depthwise_backward_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::
                             dw[tap, c] += <double> x[n, y, xx, c] * <double> g[n, i, j, c]
 
 
+def window_maximum(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
+                   Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, real[:, :, :, ::1] out):
+    """Max pooling at inference (no argmax): out[n, i, j, c] is the maximum of the window's
+    taps inside x, taken in row-major tap order as np.maximum takes it (the value so far stays
+    when it is >= the next or NaN: a NaN wins, and of equal values the earlier stays); -inf
+    for a window entirely in the padding."""
+    cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
+    cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
+    cdef bint empty
+    cdef real value, best
+    cdef real *dst
+    cdef const real *src
+    with nogil:
+        for row in prange(n_img * ho, schedule="dynamic", chunksize=_chunk(wo * ch),
+                           num_threads=_array_threads(n_img * ho * wo * ch * kh * kw)):
+            n = row // ho
+            i = row - n * ho
+            for j in range(wo):
+                dst = &out[n, i, j, 0]
+                empty = True
+                for a in range(kh):
+                    y = i * sh - pt + a
+                    if y < 0 or y >= h:
+                        continue
+                    for b in range(kw):
+                        xx = j * sw - pl + b
+                        if xx < 0 or xx >= wd:
+                            continue
+                        src = &x[n, y, xx, 0]
+                        if empty:
+                            _copy_run(dst, src, ch)
+                            empty = False
+                            continue
+                        for c in range(ch):
+                            best = dst[c]
+                            value = src[c]
+                            dst[c] = best if (best >= value or best != best) else value
+                if empty:
+                    for c in range(ch):
+                        dst[c] = -INFINITY
+
+
 def max_pool_forward(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh,
                      Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, real[:, :, :, ::1] out,
                      long[:, :, :, ::1] argmax):

@@ -106,14 +106,25 @@ class _Window(Op):
 @implements("claim2.fusion", "claim4.propagation")
 class Conv2D(_Window):
     """y = conv(x, W) + b, Keras Conv2D (cross-correlation): im2col + GEMM, Winograd or direct
-    (``conv_route``)."""
+    (``conv_route``). With ``batch_norm`` = (scale, shift), inference only and no bias: y =
+    conv(x, W) * scale + shift, the inference batch norm that follows (``norm.inference_affine``),
+    to the bit, and on the im2col route in the product's own tiles."""
 
     name = "conv2d"
+
+    def __init__(self, strides=1, padding="valid", backend="cython", relu=False, cap=None,
+                 batch_norm=None):
+        if batch_norm is not None:
+            self.name = "conv2d_batch_norm"
+        super().__init__(strides, padding, backend, relu, cap)
+        self.batch_norm = batch_norm
 
     def forward(self, ctx, x, w, b=None):
         _check_kernel(x, w, 2, "(kh, kw, in, out)", self.name)
         kh, kw, cin, cout = w.shape
         _check_bias(b, cout, self.name)
+        if self.batch_norm is not None:
+            return self._with_batch_norm(ctx, x, w, b)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
         route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo))
@@ -129,8 +140,7 @@ class Conv2D(_Window):
                                  WINOGRAD_TILE[route], self.bounds)
         else:
             out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
-                                (pt, pl), (ho, wo), self.backend)
-            _add_bias(out, b, self.backend, self.bounds)
+                                (pt, pl), (ho, wo), self.backend, shift=b, bounds=self.bounds)
         out = self._activated(ctx, out)
         # the column matrix is never kept whole (it is kh*kw times the input): backward
         # rebuilds it block by block
@@ -138,6 +148,38 @@ class Conv2D(_Window):
         ctx.geometry = ((pt, pl), (ho, wo))
         ctx.route = gradient_route
         ctx.has_bias = b is not None
+        return out.reshape(x.shape[0], ho, wo, cout)
+
+    def _with_batch_norm(self, ctx, x, w, b):
+        """The convolution, then the batch norm's multiply-add and the ReLU: in the product's
+        tiles on the im2col route, as one pass after the others (the same kernel the batch
+        norm runs)."""
+        if ctx.recording or b is not None:
+            raise InputError(f"{self.name}: a batch norm folds into a convolution without bias "
+                             f"and at inference only")
+        kh, kw, cin, cout = w.shape
+        scale, shift = (np.ascontiguousarray(v, dtype=x.dtype) for v in self.batch_norm)
+        for label, v in (("scale", scale), ("shift", shift)):
+            if v.shape != (cout,):
+                raise InputError(f"{self.name}: batch-norm {label} shape {v.shape} does not "
+                                 f"match {cout} channels")
+        (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
+                              conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
+        route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo))
+        x = np.ascontiguousarray(x)
+        if route == "direct":
+            out = _direct_conv(x, w.reshape(kh * kw * cin, cout), None, (kh, kw), (pt, pl),
+                               (ho, wo), self.backend)
+        elif route in WINOGRAD_TILE:
+            out = _winograd_conv(x, w, False, None, (pt, pl), (ho, wo), self.backend,
+                                 WINOGRAD_TILE[route])
+        else:
+            out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
+                                (pt, pl), (ho, wo), self.backend, scale=scale, shift=shift,
+                                bounds=self.bounds)
+            return out.reshape(x.shape[0], ho, wo, cout)
+        rows = out.reshape(-1, cout)
+        kernels(self.backend).channel_affine(rows, scale, shift, *self.bounds, rows)
         return out.reshape(x.shape[0], ho, wo, cout)
 
     def backward(self, ctx, grad):
@@ -706,13 +748,17 @@ def _row_blocks(total_rows, row_pixels, k, itemsize):
             for start in range(0, total_rows, per_block)]
 
 
-def _blocked_conv(x, w2, kh, kw, strides, pads, out_hw, backend):
+def _blocked_conv(x, w2, kh, kw, strides, pads, out_hw, backend, scale=None, shift=None,
+                  bounds=UNCLAMPED):
     """x (N, H, W, C) convolved with w2 (kh*kw*C, Cout): (N*ho*wo, Cout), one block of output
-    rows at a time (im2col into the workspace, then one GEMM into the output rows)."""
+    rows at a time (im2col into the workspace, then one GEMM into the output rows), each
+    product tile then taking ``scale``, ``shift`` (a bias, or a batch norm) and ``bounds`` (a
+    ReLU) as ``matmul`` does."""
     n, _, _, c = x.shape
     ho, wo = out_hw
+    tail = {"scale": scale, "shift": shift, "bounds": bounds, "backend": backend}
     if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
-        return matmul(np.ascontiguousarray(x).reshape(n * ho * wo, c), w2, backend=backend)
+        return matmul(np.ascontiguousarray(x).reshape(n * ho * wo, c), w2, **tail)
     x = np.ascontiguousarray(x)
     k = kh * kw * c
     out = np.empty((n * ho * wo, w2.shape[1]), dtype=x.dtype)
@@ -720,7 +766,7 @@ def _blocked_conv(x, w2, kh, kw, strides, pads, out_hw, backend):
         rows = (stop - start) * wo
         cols = _workspace(rows * k, x.dtype).reshape(rows, k)
         kernels(backend).im2col(x, kh, kw, *strides, *pads, ho, wo, start, cols)
-        matmul(cols, w2, out[start * wo:stop * wo], backend=backend)
+        matmul(cols, w2, out[start * wo:stop * wo], **tail)
     return out
 
 
@@ -763,7 +809,7 @@ def _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend):
 
 @implements("claim2.fusion", "claim4.propagation")
 def conv2d(x, kernel, bias=None, *, strides=1, padding="valid", backend="cython", relu=False,
-           cap=None) -> Tensor:
+           cap=None, batch_norm=None) -> Tensor:
     """Keras Conv2D on NHWC input.
 
     Parameters
@@ -779,6 +825,11 @@ def conv2d(x, kernel, bias=None, *, strides=1, padding="valid", backend="cython"
         gradients) to the bit, without the intermediate array.
     cap : float or None
         With ``relu``, ReLU6's cap (6).
+    batch_norm : (scale, shift), arrays of shape (Cout,), optional
+        Inference only, without bias: the batch norm that follows the convolution
+        (``norm.inference_affine``), applied before the ReLU, ``batch_norm(conv(...))`` to the
+        bit without its pass over memory where the route allows (im2col: the product's tiles;
+        backbones' convolutions, ``refseg.models.graph``).
 
     Returns
     -------
@@ -786,9 +837,9 @@ def conv2d(x, kernel, bias=None, *, strides=1, padding="valid", backend="cython"
 
     References
     ----------
-    [0148], [0154], [0160], [0164], [0172], [0182], [0188].
+    [0148], [0154], [0160], [0164], [0172], [0182], [0188]; [0135], [0139] for the batch norm.
     """
-    return Conv2D(strides, padding, backend, relu, cap)(
+    return Conv2D(strides, padding, backend, relu, cap, batch_norm)(
         as_tensor(x, "x"), as_tensor(kernel, "kernel"),
         None if bias is None else as_tensor(bias, "bias"))
 

@@ -140,6 +140,19 @@ class Conv2D(_ConvLayer):
     def forward(self, x):
         return self._convolved(ag.conv2d, x)
 
+    def forward_with_batch_norm(self, x, batch_norm, then=None):
+        """The batch norm layer ``batch_norm`` (on its moving statistics) of this layer's
+        output, and ``then``'s ReLU of that, in the convolution's own output pass, to the bit
+        (the graph fuses a convolution without bias or activation with the inference batch
+        norm that alone reads it, and that batch norm with the ReLU that alone reads it)."""
+        if self.bias is not None or self.activation is not None or \
+                batch_norm.on_batch_statistics or not (then is None or isinstance(then, ReLU)):
+            raise InputError(f"{self.name}: only a convolution without bias or activation "
+                             f"takes in a batch norm on its moving statistics and a ReLU")
+        return ag.conv2d(x, self.kernel, None, strides=self.strides, padding=self.padding,
+                         relu=then is not None, cap=None if then is None else then.max_value,
+                         batch_norm=batch_norm.inference_affine(x.data.dtype))
+
     def output_shape(self, shape):
         kh, kw, _, cout = self.kernel.shape
         return (conv_output(shape[0], kh, self.strides[0], self.padding, self.name)[0],
@@ -223,6 +236,17 @@ class BatchNormalization(Layer):
 
     reuses_input = True
 
+    @property
+    def on_batch_statistics(self) -> bool:
+        """Whether the next call normalises by the batch's statistics (training, calibration)
+        rather than the moving ones."""
+        return (self.training and self.trainable) or self.calibrating
+
+    def inference_affine(self, dtype) -> tuple[np.ndarray, np.ndarray]:
+        """(scale, shift) of this layer at inference, ``norm.inference_affine``."""
+        return ag.inference_affine(self.gamma.data, self.beta.data, self.state["moving_mean"],
+                                   self.state["moving_variance"], self.epsilon, dtype)
+
     def forward(self, x, reusable=(False,), then=None):
         """The batch norm of x; with ``then`` (a ReLU layer), that layer's ReLU of it, in the
         same pass and to the bit (the graph fuses a batch norm with the ReLU that alone reads
@@ -232,7 +256,7 @@ class BatchNormalization(Layer):
                              f"not {then.name}")
         return ag.batch_norm(x, self.gamma, self.beta, self.state["moving_mean"],
                              self.state["moving_variance"],
-                             training=(self.training and self.trainable) or self.calibrating,
+                             training=self.on_batch_statistics,
                              epsilon=self.epsilon,
                              momentum=0.0 if self.calibrating else self.momentum,
                              reuse_input=reusable[0], relu=then is not None,

@@ -58,19 +58,16 @@ class BatchNorm(Op):
         else:
             mean = self.moving_mean.astype(np.float64)
             variance = self.moving_variance.astype(np.float64)
-        inv_std = (1.0 / np.sqrt(variance + self.epsilon)).astype(x.dtype)
         if not ctx.recording:
             # inference: one multiply-add per element, nothing kept (rounding differs from
             # the training path's (x - mean) * inv_std * gamma + beta by a few ulps)
-            scale = inv_std * gamma
-            shift = beta - mean.astype(x.dtype) * scale
+            scale, shift = _affine(mean, variance, gamma, beta, self.epsilon, x.dtype)
             # the graph's backward keeps x for its own gradient, so only inference may
             # write over it
             out = output_buffer(x2, self.reuse_input)
-            kernels(self.backend).channel_affine(x2, np.ascontiguousarray(scale, dtype=x.dtype),
-                                                 np.ascontiguousarray(shift, dtype=x.dtype),
-                                                 *self.bounds, out)
+            kernels(self.backend).channel_affine(x2, scale, shift, *self.bounds, out)
             return out.reshape(x.shape)
+        inv_std = _inverse_std(variance, self.epsilon, x.dtype)
         mean, gamma, beta = (mean.astype(x.dtype), np.ascontiguousarray(gamma, dtype=x.dtype),
                              np.ascontiguousarray(beta, dtype=x.dtype))
         xhat, out = np.empty_like(x2), np.empty_like(x2)
@@ -107,6 +104,45 @@ class BatchNorm(Op):
         else:
             dx = g2 * (gamma * inv_std)
         return dx.reshape(grad.shape), sum_gx.astype(dtype), sum_g.astype(dtype)
+
+
+def _inverse_std(variance, epsilon, dtype) -> np.ndarray:
+    return (1.0 / np.sqrt(variance + epsilon)).astype(dtype)
+
+
+def _affine(mean, variance, gamma, beta, epsilon, dtype):
+    """(scale, shift), contiguous in dtype: y = x * scale + shift is the batch norm on these
+    statistics (mean, variance float64)."""
+    scale = _inverse_std(variance, epsilon, dtype) * gamma
+    shift = beta - mean.astype(dtype) * scale
+    return (np.ascontiguousarray(scale, dtype=dtype), np.ascontiguousarray(shift, dtype=dtype))
+
+
+@implements("claim2.backbones")
+def inference_affine(gamma, beta, moving_mean, moving_variance, epsilon=1e-3,
+                     dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """The inference batch norm as one multiply-add per channel.
+
+    Parameters
+    ----------
+    gamma, beta, moving_mean, moving_variance : ndarray of shape (C,)
+    epsilon : float
+    dtype : float32 or float64, the input's
+
+    Returns
+    -------
+    (scale, shift) : ndarrays of shape (C,) in dtype, with batch_norm(x) (inference) equal to
+    x * scale + shift rounded after the product and after the sum, which is what
+    ``BatchNorm`` computes, and what ``conv2d(..., batch_norm=(scale, shift))`` folds into a
+    convolution's output.
+
+    References
+    ----------
+    [0135], [0139].
+    """
+    return _affine(np.asarray(moving_mean).astype(np.float64),
+                   np.asarray(moving_variance).astype(np.float64),
+                   gamma, beta, float(epsilon), np.dtype(dtype))
 
 
 @implements("claim2.backbones", "claim4.propagation")

@@ -30,9 +30,13 @@ class MaxPool2D(Op):
         (ho, pt), (wo, pl) = (
             conv_output(x.shape[1], self.pool[0], self.strides[0], self.padding, self.name),
             conv_output(x.shape[2], self.pool[1], self.strides[1], self.padding, self.name))
-        if not ctx.recording:
-            return _window_maximum(x, self.pool, self.strides, (pt, pl), (ho, wo))
         out = np.empty((x.shape[0], ho, wo, x.shape[3]), dtype=x.dtype)
+        if not ctx.recording:
+            # inference: no argmax to keep (the values are the recording path's: Keras' "same"
+            # padding is smaller than the window, so every window holds an input pixel)
+            kernels(self.backend).window_maximum(np.ascontiguousarray(x), *self.pool,
+                                                 *self.strides, pt, pl, out)
+            return out
         argmax = np.empty(out.shape, dtype=np.int_)
         kernels(self.backend).max_pool_forward(np.ascontiguousarray(x), *self.pool,
                                                *self.strides, pt, pl, out, argmax)
@@ -45,23 +49,6 @@ class MaxPool2D(Op):
         dx = np.empty(int(np.prod(ctx.shape)), dtype=grad.dtype)
         kernels(self.backend).max_pool_backward(np.ascontiguousarray(grad), argmax, dx)
         return (dx.reshape(ctx.shape),)
-
-
-def _window_maximum(x, pool, strides, pads, out_hw):
-    """Inference: the maximum of the kh*kw strided views of x padded with -inf (no argmax to
-    keep). Equal to the kernel's values: a window always holds one input pixel, since
-    Keras' "same" padding is smaller than the window."""
-    (kh, kw), (sh, sw), (pt, pl), (ho, wo) = pool, strides, pads, out_hw
-    bottom = max((ho - 1) * sh + kh - pt - x.shape[1], 0)
-    right = max((wo - 1) * sw + kw - pl - x.shape[2], 0)
-    if pt or pl or bottom or right:
-        x = np.pad(x, ((0, 0), (pt, bottom), (pl, right), (0, 0)), constant_values=-np.inf)
-    out = None
-    for a in range(kh):
-        for b in range(kw):
-            view = x[:, a:a + (ho - 1) * sh + 1:sh, b:b + (wo - 1) * sw + 1:sw]
-            out = view.copy() if out is None else np.maximum(out, view, out=out)
-    return out
 
 
 @implements("claim2.backbones", "claim4.propagation")

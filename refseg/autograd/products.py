@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from refseg._kernels import openmp_threads
+from refseg.autograd.elementwise import UNCLAMPED
 from refseg.backend import kernels
 from refseg.errors import InputError
 from refseg.threads import single_threaded_blas
@@ -104,8 +105,8 @@ def _blas_operand(x: np.ndarray) -> np.ndarray:
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
-                 backend="cython") -> np.ndarray:
+def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, shift=None,
+                 bounds=UNCLAMPED, backend="cython") -> np.ndarray:
     """Stacked matrix products out[p] = a[p] @ b[b_plane[p]] on refseg's thread pool.
 
     Parameters
@@ -119,6 +120,12 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
         Which plane of b each product takes; default p (then Q = P).
     accumulate : bool
         Add the products to out (BLAS's beta = 1) instead of overwriting it.
+    scale, shift : ndarray of shape (n,), a's dtype, optional
+        Each product then becomes product * scale + shift per column (shift alone:
+        product + shift), rounded after each step, as the batch norm's and the bias's passes
+        round it. Not with accumulate.
+    bounds : (low, high)
+        The result then clamped to [low, high] (a ReLU), as ``clamp`` does.
     backend : {"cython", "numpy"}
         The compiled tile loop or its twin: the same BLAS calls, bit-identical results
         (float64 with n = 1: to 1 ulp on OpenBLAS's SkylakeX kernels).
@@ -134,6 +141,9 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
     2. Each tile: one single-threaded BLAS call (sgemm or dgemm) over the whole of k.
     3. The cython backend hands the tiles of all planes to the OpenMP threads as they come
        free; products below PARALLEL_MIN_MACS stay on the calling thread.
+    4. With scale, shift or bounds, each tile takes them as soon as its BLAS call returns,
+       while it is in cache: the values of a separate ``channel_affine``, ``channel_add`` or
+       ``clamp`` pass, without the pass.
     Other dtypes fall back to NumPy's matmul.
     """
     planes, m, k = a.shape
@@ -142,10 +152,20 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
                    else np.ascontiguousarray(b_plane, dtype=np.intp))
     if b.shape[1] != k or plane_index.shape != (planes,):
         raise InputError(f"matmul_stack: shapes {a.shape} and {b.shape} do not fit")
+    epilogue = scale is not None or shift is not None or tuple(bounds) != UNCLAMPED
+    if epilogue and (accumulate or (scale is not None and shift is None)):
+        raise InputError("matmul_stack: scale needs a shift, and neither goes with accumulate")
+    for label, v in (("scale", scale), ("shift", shift)):
+        if v is not None and np.shape(v) != (n,):
+            raise InputError(f"matmul_stack: {label} shape {np.shape(v)} does not match "
+                             f"{n} columns")
     if out is None:
         out = np.zeros((planes, m, n), dtype=np.result_type(a, b)) if accumulate else \
             np.empty((planes, m, n), dtype=np.result_type(a, b))
     if not (a.dtype == b.dtype == out.dtype and out.dtype in _FLOATS):
+        if epilogue:
+            raise InputError(f"matmul_stack: scale, shift and bounds need float32 or float64, "
+                             f"got {out.dtype}")
         product = np.matmul(a, b[plane_index])
         if accumulate:
             out += product
@@ -154,7 +174,7 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
         return out
     if m == 0 or n == 0:
         return out
-    if k == 0:
+    if k == 0 and not epilogue:
         if not accumulate:
             out[...] = 0
         return out
@@ -162,24 +182,42 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False,
     if out.strides[2] != out.itemsize or out.strides[1] % out.itemsize \
             or out.strides[1] < n * out.itemsize:
         target = np.ascontiguousarray(out) if accumulate else np.empty(out.shape, out.dtype)
-    single_threaded_blas()
-    tile_rows, tile_cols = product_tiles(planes, m, n, k, openmp_threads())
-    kernels(backend).gemm_stack(_blas_operand(a), _blas_operand(b), plane_index, target,
-                                accumulate, tile_rows, tile_cols,
-                                planes * m * n * k >= PARALLEL_MIN_MACS)
+    none = np.empty(0, dtype=out.dtype)
+    scale = none if scale is None else np.ascontiguousarray(scale, dtype=out.dtype)
+    shift = none if shift is None else np.ascontiguousarray(shift, dtype=out.dtype)
+    if k == 0:
+        # no product to make: zeros, and the epilogue as the passes it stands for
+        target[...] = 0
+        for plane in target:
+            if len(scale):
+                kernels(backend).channel_affine(plane, scale, shift, *bounds, plane)
+            elif len(shift):
+                kernels(backend).channel_add(plane, shift, *bounds, plane)
+            else:
+                kernels(backend).clamp(plane.reshape(-1), *bounds, plane.reshape(-1))
+    else:
+        single_threaded_blas()
+        tile_rows, tile_cols = product_tiles(planes, m, n, k, openmp_threads())
+        kernels(backend).gemm_stack(_blas_operand(a), _blas_operand(b), plane_index, target,
+                                    accumulate, tile_rows, tile_cols,
+                                    planes * m * n * k >= PARALLEL_MIN_MACS, scale, shift,
+                                    *bounds, epilogue)
     if target is not out:
         out[...] = target
     return out
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def matmul(a, b, out=None, *, accumulate=False, backend="cython") -> np.ndarray:
+def matmul(a, b, out=None, *, accumulate=False, scale=None, shift=None, bounds=UNCLAMPED,
+           backend="cython") -> np.ndarray:
     """a (m, k) @ b (k, n) on refseg's thread pool: ``matmul_stack`` with one plane.
 
-    ``out`` (m, n), if given, is written in place; ``accumulate`` adds to it.
+    ``out`` (m, n), if given, is written in place; ``accumulate`` adds to it; ``scale``,
+    ``shift`` and ``bounds`` as in ``matmul_stack``.
     """
     if out is None:
         out = (np.zeros if accumulate else np.empty)((a.shape[0], b.shape[1]),
                                                      dtype=np.result_type(a, b))
-    matmul_stack(a[None], b[None], out[None], accumulate=accumulate, backend=backend)
+    matmul_stack(a[None], b[None], out[None], accumulate=accumulate, scale=scale, shift=shift,
+                 bounds=bounds, backend=backend)
     return out

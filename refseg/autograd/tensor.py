@@ -35,6 +35,11 @@ def no_grad():
         _grad_enabled = previous
 
 
+def grad_enabled() -> bool:
+    """False within ``no_grad``: ops then record nothing, whatever their inputs."""
+    return _grad_enabled
+
+
 class Context:
     """What an op's forward keeps for its backward (``ctx.saved``, plus any attributes)."""
 

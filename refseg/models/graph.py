@@ -11,15 +11,19 @@ given value, not kept by the op that made it; ``Layer.reuses_input``): batch nor
 ReLU and Add, so that the graph holds one array where it would hold two. A batch norm whose
 output only the next node reads, a ReLU, runs with that ReLU in one pass
 (``BatchNormalization.forward(..., then=relu)``): the same values to the bit, one sweep over
-memory and one op call instead of two, and the batch norm's own output never exists.
+memory and one op call instead of two, and the batch norm's own output never exists. When no
+graph is recorded, a convolution without bias or activation whose output only the next node
+reads, a batch norm on its moving statistics, runs with that batch norm (and the ReLU that
+alone reads it) in its own output pass (``Conv2D.forward_with_batch_norm``): again the same
+values to the bit, and neither the convolution's nor the batch norm's output exists.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refseg.autograd.tensor import Tensor
+from refseg.autograd.tensor import Tensor, grad_enabled
 from refseg.errors import InputError
-from refseg.autograd.layers import BatchNormalization, Layer, ReLU
+from refseg.autograd.layers import BatchNormalization, Conv2D, Layer, ReLU
 from refseg.trace import implements
 
 #: Name of the image input node (Keras' default name of a model's input layer).
@@ -96,20 +100,29 @@ class Graph:
                 readers[source] = readers.get(source, 0) + 1
         keep = set(outputs)
         values = dict(given)
-        fused_into_previous = False
+        fused_ahead = 0
         for step, name in enumerate(order):
-            if fused_into_previous:
-                fused_into_previous = False
+            if fused_ahead:
+                fused_ahead -= 1
                 continue
             node = self.nodes[name]
             reusable = tuple(readers[source] == 1 and source not in keep and source not in given
                              and not _kept_by_its_op(values[source]) for source in node.inputs)
-            then = self._fusable_relu(order, step, readers, keep)
-            if then is not None:
+            folded = self._fusable_batch_norm(order, step, readers, keep, values)
+            then = None if folded else self._fusable_relu(order, step, readers, keep)
+            if folded:
+                # the next node is that batch norm (and the one after it that ReLU): the value
+                # of the last, computed here, the convolution's and the batch norm's never
+                batch_norm, relu = folded
+                fused_ahead = 1 if relu is None else 2
+                name = order[step + fused_ahead]
+                values[name] = node.layer.forward_with_batch_norm(values[node.inputs[0]],
+                                                                  batch_norm, relu)
+            elif then is not None:
                 # the next node is that ReLU: its value, computed here, the batch norm's never
                 values[order[step + 1]] = node.layer.forward(values[node.inputs[0]],
                                                              reusable=reusable, then=then)
-                fused_into_previous = True
+                fused_ahead = 1
                 name = order[step + 1]
             else:
                 values[name] = node.layer(*(values[source] for source in node.inputs),
@@ -125,17 +138,40 @@ class Graph:
                     del values[source]
         return {name: values[name] for name in outputs}
 
+    def _read_by_next_alone(self, order, step, readers, keep, kind) -> Layer | None:
+        """The layer of the node after ``order[step]`` when it is a ``kind`` reading that node
+        alone, which nothing else reads and nobody asked for, else None."""
+        name = order[step]
+        if step + 1 == len(order) or readers.get(name, 0) != 1 or name in keep:
+            return None
+        following = self.nodes[order[step + 1]]
+        if isinstance(following.layer, kind) and following.inputs == (name,):
+            return following.layer
+        return None
+
     def _fusable_relu(self, order, step, readers, keep) -> ReLU | None:
         """The ReLU layer of the node after ``order[step]`` when that node is a batch norm read
         by that ReLU alone (and not asked for), else None."""
-        name = order[step]
-        if not isinstance(self.nodes[name].layer, BatchNormalization) or step + 1 == len(order):
+        if not isinstance(self.nodes[order[step]].layer, BatchNormalization):
             return None
-        following = self.nodes[order[step + 1]]
-        if (isinstance(following.layer, ReLU) and following.inputs == (name,)
-                and readers[name] == 1 and name not in keep):
-            return following.layer
-        return None
+        return self._read_by_next_alone(order, step, readers, keep, ReLU)
+
+    def _fusable_batch_norm(self, order, step, readers, keep, values):
+        """(batch norm layer, ReLU layer or None) that follow ``order[step]`` and fold into it:
+        a Conv2D without bias or activation, read only by a batch norm on its moving
+        statistics (then the ReLU that alone reads that, if one does), with nothing of the
+        three to record a graph for; else None."""
+        node = self.nodes[order[step]]
+        conv = node.layer
+        if not isinstance(conv, Conv2D) or conv.bias is not None or conv.activation is not None:
+            return None
+        batch_norm = self._read_by_next_alone(order, step, readers, keep, BatchNormalization)
+        if batch_norm is None or batch_norm.on_batch_statistics:
+            return None
+        learning = (values[node.inputs[0]], conv.kernel, batch_norm.gamma, batch_norm.beta)
+        if grad_enabled() and any(t.requires_grad for t in learning):
+            return None
+        return batch_norm, self._read_by_next_alone(order, step + 1, readers, keep, ReLU)
 
     def shapes(self, input_shape) -> dict[str, tuple[int, int, int]]:
         """Per-image output shape (H, W, C) of every node for an input of ``input_shape``."""

@@ -324,6 +324,77 @@ def test_convolution_with_relu_is_relu_of_convolution_to_the_bit(route, backend,
             assert np.array_equal(np.signbit(a), np.signbit(c))
 
 
+@pytest.mark.claim("claim2.backbones", "claim2.fusion")
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cap", [None, 0.0, 6.0])
+@given(n=st.integers(1, 2), h=st.integers(1, 6), w=st.integers(1, 6), cin=st.integers(1, 4),
+       cout=st.integers(1, 5), kernel=st.sampled_from([1, 3]), stride=st.integers(1, 2),
+       seed=st.integers(0, 2**16))
+def test_convolution_with_batch_norm_is_batch_norm_of_convolution_to_the_bit(
+        route, backend, dtype, cap, n, h, w, cin, cout, kernel, stride, seed):
+    """conv2d(batch_norm=inference_affine(...)) equals batch_norm(conv2d(...)) at inference,
+    and with ``relu`` (cap None: ReLU, 6: ReLU6; 0.0 here stands for no ReLU) their ReLU, bit
+    for bit, signed zeros included, on every route (stride 2 and 1x1 kernels take im2col, the
+    pointwise case one product), with the fold inside the product's tiles on im2col."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, h, w, cin)) * 4).astype(dtype)
+    x.reshape(-1)[::4] = 0.0
+    k = rng.standard_normal((kernel, kernel, cin, cout)).astype(dtype)
+    gamma = rng.uniform(0.5, 2, cout).astype(dtype)
+    beta = np.where(rng.random(cout) < 0.5, 0, rng.standard_normal(cout) * 3).astype(dtype)
+    mean = np.where(rng.random(cout) < 0.5, 0, rng.standard_normal(cout)).astype(dtype)
+    var = rng.uniform(0.5, 2, cout).astype(dtype)
+    relu = cap != 0.0
+    cap = None if cap == 0.0 else cap
+    with forced_route(route), ag.no_grad():
+        folded = ag.conv2d(x, k, strides=stride, padding="same", backend=backend, relu=relu,
+                           cap=cap, batch_norm=ag.inference_affine(gamma, beta, mean, var,
+                                                                   1e-3, dtype)).data
+        apart = ag.batch_norm(ag.conv2d(x, k, strides=stride, padding="same", backend=backend),
+                              gamma, beta, mean, var, epsilon=1e-3, backend=backend)
+        if relu:
+            apart = (ag.relu if cap is None else ag.relu6)(apart, backend=backend)
+    unsigned = np.uint32 if dtype == np.float32 else np.uint64
+    assert folded.dtype == dtype
+    np.testing.assert_array_equal(folded.view(unsigned), apart.data.view(unsigned))
+
+
+def test_a_batch_norm_folds_into_a_convolution_without_bias_at_inference_only():
+    x, k = np.ones((1, 3, 3, 2), np.float32), np.ones((1, 1, 2, 2), np.float32)
+    fold = ag.inference_affine(np.ones(2, np.float32), np.zeros(2, np.float32),
+                               np.zeros(2, np.float32), np.ones(2, np.float32))
+    with ag.no_grad(), pytest.raises(InputError, match="without bias and at inference only"):
+        ag.conv2d(x, k, np.ones(2, np.float32), batch_norm=fold)
+    with pytest.raises(InputError, match="without bias and at inference only"):
+        ag.conv2d(x, ag.Tensor(k, requires_grad=True), batch_norm=fold)
+    with ag.no_grad(), pytest.raises(InputError, match=r"batch-norm shift shape \(3,\)"):
+        ag.conv2d(x, k, batch_norm=(fold[0], np.zeros(3, np.float32)))
+
+
+@pytest.mark.claim("claim2.backbones")
+@given(c=st.integers(1, 64), epsilon=st.sampled_from([1e-3, 1.001e-5]),
+       seed=st.integers(0, 2**16))
+def test_inference_affine_is_the_batch_norm_formula(c, epsilon, seed):
+    """x * scale + shift against (x - mean) / sqrt(variance + epsilon) * gamma + beta in
+    float64: scale within 2 float32 roundings of gamma / sqrt(variance + epsilon), and the
+    normalised values within the roundings of a multiply-add on that scale."""
+    rng = np.random.default_rng(seed)
+    gamma, beta, mean = (rng.standard_normal(c).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0, 4, c).astype(np.float32)
+    scale, shift = ag.inference_affine(gamma, beta, mean, var, epsilon)
+    assert scale.dtype == shift.dtype == np.float32 and scale.shape == shift.shape == (c,)
+    exact_scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + epsilon)
+    eps = np.finfo(np.float32).eps
+    assert np.all(np.abs(scale - exact_scale) <= 2 * eps * np.abs(exact_scale))
+    x = rng.standard_normal((50, c)).astype(np.float32) * 5
+    exact = (x - mean.astype(np.float64)) * exact_scale + beta
+    got = x * scale + shift
+    bound = 4 * eps * (np.abs(x * exact_scale) + np.abs(mean * exact_scale) + np.abs(beta))
+    assert np.all(np.abs(got - exact) <= bound)
+
+
 @pytest.mark.claim("claim4.propagation", "claim2.fusion", "claim2.backbones")
 @given(values=st.lists(st.floats(-10, 10, width=32)
                        | st.sampled_from([0.0, -0.0, 6.0, np.nan, np.inf, -np.inf]),

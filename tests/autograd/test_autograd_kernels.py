@@ -123,6 +123,44 @@ def test_max_pool_kernels(dtype, x, window):
                                atol=1e-6 if dtype == np.float32 else 1e-14)
 
 
+def _same_bits(pair):
+    """Equal to the bit: -0.0 against 0.0 and NaN against NaN compared as stored."""
+    for a, b in zip(*pair):
+        unsigned = np.uint32 if a.dtype == np.float32 else np.uint64
+        assert a.dtype == b.dtype and np.array_equal(a.view(unsigned), b.view(unsigned))
+
+
+@pytest.mark.claim("claim2.backbones")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 6),
+                                          st.integers(1, 3)),
+                    elements=st.sampled_from([0.0, -0.0, 1.0, -np.inf, np.inf, np.nan])
+                    | st.floats(-5, 5)),
+       window=WINDOW)
+def test_window_maximum(dtype, x, window):
+    """Inference max pooling: np.maximum's rule tap by tap (NaN wins, the earlier of equal
+    values stays: -0.0 before 0.0 stays -0.0), -inf where a window holds no input pixel."""
+    x = x.astype(dtype)
+    kh, kw, sh, sw, pt, pl = window
+    ho, wo = _geometry(x.shape[1], x.shape[2], *window)
+    _same_bits(both("window_maximum", x, kh, kw, sh, sw, pt, pl,
+                    outputs=[((x.shape[0], ho, wo, x.shape[3]), dtype)]))
+
+
+@pytest.mark.claim("claim2.backbones")
+def test_window_maximum_on_all_threads_equals_the_recording_path():
+    """ResNet50V2's first pooling (3x3, stride 2, on the padded 114x114x64) at batch 2: enough
+    values for every thread; with finite values and no ties its maxima are the training
+    path's."""
+    x = np.random.default_rng(3).standard_normal((2, 114, 114, 64)).astype(np.float32)
+    shape = (2, 56, 56, 64)
+    pair = both("window_maximum", x, 3, 3, 2, 2, 0, 0, outputs=[(shape, np.float32)])
+    _same_bits(pair)
+    recorded = np.empty(shape, np.float32)
+    fast.max_pool_forward(x, 3, 3, 2, 2, 0, 0, recorded, np.empty(shape, np.int_))
+    assert np.array_equal(pair[0][0], recorded)
+
+
 @pytest.mark.claim("claim4.propagation", "claim2.backbones")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(1, 4)),

@@ -89,12 +89,68 @@ def test_products_of_the_networks_shapes_depend_on_the_thread_count_alone(shape)
     with limit_threads(1):
         single = matmul_stack(a, b)
     whole = np.empty_like(single)
-    _reference.gemm_stack(a, b, np.arange(planes), whole, False, m, n, False)
+    none = np.empty(0, np.float32)
+    _reference.gemm_stack(a, b, np.arange(planes), whole, False, m, n, False, none, none,
+                          -np.inf, np.inf, False)
     assert np.array_equal(single, whole)
     exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
     bound = (k + 2) * np.finfo(np.float32).eps * np.matmul(np.abs(a).astype(np.float64),
                                                            np.abs(b).astype(np.float64))
     assert np.all(np.abs(first - exact) <= bound) and np.all(np.abs(single - exact) <= bound)
+
+
+@pytest.mark.claim("claim2.fusion", "claim2.backbones")
+@pytest.mark.parametrize("dtype", DTYPES)
+@settings(max_examples=30, deadline=None)
+@given(shape=st.tuples(st.integers(1, 2), st.integers(1, 700), st.integers(0, 40),
+                       st.integers(1, 300)),
+       tail=st.sampled_from(["affine", "shift", "clamp"]),
+       bounds=st.sampled_from([(-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)]),
+       threads=st.sampled_from([1, 2]), seed=st.integers(0, 2**16))
+def test_a_products_tail_equals_the_pass_after_it_bit_for_bit(dtype, shape, tail, bounds,
+                                                               threads, seed):
+    """scale, shift and bounds applied to each tile as its BLAS call returns give what the
+    product followed by channel_affine, channel_add or clamp gives (the batch norm, the bias,
+    the ReLU after a convolution), on both backends and at 1 and 2 threads, where 2 threads cut
+    the larger products into tiles; -0.0, ties at the bounds and a NaN included."""
+    planes, m, k, n = shape
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((planes, m, k)).astype(dtype)
+    b = rng.standard_normal((planes, k, n)).astype(dtype)
+    scale = rng.standard_normal(n).astype(dtype) if tail == "affine" else None
+    shift = rng.standard_normal(n).astype(dtype) if tail != "clamp" else None
+    if shift is not None:
+        shift[::7] = -0.0
+        shift[0] = np.nan
+    with limit_threads(threads):
+        plain = matmul_stack(a, b)
+        fused = [matmul_stack(a, b, scale=scale, shift=shift, bounds=bounds, backend=backend)
+                 for backend in ("cython", "numpy")]
+    from refseg import _reference as passes
+
+    expected = plain.copy()
+    for plane in expected:
+        if tail == "affine":
+            passes.channel_affine(plane, scale, shift, *bounds, plane)
+        elif tail == "shift":
+            passes.channel_add(plane, shift, *bounds, plane)
+        else:
+            passes.clamp(plane, *bounds, plane)
+    unsigned = np.uint32 if dtype == np.float32 else np.uint64
+    for result in fused:
+        # the bits themselves: -0.0 and +0.0 differ here, as do two NaNs' payloads
+        np.testing.assert_array_equal(result.view(unsigned), expected.view(unsigned))
+
+
+def test_a_products_tail_is_refused_where_it_means_nothing():
+    a, b = np.ones((1, 4, 3), np.float32), np.ones((1, 3, 5), np.float32)
+    with pytest.raises(ValueError, match="neither goes with accumulate"):
+        matmul_stack(a, b, np.zeros((1, 4, 5), np.float32), accumulate=True,
+                     shift=np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="scale needs a shift"):
+        matmul_stack(a, b, scale=np.ones(5, np.float32))
+    with pytest.raises(ValueError, match=r"shift shape \(4,\) does not match 5 columns"):
+        matmul_stack(a, b, shift=np.zeros(4, np.float32))
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,9 +1,10 @@
 """Layers that write over an input nobody else reads (batch norm in inference, ReLU, Add, the
-convolutions' own activations), and a batch norm run with the ReLU that alone reads it in one
-pass, change no value: the network's prediction, its taps, a training step's loss, every
-gradient and the moving statistics are the same to the bit as when every op writes a fresh
-array and every layer runs alone, the caller's arrays are never written, and the reuse and the
-fusion do happen (else the memory and time they save would be claimed for nothing)."""
+convolutions' own activations), a batch norm run with the ReLU that alone reads it in one
+pass, and, with no graph recorded, a convolution run with the batch norm (and ReLU) after it
+in its own output pass, change no value: the network's prediction, its taps, a training step's
+loss, every gradient and the moving statistics are the same to the bit as when every op writes
+a fresh array and every layer runs alone, the caller's arrays are never written, and the reuse
+and the fusion do happen (else the memory and time they save would be claimed for nothing)."""
 
 import numpy as np
 import pytest
@@ -55,16 +56,20 @@ def no_fusion(monkeypatch):
 
     def apply():
         monkeypatch.setattr(Graph, "_fusable_relu", lambda self, *args: None)
+        monkeypatch.setattr(Graph, "_fusable_batch_norm", lambda self, *args: None)
         monkeypatch.setattr(layers._ConvLayer, "_convolved", convolved_alone)
     return apply
 
 
 @pytest.fixture
 def counting_fusion(monkeypatch):
-    """BatchNormalization.forward and the convolutions as they are, counting the batch norms
-    run with a ReLU in the same pass (``fused``) and the convolutions with one (``convs``)."""
-    counter = type("Counter", (), {"fused": 0, "convs": 0})()
+    """BatchNormalization.forward, the convolutions and Conv2D.forward_with_batch_norm as they
+    are, counting the batch norms run with a ReLU in the same pass (``fused``), the
+    convolutions with a ReLU of their own (``convs``), and the convolutions run with the batch
+    norm after them (``folded``; ``folded_relu`` of them with its ReLU too)."""
+    counter = type("Counter", (), {"fused": 0, "convs": 0, "folded": 0, "folded_relu": 0})()
     original, activated = layers.BatchNormalization.forward, conv._Window._activated
+    with_batch_norm = layers.Conv2D.forward_with_batch_norm
 
     def wrapped(self, x, reusable=(False,), then=None):
         counter.fused += then is not None
@@ -73,16 +78,38 @@ def counting_fusion(monkeypatch):
     def counted(self, ctx, out):
         counter.convs += self.relu
         return activated(self, ctx, out)
+
+    def folded(self, x, batch_norm, then=None):
+        counter.folded += 1
+        counter.folded_relu += then is not None
+        return with_batch_norm(self, x, batch_norm, then)
     monkeypatch.setattr(layers.BatchNormalization, "forward", wrapped)
     monkeypatch.setattr(conv._Window, "_activated", counted)
+    monkeypatch.setattr(layers.Conv2D, "forward_with_batch_norm", folded)
     return counter
 
 
-def assert_fusion_counted(counter, fused):
-    """83 batch norms and the decoder's 17 convolutions with a ReLU (10 transposed, 7 not) when
-    fused, none otherwise; the counter is reset."""
-    assert (counter.fused, counter.convs) == ((49 + 34, 17) if fused else (0, 0))
-    counter.fused = counter.convs = 0
+#: Convolutions that take in the batch norm after them when nothing is recorded: ResNet50V2's
+#: first two of each of its 16 bottleneck blocks (with their ReLU), MobileNetV2's Conv1 and 16
+#: expansions (with their ReLU6) and the projections of blocks 0-15 (no activation; block 16's
+#: projection is a tap, taken before its batch norm, which the network then never runs).
+FOLDED, FOLDED_RELU = 32 + 1 + 16 + 16, 32 + 1 + 16
+
+
+def assert_fusion_counted(counter, fused, folded=True):
+    """With fusion: the decoder's 17 convolutions with a ReLU (10 transposed, 7 not); the
+    convolutions that fold the batch norm after them (``folded``) and the 83 batch norms
+    read by a ReLU alone, less those folded with their convolution: ResNet50V2's 16
+    preactivations and its post-activation, MobileNetV2's 17 depthwise batch norms, when
+    folded. None otherwise; the counter is reset."""
+    if not fused:
+        expected = (0, 0, 0, 0)
+    elif folded:
+        expected = (83 - FOLDED_RELU, 17, FOLDED, FOLDED_RELU)
+    else:
+        expected = (83, 17, 0, 0)
+    assert (counter.fused, counter.convs, counter.folded, counter.folded_relu) == expected
+    counter.fused = counter.convs = counter.folded = counter.folded_relu = 0
 
 
 def images(n=2, seed=0):
@@ -190,7 +217,8 @@ def test_a_layer_that_hands_on_its_input_array_is_refused():
 def test_prediction_and_taps_are_the_same_with_and_without_fusion(no_fusion, counting_fusion):
     """Every batch norm of both backbones that its ReLU alone reads runs with it: ResNet50V2's
     16 preactivations, the post-activation and the first two of each of its 16 bottleneck
-    blocks (49), and MobileNetV2's 34 ReLU6; the taps (ReLU outputs) are still there."""
+    blocks (49), and MobileNetV2's 34 ReLU6; those after a convolution without bias run in
+    that convolution's pass (``FOLDED``); the taps (ReLU outputs) are still there."""
     fused = prediction_and_taps()
     assert_fusion_counted(counting_fusion, True)
     no_fusion()
@@ -205,7 +233,8 @@ def test_training_step_is_the_same_with_and_without_fusion(no_fusion, counting_f
     statistics, recorded: the fused op's backward masks the gradient as the ReLU's does); the
     decoder's convolutions with their ReLU against a ReLU op after each."""
     fused = training_step(train_backbones)
-    assert_fusion_counted(counting_fusion, True)
+    # trained backbones record a graph: their convolutions and batch norms run apart
+    assert_fusion_counted(counting_fusion, True, folded=not train_backbones)
     no_fusion()
     assert_same_step(fused, training_step(train_backbones))
     assert_fusion_counted(counting_fusion, False)
