@@ -35,6 +35,7 @@ def no_grad():
         _grad_enabled = previous
 
 
+@infrastructure("whether ops record a graph, for the callers that choose a path by it")
 def grad_enabled() -> bool:
     """False within ``no_grad``: ops then record nothing, whatever their inputs."""
     return _grad_enabled
