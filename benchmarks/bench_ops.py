@@ -355,6 +355,22 @@ def source_state() -> str:
             + (f", {only_measured} not in it" if only_measured else ""))
 
 
+def allocator_line() -> str:
+    """glibc's thresholds in this process: refseg's (``refseg.allocator``) or the
+    environment's."""
+    from refseg import allocator
+
+    if allocator.applied:
+        return (f"- glibc malloc: mmap threshold {allocator.MMAP_THRESHOLD >> 20} MiB, trim "
+                f"threshold {allocator.TRIM_THRESHOLD >> 20} MiB (set by import refseg; torch "
+                f"and Keras in this process allocate under the same settings)")
+    chosen = [f"{k}={os.environ[k]}" for k in allocator.USER_SETTINGS if k in os.environ]
+    tunables = os.environ.get("GLIBC_TUNABLES")
+    return ("- glibc malloc: left as the environment sets it: "
+            + (", ".join(chosen + ([f"GLIBC_TUNABLES={tunables}"] if tunables else []))
+               or "glibc's defaults (no mallopt)"))
+
+
 def environment_lines(threads: int) -> list[str]:
     lines = [
         f"- {platform.platform()}, {platform.processor() or platform.machine()}, "
@@ -370,6 +386,7 @@ def environment_lines(threads: int) -> list[str]:
         + ", OPENBLAS_L2_SIZE=" + os.environ.get("OPENBLAS_L2_SIZE", "(unset)")
         + ", OPENBLAS_THREAD_TIMEOUT=" + os.environ.get("OPENBLAS_THREAD_TIMEOUT", "(unset)")
         + ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+        allocator_line(),
     ]
     pools = blas_info()
     if pools:
