@@ -33,8 +33,8 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # glibc's allocator keeps freed arrays' memory for the next ones instead of handing it back to
-# the kernel and faulting it in again (refseg/allocator.py: a batch-8 prediction 0.87-0.99 of
-# the default's wall time), unless the environment sets its thresholds.
+# the kernel and faulting it in again (refseg/allocator.py: a batch-8 prediction in a median
+# 0.92 of the default's wall time), unless the environment sets its thresholds.
 from refseg.allocator import keep_freed_memory as _keep_freed_memory  # noqa: E402
 
 _keep_freed_memory()

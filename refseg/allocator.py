@@ -6,8 +6,9 @@ to 32 MiB are mapped and unmapped one by one, and the top of the heap is trimmed
 than twice that is free. Every new array then faults its pages in afresh, and the kernel zeroes
 each page first. On the 2-core Zen 4 of docs/performance.md that cost a batch-8 prediction
 about 2,900 page faults and 57-105 ms of system time. With the thresholds fixed as below, it
-was 6 faults and 14-39 ms, and the wall time 0.87-0.99 of the default's in five pairs of runs.
-The price is that a process keeps the memory of its largest prediction until it exits.
+was 6-8 faults and 8-39 ms, and the wall time 0.85-1.07 of the default's in nine pairs of runs
+(median 0.92; at batch 1, which faults a few pages only, no difference beyond the noise). The
+price is that a process keeps the memory of its largest prediction until it exits.
 
 ``keep_freed_memory`` sets both thresholds through ``mallopt``. ``import refseg`` calls it,
 unless the environment already sets either threshold for glibc (``MALLOC_MMAP_THRESHOLD_``,
