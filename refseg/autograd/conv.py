@@ -123,64 +123,54 @@ class Conv2D(_Window):
         _check_kernel(x, w, 2, "(kh, kw, in, out)", self.name)
         kh, kw, cin, cout = w.shape
         _check_bias(b, cout, self.name)
-        if self.batch_norm is not None:
-            return self._with_batch_norm(ctx, x, w, b)
+        folded = self.batch_norm is not None
+        # the multiply-add after the product: the batch norm's, or the bias alone
+        scale, shift = self._batch_norm_pair(ctx, b, cout, x.dtype) if folded else (None, b)
         (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
                               conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
         route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo))
-        gradient_route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo),
-                                    gradient=True)
         x = np.ascontiguousarray(x)
         if route == "direct":
-            out = _direct_conv(x, w.reshape(kh * kw * cin, cout), b, (kh, kw), (pt, pl),
-                               (ho, wo), self.backend)
-            _clamp(out, self.bounds, self.backend)
+            out = _direct_conv(x, w.reshape(kh * kw * cin, cout), None if folded else b,
+                               (kh, kw), (pt, pl), (ho, wo), self.backend)
         elif route in WINOGRAD_TILE:
-            out = _winograd_conv(x, w, False, b, (pt, pl), (ho, wo), self.backend,
-                                 WINOGRAD_TILE[route], self.bounds)
+            out = _winograd_conv(x, w, False, None if folded else b, (pt, pl), (ho, wo),
+                                 self.backend, WINOGRAD_TILE[route],
+                                 UNCLAMPED if folded else self.bounds)
         else:
             out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
-                                (pt, pl), (ho, wo), self.backend, shift=b, bounds=self.bounds)
+                                (pt, pl), (ho, wo), self.backend, scale=scale, shift=shift,
+                                bounds=self.bounds)
+        if folded and route != "im2col":
+            # the routes without product tiles: one pass, the kernel the batch norm runs
+            rows = out.reshape(-1, cout)
+            kernels(self.backend).channel_affine(rows, scale, shift, *self.bounds, rows)
+        elif route == "direct":
+            _clamp(out, self.bounds, self.backend)
+        if folded:
+            return out.reshape(x.shape[0], ho, wo, cout)
         out = self._activated(ctx, out)
         # the column matrix is never kept whole (it is kh*kw times the input): backward
         # rebuilds it block by block
         ctx.save_for_backward(x, w)
         ctx.geometry = ((pt, pl), (ho, wo))
-        ctx.route = gradient_route
+        ctx.route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo),
+                               gradient=True)
         ctx.has_bias = b is not None
         return out.reshape(x.shape[0], ho, wo, cout)
 
-    def _with_batch_norm(self, ctx, x, w, b):
-        """The convolution, then the batch norm's multiply-add and the ReLU: in the product's
-        tiles on the im2col route, as one pass after the others (the same kernel the batch
-        norm runs)."""
+    def _batch_norm_pair(self, ctx, b, cout, dtype):
+        """The folded batch norm's (scale, shift) in dtype, checked: inference only, no bias,
+        one value per output channel."""
         if ctx.recording or b is not None:
             raise InputError(f"{self.name}: a batch norm folds into a convolution without bias "
                              f"and at inference only")
-        kh, kw, cin, cout = w.shape
-        scale, shift = (np.ascontiguousarray(v, dtype=x.dtype) for v in self.batch_norm)
+        scale, shift = (np.ascontiguousarray(v, dtype=dtype) for v in self.batch_norm)
         for label, v in (("scale", scale), ("shift", shift)):
             if v.shape != (cout,):
                 raise InputError(f"{self.name}: batch-norm {label} shape {v.shape} does not "
                                  f"match {cout} channels")
-        (ho, pt), (wo, pl) = (conv_output(x.shape[1], kh, self.strides[0], self.padding, self.name),
-                              conv_output(x.shape[2], kw, self.strides[1], self.padding, self.name))
-        route = conv_route(w.shape, self.strides, x.dtype, (x.shape[0], ho, wo))
-        x = np.ascontiguousarray(x)
-        if route == "direct":
-            out = _direct_conv(x, w.reshape(kh * kw * cin, cout), None, (kh, kw), (pt, pl),
-                               (ho, wo), self.backend)
-        elif route in WINOGRAD_TILE:
-            out = _winograd_conv(x, w, False, None, (pt, pl), (ho, wo), self.backend,
-                                 WINOGRAD_TILE[route])
-        else:
-            out = _blocked_conv(x, w.reshape(kh * kw * cin, cout), kh, kw, self.strides,
-                                (pt, pl), (ho, wo), self.backend, scale=scale, shift=shift,
-                                bounds=self.bounds)
-            return out.reshape(x.shape[0], ho, wo, cout)
-        rows = out.reshape(-1, cout)
-        kernels(self.backend).channel_affine(rows, scale, shift, *self.bounds, rows)
-        return out.reshape(x.shape[0], ho, wo, cout)
+        return scale, shift
 
     def backward(self, ctx, grad):
         x, w = ctx.saved
