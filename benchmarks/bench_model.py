@@ -54,6 +54,11 @@ none,busy,mixed`` repeats the timing under each condition in this one run; the s
 and stops the neighbours itself (``_common.py``: ``busy`` = ``--background-cores`` busy Python
 loops, ``mixed`` = one process running NumPy float32 products on 2 OpenBLAS threads, 70 % of
 the time). Keras, the variant selection, the profile and the memory run without neighbours.
+refseg's T-thread rows run its default, a thread count chosen per prediction from the load
+(``refseg.threads.sized_to_load``: at most T, and where other processes keep cores busy, the
+faster of T and fewer threads as timed on the earlier runs); under a neighbour it first runs
+untimed until each count in doubt has been timed, and the report counts the runs that went to
+each count.
 The header names the CPU (/proc/cpuinfo) and the row loops refseg chose
 (``refseg.backend.row_loops``); ``--row-loops baseline`` runs the plain loops on an AVX-512 CPU.
 
@@ -167,6 +172,7 @@ from bench_ops import (OtherLoad, measure_sgemm, proc_status_mb, reset_peak_rss,
 from refseg import _kernels  # noqa: E402
 from refseg.autograd.tensor import Op  # noqa: E402
 from refseg.models import ResMobileNet  # noqa: E402
+from refseg import threads as refseg_threads  # noqa: E402
 
 if ROW_LOOPS == "baseline":
     _kernels.use_avx512(False)
@@ -288,6 +294,27 @@ def time_rounds(fns: dict, repeat: int, wait_quiet: float = 0.0, warmup: int = 1
         if gc_was_enabled:
             gc.enable()
     return times, loads
+
+
+def settle_thread_choice(run) -> None:
+    """Runs refseg's prediction until its thread count under this load has been timed on each
+    count in doubt (``refseg.threads.ThreadChoice``: TIMED_RUNS runs each), as a long job's
+    first runs would, so that the timed rounds show the choice it settles on."""
+    for _ in range(2 * refseg_threads.TIMED_RUNS):
+        run()
+
+
+def sizing_line(counts, threads: int) -> str:
+    """What refseg's load-sized thread count chose in the timed rounds."""
+    rows = []
+    for ceiling, label in ((threads, "refseg"), (1, "refseg 1 thread")):
+        chose = {t: n for (c, t), n in sorted(counts.items()) if c == ceiling}
+        if chose and (ceiling != 1 or threads > 1):
+            rows.append(f"{label}: " + ", ".join(
+                f"{n} run{'s' * (n != 1)} on {t} thread{'s' * (t != 1)}"
+                for t, n in sorted(chose.items(), reverse=True)))
+    return ("Thread count chosen per run from the load (refseg.threads.sized_to_load; the "
+            "rounds above): " + ("; ".join(rows) if rows else "-") + ".")
 
 
 def pick_faster(calls: dict, names: list[str], rounds: int, wait_quiet: float):
@@ -602,7 +629,7 @@ def main(args: argparse.Namespace) -> None:
              + f"; compared below: **{torch_name}**, **{keras_name}**.", "")
         chosen_names[batch] = (torch_name, keras_name)
 
-    results, workers = {}, {}
+    results, workers, sizings = {}, {}, {}
     for condition in args.background_load:
         with background(condition, args.background_cores):
             for batch in args.batches:
@@ -615,8 +642,12 @@ def main(args: argparse.Namespace) -> None:
                                                                 args.threads)
                 if condition == "none":  # Keras' target is a quiet machine's
                     chosen[keras_name] = calls[keras_name]
+                else:
+                    settle_thread_choice(calls["refseg"])
+                before = refseg_threads.SIZINGS.copy()
                 times, loads = time_rounds(chosen, args.repeat, args.wait_quiet
                                            if condition == "none" else 0.0)
+                sizings[(condition, batch)] = refseg_threads.SIZINGS - before
                 results[(condition, batch)] = (times, loads, torch_name, keras_name)
                 workers[(condition, batch)] = {
                     name: working_threads(chosen[name])[0]
@@ -644,6 +675,7 @@ def main(args: argparse.Namespace) -> None:
              "torch.set_num_threads(1). Threads that computed during one more call of each "
              f"(CPU time from /proc/self/task): {seen or '-'}.", "",
              *timing_table(batch, times, loads, batch * flops_image, ceiling), "",
+             sizing_line(sizings[(condition, batch)], args.threads), "",
              *target_lines(condition, batch, times, torch_name, keras_name), "")
 
     emit("## Summary: every condition", "",

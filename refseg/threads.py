@@ -4,18 +4,28 @@ refseg's parallel work runs on one pool, OpenMP's (libgomp): its compiled kernel
 network's matrix products, which are tiles of single-threaded calls of SciPy's OpenBLAS handed
 out to the OpenMP threads (``refseg.autograd.products``; ``single_threaded_blas`` keeps that
 OpenBLAS at one thread of its own). NumPy's OpenBLAS, a separate library in the wheels, is left
-as it is. How a product is cut into tiles depends on the thread count, and a float32 sum split
-otherwise is rounded otherwise, so outputs that must be reproducible to the bit (the golden
-bundle's network part) are computed with the pools pinned (``limit_threads``). This module
-finds the libraries that the process has loaded (``/proc/self/maps``) and calls their own
-thread functions through ctypes, so that it needs nothing beyond the standard library.
+as it is. This module finds the libraries that the process has loaded (``/proc/self/maps``)
+and calls their own thread functions through ctypes, so that it needs nothing beyond the
+standard library.
+
+How many of OpenMP's threads a network run uses follows the machine's load
+(``sized_to_load``): a thread whose core another process keeps busy only takes turns with it,
+and refseg's runs measured slower on two such threads than on one. A product is cut into tiles
+by the thread count, and OpenBLAS may round a tile's elements otherwise than the whole
+product's (seen for 1 of 300 random float32 shapes, for none of the network's at 224x224), so
+outputs that must be reproducible to the bit (the golden bundle's network part) are computed
+with the pools pinned (``limit_threads``), which also keeps the load from changing the count.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import functools
+import math
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,8 +104,9 @@ def native_pools() -> list[NativePool]:
 
 @contextlib.contextmanager
 def limit_threads(threads: int):
-    """Within the block, every loaded OpenBLAS and OpenMP pool uses ``threads`` threads; the
-    previous counts are restored after it.
+    """Within the block, every loaded OpenBLAS and OpenMP pool uses ``threads`` threads, whatever
+    the machine's load (``sized_to_load`` changes nothing inside it); the previous counts are
+    restored after it.
 
     Raises
     ------
@@ -110,11 +121,13 @@ def limit_threads(threads: int):
         raise InputError("no OpenBLAS library found in this process: NumPy's matrix products "
                          "would run on a thread count refseg cannot pin")
     previous = [(p, p.threads) for p in pools]
+    _PINS[0] += 1
     try:
         for pool in pools:
             pool.set(threads)
         yield pools
     finally:
+        _PINS[0] -= 1
         for pool, count in previous:
             pool.set(count)
 
@@ -171,3 +184,176 @@ def single_threaded_blas() -> None:
     pool = kernel_blas_pool()
     if pool is not None and pool.get() != 1:
         pool.set(1)
+
+
+# --- the thread count of a run, from the machine's load ------------------------------------
+
+#: Set this environment variable to "0" to run every network run on OpenMP's thread count
+#: whatever the load (read at each run).
+ADAPTIVE_ENV = "REFSEG_ADAPTIVE_THREADS"
+
+_STAT = Path("/proc/stat")
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    """A moment's cumulative counters: ``wall`` (time.monotonic, s), ``busy`` (CPU seconds the
+    cores this process may run on spent on any process, steal and idle left out) and ``own``
+    (CPU seconds of this process, all its threads)."""
+
+    wall: float
+    busy: float
+    own: float
+
+
+def read_cpu(stat: bytes | None = None, cpus=None, own: float | None = None) -> CpuReading | None:
+    """The counters now, from ``/proc/stat`` (its per-core lines, user + nice + system + irq +
+    softirq, in clock ticks) for the cores in ``cpus`` (default: this process's affinity);
+    None where they cannot be read. ``stat`` and ``own`` stand in for the file and the
+    process's CPU time (tests)."""
+    wall = time.monotonic()
+    if cpus is None:
+        cpus = os.sched_getaffinity(0)
+    if stat is None:
+        try:
+            stat = _STAT.read_bytes()
+        except OSError:
+            return None
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = 0
+    for line in stat.splitlines():
+        if not line.startswith(b"cpu"):
+            break
+        fields = line.split()
+        if fields[0] == b"cpu" or len(fields) < 8 or int(fields[0][3:]) not in cpus:
+            continue
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+        busy += user + nice + system + irq + softirq
+    return CpuReading(wall, busy / tick, time.process_time() if own is None else own)
+
+
+def cores_used_by_others(before: CpuReading, after: CpuReading) -> float:
+    """Cores' worth of CPU time that other processes used between two readings: the cores'
+    busy time less this process's own, over the wall time (0 for no time between them)."""
+    elapsed = after.wall - before.wall
+    if elapsed <= 0:
+        return 0.0
+    return max(0.0, ((after.busy - before.busy) - (after.own - before.own)) / elapsed)
+
+
+def threads_for_load(ceiling: int, cores: int, others: float) -> int:
+    """The threads a run starts: ``ceiling`` (OpenMP's count), less one for each of the
+    ``cores`` that other processes kept more than half busy (``others`` cores' worth), and at
+    least one."""
+    taken = math.floor(others + 0.5)
+    return max(1, min(ceiling, cores - taken))
+
+
+#: Seconds kept per thread count and kind of run; their median decides between the counts.
+TIMED_RUNS = 3
+
+#: Every this many loaded runs of a kind, the count that is not the faster one runs once, so
+#: that a change in the load reaches the choice.
+RECHECK_EVERY = 8
+
+#: Kinds of run whose timings are kept at most (then all are forgotten and measured anew).
+KINDS_KEPT = 64
+
+
+class ThreadChoice:
+    """Between the thread counts a loaded machine leaves in doubt, for one kind of run: the last
+    TIMED_RUNS wall times on each, and the faster by median.
+
+    With another process on the cores, whether fewer threads are faster depends on the
+    neighbour as much as on the run. Measured on 2 cores: beside a busy loop, a batch-1
+    prediction took 6 % longer on 2 threads than on 1; beside a neighbour computing in bursts
+    on 2 threads, a batch-8 prediction took 18 % less time on 2. So the counts are timed, not
+    assumed."""
+
+    def __init__(self):
+        self.seconds: dict[int, collections.deque] = {}
+        self.loaded_runs = 0
+
+    def pick(self, candidates) -> int:
+        """The count to run next: each candidate in turn until it has TIMED_RUNS timings, then
+        the faster (fewer threads on a tie), and every RECHECK_EVERY runs the other."""
+        for threads in candidates:
+            if len(self.seconds.get(threads, ())) < TIMED_RUNS:
+                return threads
+        self.loaded_runs += 1
+        ranked = sorted(candidates, key=lambda t: (sorted(self.seconds[t])[TIMED_RUNS // 2], t))
+        return ranked[1] if self.loaded_runs % RECHECK_EVERY == 0 else ranked[0]
+
+    def record(self, threads: int, seconds: float) -> None:
+        self.seconds.setdefault(threads, collections.deque(maxlen=TIMED_RUNS)).append(seconds)
+
+
+class _Depth(threading.local):
+    blocks = 0  # sized_to_load blocks open on this thread
+
+
+_DEPTH = _Depth()
+_PINS = [0]  # limit_threads blocks open (any thread: they set the pools of the whole process)
+_LAST: list = [None]  # the reading taken at the start of the previous sized run
+_CHOICES: dict = {}
+
+#: (ceiling, threads) -> runs: how many runs ``sized_to_load`` started on how many threads,
+#: by OpenMP's count at the time; for the benchmark reports.
+SIZINGS: collections.Counter = collections.Counter()
+
+
+def _candidates(ceiling: int) -> tuple[int, ...]:
+    """The counts in doubt now: (the count the load suggests, OpenMP's count), or OpenMP's
+    alone where the load leaves its cores free or cannot be measured."""
+    now = read_cpu()
+    before, _LAST[0] = _LAST[0], now
+    if now is None or before is None:
+        return (ceiling,)
+    suggested = threads_for_load(ceiling, len(os.sched_getaffinity(0)),
+                                 cores_used_by_others(before, now))
+    return (ceiling,) if suggested == ceiling else (suggested, ceiling)
+
+
+@contextlib.contextmanager
+def sized_to_load(kind=None):
+    """Within the block, refseg's parallel loops started from this thread use a thread count
+    chosen for the machine's load; OpenMP's count (the ceiling) is put back after it. Yields
+    the count.
+
+    Where other processes kept cores busy since the previous block began
+    (``threads_for_load``), the count is in doubt between the ceiling and fewer threads: for a
+    ``kind`` of run (any hashable, e.g. the graph and its input shapes) the block's wall time
+    is kept and ``ThreadChoice`` picks the faster; without a kind, the fewer. On free cores the
+    ceiling runs. Nothing changes inside ``limit_threads``, inside another such block (the
+    outer one decides), with ``REFSEG_ADAPTIVE_THREADS=0``, where ``/proc/stat`` cannot be
+    read, and in the first block of a process (no earlier reading to measure from). Wraps
+    each network run (``Graph.run``) and each training step.
+    """
+    from refseg._kernels import openmp_threads, set_openmp_threads
+
+    ceiling = openmp_threads()
+    if _DEPTH.blocks or _PINS[0] or os.environ.get(ADAPTIVE_ENV) == "0":
+        _DEPTH.blocks += 1
+        try:
+            yield ceiling
+        finally:
+            _DEPTH.blocks -= 1
+        return
+    candidates = _candidates(ceiling)
+    choice = None
+    if len(candidates) > 1 and kind is not None:
+        if len(_CHOICES) >= KINDS_KEPT and kind not in _CHOICES:
+            _CHOICES.clear()
+        choice = _CHOICES.setdefault(kind, ThreadChoice())
+    threads = candidates[0] if choice is None else choice.pick(candidates)
+    SIZINGS[ceiling, threads] += 1
+    _DEPTH.blocks += 1
+    set_openmp_threads(threads)
+    start = time.perf_counter()
+    try:
+        yield threads
+        if choice is not None:
+            choice.record(threads, time.perf_counter() - start)
+    finally:
+        _DEPTH.blocks -= 1
+        set_openmp_threads(ceiling)

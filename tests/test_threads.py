@@ -45,3 +45,186 @@ def test_limit_threads_refuses_what_is_not_a_positive_integer(bad):
     with pytest.raises(InputError, match="threads: expected a positive integer"):
         with limit_threads(bad):
             pass
+
+
+# --- the thread count of a run, from the machine's load ------------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from refseg import _kernels  # noqa: E402
+from refseg import threads  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(ceiling=st.integers(1, 64), cores=st.integers(1, 64),
+       others=st.floats(0, 80, allow_nan=False), more=st.floats(0, 10, allow_nan=False))
+def test_threads_for_load_gives_up_one_thread_per_core_others_keep_more_than_half_busy(
+        ceiling, cores, others, more):
+    chosen = threads.threads_for_load(ceiling, cores, others)
+    assert 1 <= chosen <= ceiling
+    # a core counts as taken from a half on, and only the free cores limit the count
+    assert chosen == max(1, min(ceiling, cores - int(np.floor(others + 0.5))))
+    assert threads.threads_for_load(ceiling, cores, others + more) <= chosen
+    if others < 0.5:
+        assert chosen == min(ceiling, cores)
+
+
+def test_threads_for_load_on_two_cores():
+    assert [threads.threads_for_load(2, 2, o) for o in (0.0, 0.49, 0.5, 0.9, 1.4, 1.6, 3.0)] \
+        == [2, 2, 1, 1, 1, 1, 1]
+    assert threads.threads_for_load(2, 8, 5.0) == 2 and threads.threads_for_load(8, 8, 2.2) == 6
+
+
+STAT = b"""cpu  900 9 90 9000 9 9 9 0 0 0
+cpu0 100 1 10 1000 5 2 3 40 0 0
+cpu1 200 2 20 2000 5 4 6 50 0 0
+cpu2 400 4 40 4000 5 8 12 60 0 0
+intr 12345
+procs_running 3
+"""
+
+
+def test_read_cpu_sums_the_busy_fields_of_the_process_cores_only():
+    tick = os.sysconf("SC_CLK_TCK")
+    reading = threads.read_cpu(STAT, cpus={0, 2}, own=1.5)
+    # user + nice + system + irq + softirq of cpu0 and cpu2; idle, iowait and steal left out
+    assert reading.busy == pytest.approx((116 + 464) / tick, rel=0, abs=1e-12)
+    assert reading.own == 1.5
+    assert threads.read_cpu(STAT, cpus={5}, own=0.0).busy == 0
+
+
+def test_cores_used_by_others_is_the_busy_time_less_the_process_own_over_the_wall_time():
+    before = threads.CpuReading(wall=10.0, busy=100.0, own=5.0)
+    assert threads.cores_used_by_others(before, threads.CpuReading(12.0, 104.0, 6.0)) == 1.5
+    # the process's own time is never counted, and clock ticks can trail a precise own time
+    assert threads.cores_used_by_others(before, threads.CpuReading(12.0, 103.0, 8.0)) == 0.0
+    assert threads.cores_used_by_others(before, before) == 0.0
+
+
+def test_read_cpu_sees_a_busy_neighbour_and_not_this_process():
+    """A busy child process, and this process spinning with no child: the first reads as at
+    least 0.7 cores of others' load, the second as under 0.5 (this process's own time is taken
+    out). The suite runs alone on its machine, as CI runs it."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        start = threads.read_cpu()
+        time.sleep(0.8)
+        with_child = threads.cores_used_by_others(start, threads.read_cpu())
+    finally:
+        child.kill()
+        child.wait()
+    start = threads.read_cpu()
+    deadline = time.monotonic() + 0.8
+    while time.monotonic() < deadline:
+        pass
+    alone = threads.cores_used_by_others(start, threads.read_cpu())
+    assert with_child >= 0.7, with_child
+    assert alone < 0.5, alone
+
+
+@settings(max_examples=200, deadline=None)
+@given(times=st.lists(st.tuples(st.floats(0.01, 1), st.floats(0.01, 1)), min_size=1,
+                      max_size=30))
+def test_thread_choice_times_each_count_then_runs_the_faster_and_rechecks_the_other(times):
+    """The picks for candidates (1, 2) given the wall time each run would take on 1 and on 2
+    threads: 1 until it has TIMED_RUNS timings, then 2 until it has, then the lower median of
+    the last TIMED_RUNS timings (1 on a tie), the other every RECHECK_EVERY-th run after."""
+    choice, kept, exploited = threads.ThreadChoice(), {1: [], 2: []}, 0
+    for on_one, on_two in times:
+        picked = choice.pick((1, 2))
+        if len(kept[1]) < threads.TIMED_RUNS:
+            expected = 1
+        elif len(kept[2]) < threads.TIMED_RUNS:
+            expected = 2
+        else:
+            exploited += 1
+            medians = {t: float(np.median(kept[t][-threads.TIMED_RUNS:])) for t in (1, 2)}
+            faster = 1 if medians[1] <= medians[2] else 2
+            expected = 3 - faster if exploited % threads.RECHECK_EVERY == 0 else faster
+        assert picked == expected
+        seconds = on_one if picked == 1 else on_two
+        kept[picked].append(seconds)
+        choice.record(picked, seconds)
+
+
+@pytest.fixture
+def loaded_machine(monkeypatch):
+    """Other processes seem to keep one core of this process's two fully busy, OpenMP's count
+    is 2, and no earlier reading or choice is left."""
+    clock = [0.0]
+
+    def reading(*_args, **_kwargs):
+        clock[0] += 1.0
+        return threads.CpuReading(wall=clock[0], busy=clock[0], own=0.0)
+
+    monkeypatch.setattr(threads, "read_cpu", reading)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(threads, "_LAST", [None])
+    monkeypatch.setattr(threads, "_CHOICES", {})
+    monkeypatch.delenv(threads.ADAPTIVE_ENV, raising=False)
+    ceiling = _kernels.openmp_threads()
+    _kernels.set_openmp_threads(2)
+    yield
+    _kernels.set_openmp_threads(ceiling)
+
+
+def test_sized_to_load_runs_fewer_threads_beside_a_neighbour_and_puts_the_count_back(
+        loaded_machine):
+    with threads.sized_to_load() as first:
+        assert first == _kernels.openmp_threads() == 2  # no earlier reading: the ceiling
+    with threads.sized_to_load() as second:
+        assert second == _kernels.openmp_threads() == 1
+        with threads.sized_to_load() as inner:  # the outer block decides
+            assert inner == 1 == _kernels.openmp_threads()
+        assert _kernels.openmp_threads() == 1
+    assert _kernels.openmp_threads() == 2
+
+
+def test_sized_to_load_changes_nothing_when_pinned_or_switched_off(loaded_machine,
+                                                                    monkeypatch):
+    with threads.sized_to_load():
+        pass
+    with limit_threads(2):
+        with threads.sized_to_load() as count:
+            assert count == 2 == _kernels.openmp_threads()
+    monkeypatch.setenv(threads.ADAPTIVE_ENV, "0")
+    with threads.sized_to_load() as count:
+        assert count == 2 == _kernels.openmp_threads()
+
+
+def test_sized_to_load_puts_the_count_back_when_the_block_raises(loaded_machine):
+    with threads.sized_to_load():
+        pass
+    with pytest.raises(KeyError):
+        with threads.sized_to_load():
+            assert _kernels.openmp_threads() == 1
+            raise KeyError("inside")
+    assert _kernels.openmp_threads() == 2
+
+
+@pytest.mark.claim("claim2.fusion")
+def test_a_prediction_beside_a_neighbour_times_both_counts_and_computes_what_they_compute(
+        loaded_machine):
+    """Graph.run sizes each prediction: beside a neighbour, its kind of run is timed on 1 and
+    on 2 threads, and each prediction equals, to the bit, the same prediction pinned to the
+    thread count it ran on."""
+    from refseg.models import ResMobileNet
+
+    model = ResMobileNet((64, 64), seed=3)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32)
+    before = threads.SIZINGS.copy()
+    runs = [model.predict(x) for _ in range(1 + 2 * threads.TIMED_RUNS)]
+    chosen = threads.SIZINGS - before
+    assert chosen == {(2, 2): 1 + threads.TIMED_RUNS, (2, 1): threads.TIMED_RUNS}, chosen
+    (choice,) = threads._CHOICES.values()
+    assert sorted(choice.seconds) == [1, 2]
+    for count, run in ((2, runs[0]), (1, runs[1]), (2, runs[-1])):
+        with limit_threads(count):
+            assert np.array_equal(run, model.predict(x))

@@ -105,3 +105,10 @@ def openmp_threads():
     """The number of threads the next parallel loop of these kernels uses (OpenMP's
     ``omp_get_max_threads``)."""
     return openmp.omp_get_max_threads()
+
+
+def set_openmp_threads(int threads):
+    """The number of threads of the parallel loops that the calling thread starts from now on
+    (OpenMP's ``omp_set_num_threads``; ``refseg.threads.sized_to_load`` sets and restores
+    it)."""
+    openmp.omp_set_num_threads(threads)

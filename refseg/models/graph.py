@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from refseg.autograd.tensor import Tensor, grad_enabled
 from refseg.errors import InputError
+from refseg.threads import sized_to_load
 from refseg.autograd.layers import BatchNormalization, Conv2D, Layer, ReLU
 from refseg.trace import implements
 
@@ -90,8 +91,15 @@ class Graph:
 
     def run(self, given: dict[str, Tensor], outputs) -> dict[str, Tensor]:
         """Evaluate ``outputs`` (names) from the ``given`` values ({INPUT: images}, or the taps
-        by name to run only what follows them)."""
+        by name to run only what follows them), on as many threads as the machine's load
+        leaves free (``refseg.threads.sized_to_load``)."""
         outputs = list(outputs)
+        kind = ("graph run", id(self), tuple((name, given[name].shape) for name in sorted(given)),
+                tuple(outputs), grad_enabled())
+        with sized_to_load(kind):
+            return self._run(given, outputs)
+
+    def _run(self, given, outputs):
         order = self.required(outputs, provided=given)
         last_reader, readers = {}, {}
         for step, name in enumerate(order):

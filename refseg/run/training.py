@@ -42,6 +42,7 @@ from refseg.data import dataset
 from refseg.run import metrics
 from refseg.run.curves import write_curves
 from refseg.trace import implements, infrastructure
+from refseg.threads import sized_to_load
 
 #: Images per batch when computing taps and validation predictions (memory, not results).
 INFERENCE_BATCH = 8
@@ -615,11 +616,13 @@ def _train_epoch(model, optimizer, source, labels, config: TrainConfig, epoch: i
     for b in range(batches):
         index = np.sort(order[b * config.batch_size:(b + 1) * config.batch_size])
         y = labels[index]
-        p = _run(model, source, index)
-        loss = ag.categorical_crossentropy(p, y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        # the step's backward and update too, not its forward alone
+        with sized_to_load(("training step", id(model), len(index))):
+            p = _run(model, source, index)
+            loss = ag.categorical_crossentropy(p, y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
         loss_sum += float(loss.data) * y.size
         correct += int((p.data.argmax(axis=-1) == y).sum())
         pixels += y.size
