@@ -256,13 +256,17 @@ TIMED_RUNS = 3
 #: that a change in the load reaches the choice.
 RECHECK_EVERY = 8
 
+#: The share of the time that more threads must save, by median, to be chosen over fewer
+#: beside other processes: a thread that saves nothing only takes its core's time from them.
+MORE_THREADS_GAIN = 0.05
+
 #: Kinds of run whose timings are kept at most (then all are forgotten and measured anew).
 KINDS_KEPT = 64
 
 
 class ThreadChoice:
-    """Between the thread counts a loaded machine leaves in doubt, for one kind of run: the last
-    TIMED_RUNS wall times on each, and the faster by median.
+    """Between the two thread counts a loaded machine leaves in doubt, for one kind of run: the
+    last TIMED_RUNS wall times on each, and the choice between them.
 
     With another process on the cores, whether fewer threads are faster depends on the
     neighbour as much as on the run. Measured on 2 cores: beside a busy loop, a batch-1
@@ -275,14 +279,18 @@ class ThreadChoice:
         self.loaded_runs = 0
 
     def pick(self, candidates) -> int:
-        """The count to run next: each candidate in turn until it has TIMED_RUNS timings, then
-        the faster (fewer threads on a tie), and every RECHECK_EVERY runs the other."""
+        """The count to run next, of two: each in turn until it has TIMED_RUNS timings, then
+        the one with more threads if its median time is MORE_THREADS_GAIN below the other's,
+        else the one with fewer; every RECHECK_EVERY-th run after that, the count not chosen."""
         for threads in candidates:
             if len(self.seconds.get(threads, ())) < TIMED_RUNS:
                 return threads
         self.loaded_runs += 1
-        ranked = sorted(candidates, key=lambda t: (sorted(self.seconds[t])[TIMED_RUNS // 2], t))
-        return ranked[1] if self.loaded_runs % RECHECK_EVERY == 0 else ranked[0]
+        fewer, more = sorted(candidates)
+        median = {t: sorted(self.seconds[t])[TIMED_RUNS // 2] for t in (fewer, more)}
+        chosen, other = ((more, fewer) if median[more] < (1 - MORE_THREADS_GAIN) * median[fewer]
+                         else (fewer, more))
+        return other if self.loaded_runs % RECHECK_EVERY == 0 else chosen
 
     def record(self, threads: int, seconds: float) -> None:
         self.seconds.setdefault(threads, collections.deque(maxlen=TIMED_RUNS)).append(seconds)
@@ -323,8 +331,8 @@ def sized_to_load(kind=None):
     Where other processes kept cores busy since the previous block began
     (``threads_for_load``), the count is in doubt between the ceiling and fewer threads: for a
     ``kind`` of run (any hashable, e.g. the graph and its input shapes) the block's wall time
-    is kept and ``ThreadChoice`` picks the faster; without a kind, the fewer. On free cores the
-    ceiling runs. Nothing changes inside ``limit_threads``, inside another such block (the
+    is kept and ``ThreadChoice`` chooses; without a kind, the fewer threads run. On free
+    cores the ceiling runs. Nothing changes inside ``limit_threads``, inside another such block (the
     outer one decides), with ``REFSEG_ADAPTIVE_THREADS=0``, where ``/proc/stat`` cannot be
     read, and in the first block of a process (no earlier reading to measure from). Wraps
     each network run (``Graph.run``) and each training step.

@@ -134,8 +134,9 @@ def test_read_cpu_sees_a_busy_neighbour_and_not_this_process():
                       max_size=30))
 def test_thread_choice_times_each_count_then_runs_the_faster_and_rechecks_the_other(times):
     """The picks for candidates (1, 2) given the wall time each run would take on 1 and on 2
-    threads: 1 until it has TIMED_RUNS timings, then 2 until it has, then the lower median of
-    the last TIMED_RUNS timings (1 on a tie), the other every RECHECK_EVERY-th run after."""
+    threads: 1 until it has TIMED_RUNS timings, then 2 until it has, then 2 only where the
+    median of its last TIMED_RUNS timings is MORE_THREADS_GAIN below 1's, and the count not
+    chosen every RECHECK_EVERY-th run after."""
     choice, kept, exploited = threads.ThreadChoice(), {1: [], 2: []}, 0
     for on_one, on_two in times:
         picked = choice.pick((1, 2))
@@ -146,7 +147,7 @@ def test_thread_choice_times_each_count_then_runs_the_faster_and_rechecks_the_ot
         else:
             exploited += 1
             medians = {t: float(np.median(kept[t][-threads.TIMED_RUNS:])) for t in (1, 2)}
-            faster = 1 if medians[1] <= medians[2] else 2
+            faster = 2 if medians[2] < (1 - threads.MORE_THREADS_GAIN) * medians[1] else 1
             expected = 3 - faster if exploited % threads.RECHECK_EVERY == 0 else faster
         assert picked == expected
         seconds = on_one if picked == 1 else on_two
