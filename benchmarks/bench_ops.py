@@ -206,7 +206,7 @@ import numpy as np  # noqa: E402
 import refseg  # noqa: E402
 from refseg import _kernels  # noqa: E402
 from refseg import autograd as ag  # noqa: E402
-from refseg.threads import sized_to_load  # noqa: E402
+from refseg.threads import fixed_thread_count  # noqa: E402
 
 if ROW_LOOPS == "baseline":
     _kernels.use_avx512(False)
@@ -928,8 +928,8 @@ class RefsegNetTrainer:
         self.optimizer = RefsegAdam(params, learning_rate=config.learning_rate)
 
     def step(self) -> float:
-        # sized to the load as a step of refseg's training is (refseg.run.training)
-        with sized_to_load(("training step", id(self.model), len(self.x))):
+        # at a fixed thread count, as refseg's training runs (refseg.run.training.train)
+        with fixed_thread_count():
             p = self.model.forward(self.x)
             loss = ag.categorical_crossentropy(p, self.labels)
             del p

@@ -12,9 +12,11 @@ How many of OpenMP's threads a network run uses follows the machine's load
 (``sized_to_load``): a thread whose core another process keeps busy only takes turns with it,
 and refseg's runs measured slower on two such threads than on one. A product is cut into tiles
 by the thread count, and OpenBLAS may round a tile's elements otherwise than the whole
-product's (seen for 1 of 300 random float32 shapes, for none of the network's at 224x224), so
-outputs that must be reproducible to the bit (the golden bundle's network part) are computed
-with the pools pinned (``limit_threads``), which also keeps the load from changing the count.
+product's (seen for 1 of 300 random float32 shapes; not in the prediction at 224x224, which
+gave the same bits on 1 and 2 threads, but a training run's loss after 12 steps differed in the
+third decimal). So training keeps one count throughout (``fixed_thread_count``), and outputs
+that must be reproducible to the bit (the golden bundle's network part) are computed with the
+pools pinned (``limit_threads``), which also keeps the load from changing the count.
 """
 from __future__ import annotations
 
@@ -301,13 +303,26 @@ class _Depth(threading.local):
 
 
 _DEPTH = _Depth()
-_PINS = [0]  # limit_threads blocks open (any thread: they set the pools of the whole process)
+_PINS = [0]  # limit_threads and fixed_thread_count blocks open (in any thread)
 _LAST: list = [None]  # the reading taken at the start of the previous sized run
 _CHOICES: dict = {}
 
 #: (ceiling, threads) -> runs: how many runs ``sized_to_load`` started on how many threads,
 #: by OpenMP's count at the time; for the benchmark reports.
 SIZINGS: collections.Counter = collections.Counter()
+
+
+@contextlib.contextmanager
+def fixed_thread_count():
+    """Within the block (or the function it decorates), ``sized_to_load`` changes nothing:
+    every run keeps OpenMP's count, as inside ``limit_threads``, without setting it. For work
+    whose results must not depend on the load: training, whose resumed runs end bit for bit
+    where uninterrupted ones do, and whose taps and validation feed what it writes."""
+    _PINS[0] += 1
+    try:
+        yield
+    finally:
+        _PINS[0] -= 1
 
 
 def _candidates(ceiling: int) -> tuple[int, ...]:
@@ -333,9 +348,10 @@ def sized_to_load(kind=None):
     ``kind`` of run (any hashable, e.g. the graph and its input shapes) the block's wall time
     is kept and ``ThreadChoice`` chooses; without a kind, the fewer threads run. On free
     cores the ceiling runs. Nothing changes inside ``limit_threads``, inside another such block (the
-    outer one decides), with ``REFSEG_ADAPTIVE_THREADS=0``, where ``/proc/stat`` cannot be
-    read, and in the first block of a process (no earlier reading to measure from). Wraps
-    each network run (``Graph.run``) and each training step.
+    outer one decides), inside ``fixed_thread_count`` (all of training), with
+    ``REFSEG_ADAPTIVE_THREADS=0``, where ``/proc/stat`` cannot be read, and in the first block
+    of a process (no earlier reading to measure from). Wraps each network run
+    (``Graph.run``): a prediction batch, the taps, an evaluation batch.
     """
     from refseg._kernels import openmp_threads, set_openmp_threads
 

@@ -89,3 +89,27 @@ def tiny_demo(tmp_path_factory):
                        "--epochs", "1", "--input-size", "32x96", "--jobs", "1"])
     assert status == 0, log.getvalue()
     return out, log.getvalue()
+
+
+@pytest.fixture
+def loaded_machine(monkeypatch):
+    """``refseg.threads`` reads the machine as if other processes kept one of this process's
+    two cores fully busy, with OpenMP's count at 2 and no earlier reading or choice left (its
+    load-sized runs then take 1 thread, or time 1 against 2)."""
+    from refseg import _kernels, threads
+
+    clock = [0.0]
+
+    def reading(*_args, **_kwargs):
+        clock[0] += 1.0
+        return threads.CpuReading(wall=clock[0], busy=clock[0], own=0.0)
+
+    monkeypatch.setattr(threads, "read_cpu", reading)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(threads, "_LAST", [None])
+    monkeypatch.setattr(threads, "_CHOICES", {})
+    monkeypatch.delenv(threads.ADAPTIVE_ENV, raising=False)
+    ceiling = _kernels.openmp_threads()
+    _kernels.set_openmp_threads(2)
+    yield
+    _kernels.set_openmp_threads(ceiling)

@@ -155,27 +155,6 @@ def test_thread_choice_times_each_count_then_runs_the_faster_and_rechecks_the_ot
         choice.record(picked, seconds)
 
 
-@pytest.fixture
-def loaded_machine(monkeypatch):
-    """Other processes seem to keep one core of this process's two fully busy, OpenMP's count
-    is 2, and no earlier reading or choice is left."""
-    clock = [0.0]
-
-    def reading(*_args, **_kwargs):
-        clock[0] += 1.0
-        return threads.CpuReading(wall=clock[0], busy=clock[0], own=0.0)
-
-    monkeypatch.setattr(threads, "read_cpu", reading)
-    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(threads, "_LAST", [None])
-    monkeypatch.setattr(threads, "_CHOICES", {})
-    monkeypatch.delenv(threads.ADAPTIVE_ENV, raising=False)
-    ceiling = _kernels.openmp_threads()
-    _kernels.set_openmp_threads(2)
-    yield
-    _kernels.set_openmp_threads(ceiling)
-
-
 def test_sized_to_load_runs_fewer_threads_beside_a_neighbour_and_puts_the_count_back(
         loaded_machine):
     with threads.sized_to_load() as first:
@@ -229,3 +208,13 @@ def test_a_prediction_beside_a_neighbour_times_both_counts_and_computes_what_the
     for count, run in ((2, runs[0]), (1, runs[1]), (2, runs[-1])):
         with limit_threads(count):
             assert np.array_equal(run, model.predict(x))
+
+
+def test_fixed_thread_count_keeps_the_count_beside_a_neighbour(loaded_machine):
+    with threads.sized_to_load():
+        pass
+    with threads.fixed_thread_count():
+        with threads.sized_to_load() as count:
+            assert count == 2 == _kernels.openmp_threads()
+    with threads.sized_to_load() as count:
+        assert count == 1

@@ -42,7 +42,7 @@ from refseg.data import dataset
 from refseg.run import metrics
 from refseg.run.curves import write_curves
 from refseg.trace import implements, infrastructure
-from refseg.threads import sized_to_load
+from refseg.threads import fixed_thread_count
 
 #: Images per batch when computing taps and validation predictions (memory, not results).
 INFERENCE_BATCH = 8
@@ -335,6 +335,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+@fixed_thread_count()
 @implements("claim1.step3.train", "claim4.propagation", "claim4.update",
             "claim5.training_module")
 def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
@@ -366,6 +367,10 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     -------
     list of dict
         One entry per epoch, as written to ``metrics.jsonl``.
+
+    The whole run keeps OpenMP's thread count whatever the machine's load
+    (``refseg.threads.fixed_thread_count``): a product's rounding may follow the count, and a
+    resumed run must end bit for bit where the uninterrupted one does.
 
     Notes
     -----
@@ -616,13 +621,11 @@ def _train_epoch(model, optimizer, source, labels, config: TrainConfig, epoch: i
     for b in range(batches):
         index = np.sort(order[b * config.batch_size:(b + 1) * config.batch_size])
         y = labels[index]
-        # the step's backward and update too, not its forward alone
-        with sized_to_load(("training step", id(model), len(index))):
-            p = _run(model, source, index)
-            loss = ag.categorical_crossentropy(p, y)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+        p = _run(model, source, index)
+        loss = ag.categorical_crossentropy(p, y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
         loss_sum += float(loss.data) * y.size
         correct += int((p.data.argmax(axis=-1) == y).sum())
         pixels += y.size

@@ -102,6 +102,22 @@ def test_resume_after_a_kill_gives_the_uninterrupted_weights(tmp_path, data, str
             k: v for k, v in b.items() if k != "seconds"}
 
 
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_training_beside_a_busy_neighbour_keeps_its_thread_count_and_its_bits(
+        tmp_path, data, straight, loaded_machine):
+    """Other processes seem to keep a core busy: no graph run of training is sized to the load
+    (its taps, steps and validation keep OpenMP's count), and the run ends bit for bit where
+    the same run did beside no one."""
+    from refseg import threads
+
+    before = threads.SIZINGS.copy()
+    quiet_train(data, tmp_path / "loaded", TrainConfig(**SMALL))
+    assert threads.SIZINGS == before
+    expected = checkpoint_arrays(straight[0])
+    for key, value in checkpoint_arrays(tmp_path / "loaded").items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=key)
+
+
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
 def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path, data):
     """--train-backbone (R-frozen): backbone kernels and moving statistics change; a run stopped after
