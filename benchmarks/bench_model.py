@@ -307,9 +307,9 @@ def settle_thread_choice(run) -> None:
 def sizing_line(counts, threads: int) -> str:
     """What refseg's load-sized thread count chose in the timed rounds."""
     rows = []
-    for ceiling, label in ((threads, "refseg"), (1, "refseg 1 thread")):
-        chose = {t: n for (c, t), n in sorted(counts.items()) if c == ceiling}
-        if chose and (ceiling != 1 or threads > 1):
+    for ceiling, label in ((threads, "refseg"), (1, "refseg 1 thread"))[:1 + (threads > 1)]:
+        chose = {t: n for (c, t), n in counts.items() if c == ceiling}
+        if chose:
             rows.append(f"{label}: " + ", ".join(
                 f"{n} run{'s' * (n != 1)} on {t} thread{'s' * (t != 1)}"
                 for t, n in sorted(chose.items(), reverse=True)))

@@ -271,10 +271,10 @@ class ThreadChoice:
     last TIMED_RUNS wall times on each, and the choice between them.
 
     With another process on the cores, whether fewer threads are faster depends on the
-    neighbour as much as on the run. Measured on 2 cores: beside a busy loop, a batch-1
-    prediction took 6 % longer on 2 threads than on 1; beside a neighbour computing in bursts
-    on 2 threads, a batch-8 prediction took 18 % less time on 2. So the counts are timed, not
-    assumed."""
+    neighbour as much as on the run. Measured on 2 cores of an Intel Xeon: beside a busy
+    loop, a batch-1 prediction took 6 % longer on 2 threads than on 1; beside a neighbour
+    computing in bursts on 2 threads, a batch-8 prediction took 18 % less time on 2. So the
+    counts are timed, not assumed."""
 
     def __init__(self):
         self.seconds: dict[int, collections.deque] = {}
@@ -347,8 +347,8 @@ def sized_to_load(kind=None):
     (``threads_for_load``), the count is in doubt between the ceiling and fewer threads: for a
     ``kind`` of run (any hashable, e.g. the graph and its input shapes) the block's wall time
     is kept and ``ThreadChoice`` chooses; without a kind, the fewer threads run. On free
-    cores the ceiling runs. Nothing changes inside ``limit_threads``, inside another such block (the
-    outer one decides), inside ``fixed_thread_count`` (all of training), with
+    cores the ceiling runs. Nothing changes inside ``limit_threads``, inside another such
+    block (the outer one decides), inside ``fixed_thread_count`` (all of training), with
     ``REFSEG_ADAPTIVE_THREADS=0``, where ``/proc/stat`` cannot be read, and in the first block
     of a process (no earlier reading to measure from). Wraps each network run
     (``Graph.run``): a prediction batch, the taps, an evaluation batch.

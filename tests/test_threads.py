@@ -1,12 +1,20 @@
 """refseg's own thread control of the native libraries, read back by threadpoolctl (an anchor:
-an independent reading of the same libraries' thread counts)."""
+an independent reading of the same libraries' thread counts), and the thread count of a network
+run sized to the machine's load, on real and on simulated neighbours."""
 import os
+import subprocess
+import sys
+import time
 
+import numpy as np
 import pytest
 # loads SciPy's own OpenBLAS, so that both BLAS copies are checked
 import scipy.linalg  # noqa: F401
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anchors import require
+from refseg import _kernels, threads
 from refseg.errors import InputError
 from refseg.threads import limit_threads, native_pools
 
@@ -48,17 +56,6 @@ def test_limit_threads_refuses_what_is_not_a_positive_integer(bad):
 
 
 # --- the thread count of a run, from the machine's load ------------------------------------
-
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from refseg import _kernels  # noqa: E402
-from refseg import threads  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None)
