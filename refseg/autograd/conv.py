@@ -371,14 +371,22 @@ DIRECT_MAX_PRODUCTS = 256
 WINOGRAD_MIN_CHANNELS = 16
 
 #: Fewest 2x2 output tiles (N * ceil(Ho / 2) * ceil(Wo / 2)) of a convolution that takes the
-#: Winograd route by default: its 16 products have one row per tile, and OpenBLAS splits
-#: products of a few dozen rows poorly over two threads, while im2col's one product has 4
-#: rows per tile. Measured on 2 cores, forward, Winograd over im2col time: 512 -> 512 at 7x7
-#: 1.8-3.1 (16 tiles), 1.1-2.1 (64), 1.1-1.5 (128); 576 -> 576 at 14x14 1.1-1.9 (49 tiles),
-#: 0.85-1.4 (98); 256 -> 256 at 14x14 0.8-0.9 (196). The decoder's x13 and x2 (49 tiles
-#: per image) take Winograd from batch 4 on, ResNet50V2's conv5 (16 per image) never below
-#: batch 10.
+#: Winograd route by default, unless each image has WINOGRAD_MIN_IMAGE_TILES: its 16 products
+#: have one row per tile, and a product of a few dozen rows runs well below the BLAS's best,
+#: while im2col's one product has 4 rows per tile. Measured on 2 cores, forward, Winograd over
+#: im2col time: 512 -> 512 at 7x7 1.8-3.1 (16 tiles), 1.1-2.1 (64), 1.1-1.5 (128). ResNet50V2's
+#: conv5 (7x7, 16 tiles per image) takes Winograd from batch 10 on.
 WINOGRAD_MIN_TILES = 160
+
+#: Fewest 2x2 output tiles per image that take the Winograd route whatever the batch size: the
+#: 14x14 layers (49 tiles) at batch 1. Each of the 16 products is then a tile of its own on
+#: refseg's thread pool, and the route multiplies 2.25 times less. Measured on 2 cores (AMD
+#: EPYC Zen 1, AVX2, no AVX-512), batch 1, forward with the kernel transform, im2col ->
+#: Winograd: 576 -> 576 at 14x14 19.1 -> 14.7 ms, 256 -> 256 at 14x14 (five layers) 20.5 ->
+#: 16.3 ms, 720 -> 256 11.0 -> 9.5 ms, the whole prediction 355 -> 348 ms; on a Zen 4 (1 MiB
+#: of L2 per core) the same layers were level (576 -> 576: 3.0-3.4 against 2.9-3.6 ms).
+#: 512 -> 512 at 7x7 (16 tiles) took 16.5 -> 21.8 ms, below the bound.
+WINOGRAD_MIN_IMAGE_TILES = 49
 
 #: The same threshold for the gradients (input and kernel) of a convolution, which conv2d
 #: routes on their own, whatever route its forward pass took. Lower, because im2col's kernel
@@ -447,7 +455,8 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=Fals
         for a 3x3 kernel with Cin and Cout >= WINOGRAD_MIN_CHANNELS and a dtype in
         WINOGRAD_DTYPES, "winograd4" (F(4x4, 3x3)) with at least WINOGRAD4_MIN_TILES 4x4
         output tiles, else "winograd" (F(2x2, 3x3)) with at least WINOGRAD_MIN_TILES 2x2 tiles
-        (or when out_shape is None); "im2col" otherwise. FORCE_ROUTE overrides the choice.
+        or WINOGRAD_MIN_IMAGE_TILES per image (or when out_shape is None); "im2col"
+        otherwise. FORCE_ROUTE overrides the choice.
     """
     kh, kw, cin, cout = w_shape
     if strides != (1, 1):
@@ -467,7 +476,8 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=Fals
     if n * -(-ho // 4) * -(-wo // 4) >= WINOGRAD4_MIN_TILES:
         return "winograd4"
     min_tiles = WINOGRAD_GRADIENT_MIN_TILES if gradient else WINOGRAD_MIN_TILES
-    if n * -(-ho // 2) * -(-wo // 2) >= min_tiles:
+    image_tiles = -(-ho // 2) * -(-wo // 2)
+    if n * image_tiles >= min_tiles or image_tiles >= WINOGRAD_MIN_IMAGE_TILES:
         return "winograd"
     return "im2col"
 

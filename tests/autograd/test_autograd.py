@@ -771,7 +771,9 @@ def test_default_routes_of_stride1_convolutions():
     assert conv_route((3, 3, 144, 256), (1, 1), f32, (1, 56, 56)) == "winograd4"  # x7b: 196
     assert conv_route((3, 3, 256, 128), (1, 1), f32, (1, 28, 28)) == "winograd"  # x5: 49 4x4
     assert conv_route((3, 3, 256, 128), (1, 1), f32, (4, 28, 28)) == "winograd4"
-    assert conv_route((3, 3, 576, 576), (1, 1), f32, (1, 14, 14)) == "im2col"  # x13: 49 tiles
+    assert conv_route((3, 3, 576, 576), (1, 1), f32, (1, 14, 14)) == "winograd"  # x13: 49 tiles
+    assert conv_route((3, 3, 512, 512), (1, 1), f32, (1, 7, 7)) == "im2col"  # conv5: 16 tiles
+    assert conv_route((3, 3, 512, 512), (1, 1), f32, (10, 7, 7)) == "winograd"  # 160 in all
     assert conv_route((3, 3, 576, 576), (1, 1), f32, (4, 14, 14)) == "winograd"
     assert conv_route((3, 3, 512, 512), (1, 1), f32, (8, 7, 7)) == "im2col"  # conv5: 16 each
     assert conv_route((3, 3, 96, 64), (1, 1), f64, (1, 112, 112)) == "im2col"
@@ -791,14 +793,14 @@ def test_default_routes_of_stride1_convolutions():
 
 @pytest.mark.claim("claim4.propagation")
 def test_gradients_take_their_own_route():
-    """A convolution with 49 2x2 tiles: forward on im2col, gradients on F(2x2, 3x3). The
+    """Two 7x7 images, 32 2x2 tiles: forward on im2col, gradients on F(2x2, 3x3). The
     output equals the im2col route's bit for bit, the gradients the Winograd route's."""
     rng = np.random.default_rng(3)
-    arrays = [rng.standard_normal((1, 14, 14, 24)), rng.standard_normal((3, 3, 24, 20)) / 15,
+    arrays = [rng.standard_normal((2, 7, 7, 24)), rng.standard_normal((3, 3, 24, 20)) / 15,
               rng.standard_normal(20)]
-    projection = rng.standard_normal((1, 14, 14, 20))
-    assert conv_route((3, 3, 24, 20), (1, 1), np.float32, (1, 14, 14)) == "im2col"
-    assert conv_route((3, 3, 24, 20), (1, 1), np.float32, (1, 14, 14), gradient=True) == (
+    projection = rng.standard_normal((2, 7, 7, 20))
+    assert conv_route((3, 3, 24, 20), (1, 1), np.float32, (2, 7, 7)) == "im2col"
+    assert conv_route((3, 3, 24, 20), (1, 1), np.float32, (2, 7, 7), gradient=True) == (
         "winograd")
     mixed = _conv_and_gradients(arrays, projection, np.float32, "same", None)
     im2col = _conv_and_gradients(arrays, projection, np.float32, "same", "im2col")
