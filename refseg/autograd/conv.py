@@ -374,8 +374,10 @@ WINOGRAD_MIN_CHANNELS = 16
 #: Winograd route by default, unless each image has WINOGRAD_MIN_IMAGE_TILES: its 16 products
 #: have one row per tile, and a product of a few dozen rows runs well below the BLAS's best,
 #: while im2col's one product has 4 rows per tile. Measured on 2 cores, forward, Winograd over
-#: im2col time: 512 -> 512 at 7x7 1.8-3.1 (16 tiles), 1.1-2.1 (64), 1.1-1.5 (128). ResNet50V2's
-#: conv5 (7x7, 16 tiles per image) takes Winograd from batch 10 on.
+#: im2col time: 512 -> 512 at 7x7 1.8-3.1 (16 tiles), 1.1-2.1 (64), 1.1-1.5 (128); 576 -> 576
+#: at 14x14 1.1-1.9 (49 tiles), 0.85-1.4 (98), while OpenBLAS's own threads still split each
+#: product (before refseg's one thread pool; WINOGRAD_MIN_IMAGE_TILES has the later figures).
+#: ResNet50V2's conv5 (7x7, 16 tiles per image) takes Winograd from batch 10 on.
 WINOGRAD_MIN_TILES = 160
 
 #: Fewest 2x2 output tiles per image that take the Winograd route whatever the batch size: the
