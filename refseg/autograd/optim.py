@@ -71,19 +71,21 @@ class Adam:
 
     def step(self):
         """One update of every trainable parameter that has a gradient."""
-        self.iterations += 1
-        t = self.iterations
-        bias1, bias2 = 1.0 - self.beta_1 ** t, 1.0 - self.beta_2 ** t
         update = kernels(self.backend).adam_update
-        for name, p in zip(self.names, self.params):
-            if not p.requires_grad or p.grad is None:
-                continue
+        stepped = [(name, p) for name, p in zip(self.names, self.params)
+                   if p.requires_grad and p.grad is not None]
+        # every gradient is checked before any parameter moves: a refused step changes nothing
+        for name, p in stepped:
             if p.grad.shape != p.shape or not np.isfinite(p.grad).all():
                 raise InputError(f"Adam: gradient of {name} has shape {p.grad.shape} or "
                                  "non-finite values")
             for array in (p.data, self.m[name], self.v[name]):
                 if not array.flags.c_contiguous:
                     raise InputError(f"Adam: {name} is not C-contiguous")
+        self.iterations += 1
+        t = self.iterations
+        bias1, bias2 = 1.0 - self.beta_1 ** t, 1.0 - self.beta_2 ** t
+        for name, p in stepped:
             update(p.data.reshape(-1), np.ascontiguousarray(p.grad, dtype=p.dtype).reshape(-1),
                    self.m[name].reshape(-1), self.v[name].reshape(-1), self.learning_rate,
                    self.beta_1, self.beta_2, self.epsilon, bias1, bias2)

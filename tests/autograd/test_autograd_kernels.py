@@ -178,34 +178,49 @@ def test_batch_norm_kernels(dtype, x):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
 
 
-def elementwise_cases(max_channels):
-    """Parameters of the elementwise kernel tests: both dtypes; a drawn array of up to 40 rows
-    (one thread) or PARALLEL_ROWS rows (all threads) of up to ``max_channels`` columns; a seed."""
-    def decorate(test):
-        test = settings(suppress_health_check=[HealthCheck.too_slow])(test)
-        test = given(values=hnp.arrays(np.float64, st.tuples(st.integers(1, 40),
-                                                             st.integers(1, max_channels)),
-                                       elements=st.floats(-10, 10)),
-                     seed=st.integers(0, 2**16))(test)
-        test = pytest.mark.parametrize("rows", [None, PARALLEL_ROWS])(test)
-        return pytest.mark.parametrize("dtype", [np.float32, np.float64])(test)
+#: Examples of each elementwise check on PARALLEL_ROWS rows: a fifth of the profile's. Only the
+#: seed and the column count vary there, and each example runs a million elements through both
+#: backends; the drawn small arrays keep the profile's full count.
+PARALLEL_EXAMPLES = max(6, settings().max_examples // 5)
+
+
+def elementwise_cases(max_channels, *claims):
+    """The two tests of one elementwise kernel check ``check(x, dtype, rng)``, in both dtypes:
+    on a drawn array of up to 40 rows of up to ``max_channels`` columns (one thread), and on
+    PARALLEL_ROWS uniform rows of a drawn column count (all threads), each with NaN, infinities
+    and signed zeros planted first. Returns the pair (small, on all threads)."""
+    def decorate(check):
+        def small(dtype, values, seed):
+            check(_with_specials(values, dtype), dtype, np.random.default_rng(seed))
+
+        def on_all_threads(dtype, columns, seed):
+            rng = np.random.default_rng(seed)
+            check(_with_specials(rng.uniform(-10, 10, (PARALLEL_ROWS, columns)), dtype), dtype,
+                  rng)
+
+        slow_ok = [HealthCheck.too_slow]
+        small = settings(suppress_health_check=slow_ok)(given(
+            values=hnp.arrays(np.float64, st.tuples(st.integers(1, 40),
+                                                    st.integers(1, max_channels)),
+                              elements=st.floats(-10, 10)),
+            seed=st.integers(0, 2**16))(small))
+        on_all_threads = settings(suppress_health_check=slow_ok, max_examples=PARALLEL_EXAMPLES)(
+            given(columns=st.integers(1, max_channels), seed=st.integers(0, 2**16))(
+                on_all_threads))
+        tests = []
+        for test, suffix in ((small, ""), (on_all_threads, "_on_all_threads")):
+            test = pytest.mark.parametrize("dtype", [np.float32, np.float64])(test)
+            test = pytest.mark.claim(*claims)(test)
+            test.__name__ = test.__qualname__ = check.__name__.replace("check_", "test_") + suffix
+            test.__doc__ = check.__doc__
+            tests.append(test)
+        return tuple(tests)
     return decorate
 
 
-def elementwise_input(values, rows, dtype, rng):
-    """The drawn values (or PARALLEL_ROWS uniform rows) with NaN, infinities and signed zeros."""
-    if rows is not None:
-        values = rng.uniform(-10, 10, (rows, values.shape[1]))
-    return _with_specials(values, dtype)
-
-
-@pytest.mark.claim("claim2.backbones", "claim4.propagation")
-@elementwise_cases(max_channels=20)
-def test_batch_norm_training_kernels(dtype, rows, values, seed):
+def check_batch_norm_training_kernels(x, dtype, rng):
     """Training-mode batch norm, forward (xhat and output) and input gradient, with NaN,
     infinities and signed zeros: bit for bit, on one thread and on all."""
-    rng = np.random.default_rng(seed)
-    x = elementwise_input(values, rows, dtype, rng)
     c = x.shape[1]
     mean, inv_std, gamma, beta, coef, sum_g, sum_gx = (
         rng.uniform(-3, 3, c).astype(dtype) for _ in range(7))
@@ -217,6 +232,11 @@ def test_batch_norm_training_kernels(dtype, rows, values, seed):
     pair = both("batch_norm_backward", g, x, coef, sum_g, sum_gx, dtype(x.shape[0]),
                 outputs=[(x.shape, dtype)])
     np.testing.assert_array_equal(*pair[0] + pair[1])
+
+
+test_batch_norm_training_kernels, test_batch_norm_training_kernels_on_all_threads = (
+    elementwise_cases(20, "claim2.backbones", "claim4.propagation")(
+        check_batch_norm_training_kernels))
 
 
 @pytest.mark.claim("claim2.backbones", "claim4.propagation")
@@ -258,6 +278,24 @@ def test_adam_update(dtype, values, t):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.claim("claim4.update")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_update_on_all_threads(dtype):
+    """Enough elements for Adam's split across the threads (an eighth of
+    PARALLEL_MIN_ELEMENTS): still bit for bit the twin's."""
+    rng = np.random.default_rng(7)
+    n = fast.PARALLEL_MIN_ELEMENTS // 8 + 7
+    p0, g, m0 = (rng.uniform(-10, 10, n).astype(dtype) for _ in range(3))
+    v0 = rng.uniform(0, 10, n).astype(dtype)
+    results = []
+    for module in (fast, twin):
+        p, m, v = p0.copy(), m0.copy(), v0.copy()
+        module.adam_update(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1 - 0.9 ** 3, 1 - 0.999 ** 3)
+        results.append((p, m, v))
+    for a, b in zip(*results):
+        assert np.array_equal(a, b)
+
+
 def _with_specials(values, dtype):
     """values with NaN, +-inf, -0.0 and 0.0 planted in the first elements."""
     out = values.astype(dtype).reshape(-1)
@@ -266,14 +304,10 @@ def _with_specials(values, dtype):
     return out.reshape(values.shape)
 
 
-@pytest.mark.claim("claim2.backbones", "claim2.fusion")
-@elementwise_cases(max_channels=4)
-def test_inference_elementwise(dtype, rows, values, seed):
+def check_inference_elementwise(x, dtype, rng):
     """Batch-norm multiply-add (alone, and with the ReLU / ReLU6 clamp in the same pass), ReLU /
     ReLU6 clamps and the sum, with NaN, infinities and signed zeros: bit for bit (NaN where the
     twin has NaN)."""
-    rng = np.random.default_rng(seed)
-    x = elementwise_input(values, rows, dtype, rng)
     c = x.shape[1]
     scale, shift = (rng.uniform(-3, 3, c).astype(dtype) for _ in range(2))
     for low, high in ((-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)):
@@ -294,14 +328,16 @@ def test_inference_elementwise(dtype, rows, values, seed):
     np.testing.assert_array_equal(*pair[0] + pair[1])
 
 
-@pytest.mark.claim("claim2.fusion", "claim2.backbones")
-@elementwise_cases(max_channels=7)
-def test_bias_padding_and_softmax_kernels(dtype, rows, values, seed):
-    """The bias sum (also in place; with a ReLU / ReLU6 clamp, and without), zero padding and softmax's row shift and normalisation,
-    with NaN, infinities and signed zeros: bit for bit. Softmax's kernels run on rows of up to
-    7 values (SOFTMAX_ROW_KERNEL_MAX), which NumPy sums left to right as they do."""
-    rng = np.random.default_rng(seed)
-    x = elementwise_input(values, rows, dtype, rng)
+test_inference_elementwise, test_inference_elementwise_on_all_threads = (
+    elementwise_cases(4, "claim2.backbones", "claim2.fusion")(
+        check_inference_elementwise))
+
+
+def check_bias_padding_and_softmax_kernels(x, dtype, rng):
+    """The bias sum (also in place; with a ReLU / ReLU6 clamp, and without), zero padding and
+    softmax's row shift and normalisation, with NaN, infinities and signed zeros: bit for bit.
+    Softmax's kernels run on rows of up to 7 values (SOFTMAX_ROW_KERNEL_MAX), which NumPy sums
+    left to right as they do."""
     c = x.shape[1]
     shift = rng.uniform(-3, 3, c).astype(dtype)
     for low, high in ((0.0, np.inf), (0.0, 6.0), (-np.inf, np.inf)):
@@ -319,12 +355,17 @@ def test_bias_padding_and_softmax_kernels(dtype, rows, values, seed):
     e = np.abs(x) + rng.uniform(0, 1, x.shape).astype(dtype)
     pair = both("divide_by_row_sum", e, outputs=[(x.shape, dtype)])
     np.testing.assert_array_equal(*pair[0] + pair[1])
-    n = 2 if rows is not None else 1
+    n = 2 if x.shape[0] > 40 else 1
     images = x[:x.shape[0] // n * n].reshape(n, -1, 1, c)
     t, b, l, r = rng.integers(0, 4, 4)
     out_shape = (n, images.shape[1] + t + b, 1 + l + r, c)
     pair = both("zero_pad", images, t, l, outputs=[(out_shape, dtype)])
     np.testing.assert_array_equal(*pair[0] + pair[1])
+
+
+test_bias_padding_and_softmax_kernels, test_bias_padding_and_softmax_kernels_on_all_threads = (
+    elementwise_cases(7, "claim2.fusion", "claim2.backbones")(
+        check_bias_padding_and_softmax_kernels))
 
 
 @pytest.mark.claim("claim2.fusion")

@@ -89,6 +89,26 @@ def test_adam_skips_frozen_parameters_and_refuses_bad_state(tmp_path):
         Adam([free, free])
 
 
+@pytest.mark.claim("claim4.update")
+@pytest.mark.parametrize("bad", [np.nan, np.inf, "shape"])
+def test_a_refused_step_moves_no_parameter(bad):
+    """A non-finite or misshapen gradient on the last parameter is refused before any update:
+    the first parameter, the moments and the step count stay as they were."""
+    first = ag.Tensor(np.ones(3), requires_grad=True, name="first")
+    last = ag.Tensor(np.ones(2), requires_grad=True, name="last")
+    opt = Adam([first, last])
+    first.grad, last.grad = np.ones(3), np.ones(2)
+    opt.step()
+    before = (first.data.copy(), opt.m["first"].copy(), opt.v["first"].copy())
+    first.grad = np.ones(3)
+    last.grad = np.ones(3) if bad == "shape" else np.array([1.0, bad])
+    with pytest.raises(InputError, match="gradient of last"):
+        opt.step()
+    for a, b in zip(before, (first.data, opt.m["first"], opt.v["first"])):
+        np.testing.assert_array_equal(a, b)
+    assert opt.iterations == 1
+
+
 @pytest.mark.claim("claim4.propagation")
 def test_layers_name_their_weights_as_keras_does():
     conv = layers.Conv2D("x2", 4, 3)

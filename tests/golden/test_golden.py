@@ -287,34 +287,27 @@ def test_pickled_or_unreadable_candidates(bundle, tmp_path, capsys):
 
 
 @pytest.mark.infrastructure
-def test_write_is_byte_identical_twice_and_across_thread_counts(bundle, tmp_path):
+def test_write_is_byte_identical_across_thread_counts_and_without_the_optional_libraries(
+        bundle, tmp_path):
+    """Two more writes, side by side, give the bundle's bytes: one on 1 thread with
+    scikit-image and threadpoolctl made unimportable (the runtime dependencies are numpy, scipy
+    and pillow), one on 2 threads with both present."""
     folder = bundle[0]  # written with --with-weights: the manifest is the same without
+    blocked = "sys.modules['skimage'] = None; sys.modules['threadpoolctl'] = None; "
     procs = []
-    for threads in ("1", "2"):
+    for threads, block in (("1", blocked), ("2", "")):
+        code = (f"import sys; {block}from refseg import cli; "
+                f"sys.exit(cli.main(['golden', 'write', {str(tmp_path / threads)!r}]))")
         env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-P", "-m", "refseg", "golden", "write", str(tmp_path / threads)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen([sys.executable, "-P", "-c", code], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
     for threads in ("1", "2"):
         for name in ("arrays.npz", "manifest.json"):
-            assert (tmp_path / threads / name).read_bytes() == (folder / name).read_bytes()
-
-
-@pytest.mark.infrastructure
-def test_write_needs_neither_scikit_image_nor_threadpoolctl(bundle, tmp_path):
-    """The runtime dependencies are numpy, scipy and pillow: with the two optional libraries
-    made unimportable, golden write still writes the same bytes."""
-    folder = bundle[0]
-    code = ("import sys; sys.modules['skimage'] = None; sys.modules['threadpoolctl'] = None; "
-            "from refseg import cli; "
-            f"sys.exit(cli.main(['golden', 'write', {str(tmp_path / 'b')!r}]))")
-    r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    for name in ("arrays.npz", "manifest.json"):
-        assert (tmp_path / "b" / name).read_bytes() == (folder / name).read_bytes()
+            assert (tmp_path / threads / name).read_bytes() == (folder / name).read_bytes(), \
+                f"{threads} thread(s): {name}"
 
 
 @pytest.mark.infrastructure

@@ -230,8 +230,9 @@ def test_a_run_can_start_from_another_runs_checkpoint_at_another_input_size(tmp_
     assert [h["epoch"] for h in history] == [1, 2]
     whole = tmp_path / "whole"
     quiet_train(data, whole, config)
+    resumed = checkpoint_arrays(run)
     for key, value in checkpoint_arrays(whole).items():
-        np.testing.assert_array_equal(checkpoint_arrays(run)[key], value, err_msg=key)
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
 
     with pytest.raises(InputError, match="branches"):
         quiet_train(data, tmp_path / "one", TrainConfig(**SMALL, branches=("mobilenetv2",),
@@ -477,9 +478,10 @@ def test_resume_refuses_another_data_set_and_accepts_the_same_one_moved(tmp_path
     assert "data set moved" in log.getvalue()
     whole = tmp_path / "whole"
     quiet_train(data, whole, config)
-    assert checkpoint_arrays(run).keys() == checkpoint_arrays(whole).keys()
-    for key, value in checkpoint_arrays(whole).items():
-        np.testing.assert_array_equal(checkpoint_arrays(run)[key], value, err_msg=key)
+    resumed, expected = checkpoint_arrays(run), checkpoint_arrays(whole)
+    assert resumed.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
 
 
 @pytest.mark.claim("claim1.step4.predict", "claim5.output_module")
