@@ -35,7 +35,18 @@ def glorot_uniform(shape, rng: np.random.Generator, dtype=np.float32) -> np.ndar
     receptive = int(np.prod(shape[:-2])) if len(shape) > 2 else 1
     fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
     limit = np.sqrt(6.0 / (fan_in + fan_out))
-    return rng.uniform(-limit, limit, size=shape).astype(dtype)
+    out = np.empty(shape, dtype=dtype)
+    flat = out.reshape(-1)
+    # drawn in blocks: each value takes the next double of the stream, so the values are those of
+    # one draw of the whole shape, without a float64 array of the whole shape to page in
+    for start in range(0, flat.size, GLOROT_BLOCK):
+        block = flat[start:start + GLOROT_BLOCK]
+        block[...] = rng.uniform(-limit, limit, size=block.size)
+    return out
+
+
+#: Values drawn at a time by ``glorot_uniform`` (8 MiB of float64).
+GLOROT_BLOCK = 1 << 20
 
 
 @implements("claim4.propagation")

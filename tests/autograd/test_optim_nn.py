@@ -135,6 +135,22 @@ def test_glorot_uniform_bounds_and_seed(shape, seed):
 
 
 @pytest.mark.claim("claim4.propagation")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_glorot_uniform_drawn_in_blocks_is_one_draw_of_the_whole_shape(dtype):
+    """A kernel of more than two blocks (GLOROT_BLOCK values) holds the values of one
+    ``uniform`` draw of its whole shape, rounded to its dtype, and leaves the generator where
+    that draw leaves it."""
+    shape = (3, 3, 512, 2 * layers.GLOROT_BLOCK // 4608 + 7)
+    limit = np.sqrt(6 / (9 * 512 + 9 * shape[3]))
+    rng, expected_rng = np.random.default_rng(11), np.random.default_rng(11)
+    got = layers.glorot_uniform(shape, rng, dtype)
+    expected = expected_rng.uniform(-limit, limit, size=shape).astype(dtype)
+    assert got.size > 2 * layers.GLOROT_BLOCK and got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
+    assert rng.random() == expected_rng.random()
+
+
+@pytest.mark.claim("claim4.propagation")
 def test_frozen_layers_get_no_gradient_and_frozen_bn_uses_moving_statistics():
     """[0143], [0230], [0241]: frozen backbone weights receive no gradient and do not change."""
     rng = np.random.default_rng(0)
