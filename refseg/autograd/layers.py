@@ -16,6 +16,10 @@ from refseg.errors import InputError
 from refseg.trace import implements
 
 
+#: Values drawn at a time by ``glorot_uniform`` (8 MiB of float64).
+GLOROT_BLOCK = 1 << 20
+
+
 @implements("claim4.propagation")
 def glorot_uniform(shape, rng: np.random.Generator, dtype=np.float32) -> np.ndarray:
     """Keras' default kernel initialiser: U(-l, l), l = sqrt(6 / (fan_in + fan_out)), with
@@ -43,10 +47,6 @@ def glorot_uniform(shape, rng: np.random.Generator, dtype=np.float32) -> np.ndar
         block = flat[start:start + GLOROT_BLOCK]
         block[...] = rng.uniform(-limit, limit, size=block.size)
     return out
-
-
-#: Values drawn at a time by ``glorot_uniform`` (8 MiB of float64).
-GLOROT_BLOCK = 1 << 20
 
 
 @implements("claim4.propagation")
