@@ -896,7 +896,7 @@ class TorchTrainer:
 def net_config():
     """The training settings the step is taken from: ``refseg train``'s defaults (batch 8 at
     64x224, both backbones, Adam at 1e-3)."""
-    from refseg.run.training import TrainConfig
+    from refseg.run.config import TrainConfig
 
     return TrainConfig(train_backbone=True)
 

@@ -61,7 +61,7 @@ _PUBLIC = {
     "write_synthetic_dataset": "refseg.data.synthetic",
     "load_dataset": "refseg.data.dataset",
     "network_input": "refseg.data.inputs",
-    "TrainConfig": "refseg.run.training",
+    "TrainConfig": "refseg.run.config",
     "train": "refseg.run.training",
     "load_run": "refseg.run.training",
     "predict_image": "refseg.run.evaluation",

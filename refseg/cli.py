@@ -254,12 +254,11 @@ def _edges(args) -> str:
 
 
 def _demo(args) -> str:
-    from refseg.models.summary import parse_size
     from refseg.run.demo import DemoSettings, run_demo
 
     return str(run_demo(args.out, DemoSettings(
         count=args.count, test_count=args.test_count, epochs=args.epochs,
-        input_hw=parse_size(args.input_size), seed=args.seed, jobs=args.jobs,
+        input_hw=_input_size(args.input_size), seed=args.seed, jobs=args.jobs,
         train_backbone=args.train_backbone, keep_checkpoints=args.keep_checkpoints)))
 
 
@@ -310,10 +309,19 @@ def _weights(args) -> str:
 
 def _model(args) -> str:
     from refseg.models import ResMobileNet
-    from refseg.models.summary import format_summary, parse_size
+    from refseg.models.summary import format_summary
 
-    size = parse_size(args.input_size)
+    size = _input_size(args.input_size)
     return format_summary(ResMobileNet(size), size, args.part)
+
+
+def _input_size(text: str) -> tuple[int, int]:
+    """"224x224" -> (224, 224); InputError otherwise (the ranges are the verbs' to check)."""
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise InputError(f"input size must be HxW, e.g. 224x224, got {text!r}") from None
+    return h, w
 
 
 def _learning_rate_step(text: str) -> tuple[int, float]:
@@ -325,12 +333,10 @@ def _learning_rate_step(text: str) -> tuple[int, float]:
 
 
 def _train(args) -> str:
-    from refseg.models.decoder import BRANCHES
-    from refseg.models.summary import parse_size
-    from refseg.run.training import TrainConfig, train
+    from refseg.run.config import BRANCHES, TrainConfig
 
     config = TrainConfig(
-        epochs=args.epochs, batch_size=args.batch_size, input_hw=parse_size(args.input_size),
+        epochs=args.epochs, batch_size=args.batch_size, input_hw=_input_size(args.input_size),
         input_kind=args.input, seed=args.seed, learning_rate=args.learning_rate,
         learning_rate_steps=tuple(args.learning_rate_step),
         validation_fraction=args.validation,
@@ -339,6 +345,10 @@ def _train(args) -> str:
         partial_weights=args.partial_weights, recalibrate=args.recalibrate,
         calibrate=not args.no_calibrate, train_backbone=args.train_backbone,
         init_from=None if args.init_from is None else str(args.init_from))
+    # the options are refused before the network and the kernels are imported
+    config.check()
+    from refseg.run.training import train
+
     history = train(args.data, args.out, config, resume=args.resume, jobs=args.jobs)
     return str(args.out / "metrics.jsonl") if history else str(args.out)
 

@@ -1,10 +1,13 @@
 """Every numeric option has a stated range, checked before anything is read or written: a bad
 value ends with one line on stderr, exit status 2, and no output folder."""
+import subprocess
+import sys
+
 import pytest
 
 from checkout import run_refseg
 
-# argument validation (refseg.run.training.check_range and its kin): no claim element
+# argument validation (refseg.run.config.check_range and its kin): no claim element
 pytestmark = pytest.mark.infrastructure
 
 TRAIN = ["train", "DATA", "--out", "OUT", "--epochs", "1", "--input-size", "32x64"]
@@ -42,6 +45,23 @@ def test_train_refuses_an_option_out_of_range_before_any_work(tmp_path, data, ex
     result = run_refseg(*args, *extra)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("refseg: error: ") and named in result.stderr.lower()
+    assert not out.exists()
+
+
+def test_train_checks_its_options_before_importing_the_network(tmp_path, data):
+    """A refused option costs the imports of the settings alone: neither the network, the
+    compiled kernels nor SciPy is loaded when `refseg train` says no."""
+    out = tmp_path / "run"
+    script = ("import sys\n"
+              "from refseg.cli import main\n"
+              f"status = main(['train', {str(data)!r}, '--out', {str(out)!r}, '--epochs', '0'])\n"
+              "heavy = [m for m in ('refseg.models', 'refseg._kernels', 'refseg.run.training',"
+              " 'scipy') if m in sys.modules]\n"
+              "print(status, heavy)\n")
+    result = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True,
+                            text=True)
+    assert result.stdout.strip() == "2 []", (result.stdout, result.stderr)
+    assert "epochs: expected an integer from 1 to 10000, got 0" in result.stderr
     assert not out.exists()
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from refseg.data.synthetic import write_synthetic_dataset
 from refseg.run.demo import DemoSettings
 from refseg.run.evaluation import evaluate_runs
-from refseg.run.training import TrainConfig, remove_cache, train
+from refseg.run.config import TrainConfig
+from refseg.run.training import remove_cache, train
 
 INFRASTRUCTURE = "the sensitivity audit's trainings"
 

@@ -20,11 +20,8 @@ from refseg.claim1 import alternatives
 from refseg.claim1 import features
 from refseg.claim1 import preprocess
 from refseg.errors import InputError
+from refseg.run.config import INPUT_KINDS
 from refseg.trace import implements, infrastructure
-
-#: The two inputs the network can be trained on.
-INPUT_KINDS = ("feature", "gray")
-
 
 def _resize(plane: np.ndarray, input_hw, resample) -> np.ndarray:
     h, w = input_hw

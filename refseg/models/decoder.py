@@ -15,6 +15,7 @@ import numpy as np
 
 from refseg.models.builder import Builder
 from refseg.models.graph import Graph
+from refseg.run.config import BRANCHES
 from refseg.trace import implements
 
 #: Number of output classes: contour, inside, outside ([0263]).
@@ -87,8 +88,7 @@ DECODER = (
 BRANCH_OF = {**{f"x{i}": "resnet50v2" for i in range(1, 12)}, "x7a": "resnet50v2",
              "x7b": "resnet50v2", **{f"x{i}": "mobilenetv2" for i in range(12, 23)}}
 #: The layer each branch ends in (the prediction reads it when that branch is alone).
-BRANCH_OUTPUT = {"resnet50v2": "x11", "mobilenetv2": "x22"}
-BRANCHES = tuple(BRANCH_OUTPUT)
+BRANCH_OUTPUT = dict(zip(BRANCHES, ("x11", "x22")))
 
 
 @implements("claim2.fusion", "claim3.formula")

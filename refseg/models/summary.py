@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refseg.errors import InputError
 from refseg.models.graph import INPUT
 
 INFRASTRUCTURE = "the network's layer table (reporting)"
@@ -75,11 +74,3 @@ def format_summary(model, input_hw, part: str | None = None) -> str:
                      f"{sum(r.macs for r in chosen):>15,}")
     return "\n".join(lines)
 
-
-def parse_size(text: str) -> tuple[int, int]:
-    """"224x224" -> (224, 224); InputError otherwise."""
-    try:
-        h, w = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise InputError(f"input size must be HxW, e.g. 224x224, got {text!r}") from None
-    return h, w

@@ -35,8 +35,8 @@ from refseg.models.summary import summarize
 from refseg.run import chart
 from refseg.run.evaluation import comparison_panel, evaluate_runs, format_table
 from refseg.run.metrics import contour_coverage
-from refseg.run.training import (PRUNED_RECORD, TrainConfig, check_input_size, check_range,
-                                 remove_cache, train)
+from refseg.run.config import TrainConfig, check_input_size, check_range
+from refseg.run.training import PRUNED_RECORD, remove_cache, train
 from refseg.trace import implements
 
 #: The runs of the demo: name, branches, input kind (the first is the patent's network).

@@ -3,7 +3,7 @@
 
 A run folder holds:
 
-- ``config.json``: the settings (a resumed run must use the same ones, except the number of
+- ``config.json``: the settings (``refseg.run.config.TrainConfig``; a resumed run must use the same ones, except the number of
   epochs and learning-rate steps of epochs not yet trained);
 - ``cache/``: the network inputs' tap features, computed once per image by the frozen
   backbones and kept as memory-mapped ``.npy`` files (the page cache holds them when they fit
@@ -24,7 +24,6 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,148 +31,23 @@ import numpy as np
 from refseg import autograd as ag
 from refseg.errors import InputError
 from refseg.imageio import sweep_stale, write_json, write_npz, write_text
-from refseg.data.inputs import INPUT_KINDS, prepare
+from refseg.data.inputs import prepare
 from refseg.models import ResMobileNet
-from refseg.models.decoder import BRANCHES
 from refseg.models.weights import read_weight_file
 from refseg.autograd.optim import Adam
-from refseg.claim1.alternatives import alternative
 from refseg.data import dataset
 from refseg.run import metrics
+from refseg.run.config import TrainConfig, check_range
 from refseg.run.curves import write_curves
 from refseg.trace import implements, infrastructure
 from refseg.threads import fixed_thread_count
 
 #: Images per batch when computing taps and validation predictions (memory, not results).
 INFERENCE_BATCH = 8
-#: The ranges of the numeric settings, checked before anything is read or written: wide
-#: enough for any run on one machine, narrow enough that a typo fails at once instead of
-#: running for days or asking for terabytes.
-RANGES = {"epochs": (1, 10_000), "batch_size": (1, 1024), "calibration_images": (1, 100_000),
-          "seed": (0, 2 ** 32 - 1), "jobs": (1, 1024)}
-#: Largest side of the network input (the patent's welds are 550x156).
-MAX_INPUT_SIDE = 4096
-#: Adam's learning rate lies in (0, MAX_LEARNING_RATE].
-MAX_LEARNING_RATE = 1.0
 #: When the log is not a terminal, a progress line is printed at most this often (seconds).
 PROGRESS_SECONDS = 15.0
 #: What a run folder holds instead of its weights when ``refseg demo`` removed them.
 PRUNED_RECORD = "pruned.json"
-
-
-@infrastructure("argument validation")
-def check_range(value, name: str) -> int:
-    """``value`` as an int within :data:`RANGES` [name]; InputError otherwise."""
-    low, high = RANGES[name]
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InputError(f"{name}: expected an integer from {low} to {high}, got {value!r}")
-    if not low <= value <= high:
-        raise InputError(f"{name}: expected an integer from {low} to {high}, got {value}")
-    return int(value)
-
-
-@infrastructure("argument validation")
-def check_input_size(input_hw) -> tuple[int, int]:
-    """Each side a positive multiple of 32, at most :data:`MAX_INPUT_SIDE`."""
-    try:
-        h, w = (int(v) for v in input_hw)
-    except (TypeError, ValueError):
-        raise InputError(f"input size: expected two integers, got {input_hw!r}") from None
-    if min(h, w) < 32 or max(h, w) > MAX_INPUT_SIDE or h % 32 or w % 32:
-        raise InputError(f"input size: each side must be a multiple of 32 from 32 to "
-                         f"{MAX_INPUT_SIDE}, got {h}x{w}")
-    return h, w
-
-
-def _check_rate(rate, name: str) -> None:
-    if not (isinstance(rate, (int, float)) and 0 < rate <= MAX_LEARNING_RATE):
-        raise InputError(f"{name}: expected a number in (0, {MAX_LEARNING_RATE:g}], got {rate}")
-
-
-@dataclass
-class TrainConfig:
-    """Settings of a training run (all recorded in ``config.json``)."""
-
-    epochs: int = 10
-    batch_size: int = 8
-    input_hw: tuple[int, int] = (64, 224)
-    input_kind: str = "feature"
-    seed: int = 0
-    learning_rate: float = 1e-3
-    validation_fraction: float = 0.2
-    branches: tuple[str, ...] = BRANCHES
-    weights: str | None = None
-    #: load what fits of ``weights`` instead of refusing a file that lacks a backbone weight or
-    #: holds one of the wrong shape, dtype or value
-    partial_weights: bool = False
-    #: calibrate the random backbones' batch norm on training images (R-frozen)
-    calibrate: bool = True
-    #: calibrate the batch norm of loaded backbones too (by default loaded weights and
-    #: statistics are used as loaded)
-    recalibrate: bool = False
-    calibration_images: int = 32
-    #: train the backbones too (an extension, R-frozen: the patent freezes them)
-    train_backbone: bool = False
-    #: a run folder whose last checkpoint (backbones and decoder) this run starts from,
-    #: instead of random backbones with calibrated batch norm (an extension, R-frozen); its
-    #: input size may differ (the network is fully convolutional)
-    init_from: str | None = None
-    #: ``(epoch, rate)`` pairs: from that epoch on, Adam's learning rate is ``rate``
-    #: (an extension, R-adam: the patent keeps 0.001 throughout)
-    learning_rate_steps: tuple[tuple[int, float], ...] = ()
-    #: for the feature input: an alternative to refseg's claim-1 readings whose feature image
-    #: the run trains on (``refseg.claim1.alternatives``; the sensitivity audit's runs);
-    #: None: refseg's readings
-    feature_reading: str | None = None
-
-    def learning_rate_at(self, epoch: int) -> float:
-        """Adam's learning rate during ``epoch`` (1-based)."""
-        rate = self.learning_rate
-        for first, value in sorted(self.learning_rate_steps):
-            if epoch >= first:
-                rate = value
-        return rate
-
-    def check(self):
-        if self.input_kind not in INPUT_KINDS:
-            raise InputError(f"--input must be one of {INPUT_KINDS}, got {self.input_kind!r}")
-        for name in ("epochs", "batch_size", "calibration_images", "seed"):
-            check_range(getattr(self, name), name)
-        check_input_size(self.input_hw)
-        if not 0 < self.validation_fraction < 1:
-            raise InputError(f"validation fraction must lie in (0, 1), got "
-                             f"{self.validation_fraction}")
-        _check_rate(self.learning_rate, "learning rate")
-        if self.feature_reading is not None:
-            if self.input_kind != "feature":
-                raise InputError("feature_reading applies to the feature input only")
-            alternative(self.feature_reading)
-        if self.partial_weights and self.weights is None:
-            raise InputError("--partial-weights needs --weights")
-        if self.init_from is not None and self.weights is not None:
-            raise InputError("--init-from and --weights exclude each other (the run named "
-                             "by --init-from has its own backbone weights)")
-        epochs = [first for first, _ in self.learning_rate_steps]
-        if len(set(epochs)) != len(epochs):
-            raise InputError(f"learning-rate steps name an epoch twice: {epochs}")
-        for first, rate in self.learning_rate_steps:
-            if not 2 <= int(first) <= RANGES["epochs"][1]:
-                raise InputError(f"learning-rate step {first}:{rate}: the epoch must be >= 2")
-            _check_rate(rate, f"learning-rate step {first}:{rate}: the rate")
-
-    def to_json(self) -> dict:
-        out = asdict(self)
-        out["input_hw"], out["branches"] = list(self.input_hw), list(self.branches)
-        out["learning_rate_steps"] = [list(step) for step in sorted(self.learning_rate_steps)]
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict) -> "TrainConfig":
-        data = dict(data)
-        data["input_hw"], data["branches"] = tuple(data["input_hw"]), tuple(data["branches"])
-        data["learning_rate_steps"] = tuple(
-            (int(first), float(rate)) for first, rate in data.get("learning_rate_steps", ()))
-        return cls(**data)
 
 
 # ----------------------------------------------------------------------------------- data

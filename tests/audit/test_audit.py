@@ -16,7 +16,7 @@ from refseg.imageio import OUTPUT_MARKER
 from refseg.errors import InputError
 from refseg.run import evaluation
 from refseg.run.demo import DemoSettings
-from refseg.run.training import TrainConfig
+from refseg.run.config import TrainConfig
 from refseg.trace import load_registry
 from checkout import ROOT, SPEC, run_refseg
 

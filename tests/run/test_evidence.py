@@ -148,7 +148,8 @@ def trained(tmp_path_factory):
     """A tiny run (one epoch at 32x96) and its data: its errors are many and everywhere."""
     import io
 
-    from refseg.run.training import TrainConfig, train
+    from refseg.run.config import TrainConfig
+    from refseg.run.training import train
 
     samples = [synthetic.weld_image(40 + i, shape=(48, 160)) for i in range(5)]
     data = write_set(tmp_path_factory.mktemp("errwelds") / "welds", [s.classes for s in samples],

@@ -14,7 +14,8 @@ from refseg.cli import main
 from refseg.data.dataset import write_label
 from refseg.errors import InputError
 from refseg.data.inputs import network_input, resize_labels
-from refseg.run.training import TrainConfig, load_run, train
+from refseg.run.config import TrainConfig
+from refseg.run.training import load_run, train
 
 SMALL = dict(epochs=2, batch_size=4, input_hw=(32, 96), calibration_images=8)
 
