@@ -66,7 +66,7 @@ _PUBLIC = {
     "load_run": "refseg.run.training",
     "predict_image": "refseg.run.evaluation",
     "evaluate_runs": "refseg.run.evaluation",
-    "DemoSettings": "refseg.run.demo",
+    "DemoSettings": "refseg.run.config",
     "run_demo": "refseg.run.demo",
     "write_bundle": "refseg.golden",
     "check_bundle": "refseg.golden",

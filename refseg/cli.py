@@ -254,12 +254,16 @@ def _edges(args) -> str:
 
 
 def _demo(args) -> str:
-    from refseg.run.demo import DemoSettings, run_demo
+    from refseg.run.config import DemoSettings
 
-    return str(run_demo(args.out, DemoSettings(
+    # the settings check themselves before the network and the kernels are imported
+    settings = DemoSettings(
         count=args.count, test_count=args.test_count, epochs=args.epochs,
         input_hw=_input_size(args.input_size), seed=args.seed, jobs=args.jobs,
-        train_backbone=args.train_backbone, keep_checkpoints=args.keep_checkpoints)))
+        train_backbone=args.train_backbone, keep_checkpoints=args.keep_checkpoints)
+    from refseg.run.demo import run_demo
+
+    return str(run_demo(args.out, settings))
 
 
 def _report(args) -> str:

@@ -149,6 +149,7 @@ def test_keep_checkpoints_keeps_every_run(tmp_path):
     from types import SimpleNamespace
 
     from refseg.run import demo
+    from refseg.run.config import DemoSettings
 
     scores = [0.5, 0.7, 0.6, 0.4]
     for keep, expected in ((True, [True] * 4), (False, [True, True, False, False])):
@@ -161,7 +162,7 @@ def test_keep_checkpoints_keeps_every_run(tmp_path):
             runs.append(run)
         rows = [SimpleNamespace(name=f"run{i}", scores=SimpleNamespace(pixel_accuracy=a))
                 for i, a in enumerate(scores)]
-        settings = demo.DemoSettings(count=6, test_count=2, keep_checkpoints=keep)
+        settings = DemoSettings(count=6, test_count=2, keep_checkpoints=keep)
         kept = demo._prune(settings, rows, runs, tmp_path / "demo-out")
         assert [kept[f"run{i}"]["kept"] for i in range(4)] == expected
         assert all(kept[f"run{i}"]["weight_bytes"] == 1500 for i in range(4))
@@ -200,10 +201,11 @@ def test_help_shows_defaults_and_required_options(capsys):
 def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
     """`--train-backbone` reaches the training runs and the report says the backbones learned."""
     from refseg.run import demo
+    from refseg.run.config import RUNS, DemoSettings
 
     out = tmp_path / "demo"
-    demo.run_demo(out, demo.DemoSettings(count=6, test_count=2, epochs=1, input_hw=(32, 96),
-                                         jobs=1, runs=demo.RUNS[:1], train_backbone=True),
+    demo.run_demo(out, DemoSettings(count=6, test_count=2, epochs=1, input_hw=(32, 96),
+                                         jobs=1, runs=RUNS[:1], train_backbone=True),
                   log=io.StringIO())
     config = json.loads((out / "runs" / "fusion-feature" / "config.json").read_text())
     assert config["train_backbone"] is True

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from refseg.data.synthetic import write_synthetic_dataset
-from refseg.run.demo import DemoSettings
+from refseg.run.config import DemoSettings
 from refseg.run.evaluation import evaluate_runs
 from refseg.run.config import TrainConfig
 from refseg.run.training import remove_cache, train

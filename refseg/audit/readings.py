@@ -38,7 +38,7 @@ from refseg.claim1.operators import OPERATORS
 from refseg.data.synthetic import WELD_SHAPE, weld_image
 from refseg.errors import InputError
 from refseg.golden.produce import PHOTOS, _photos
-from refseg.run.demo import DemoSettings
+from refseg.run.config import DemoSettings
 from refseg.run.metrics import contour_coverage
 
 INFRASTRUCTURE = "the sensitivity audit of the claim-1 readings"

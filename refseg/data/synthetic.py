@@ -23,6 +23,7 @@ from refseg._version import __version__
 from refseg.data import dataset
 from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE, class_table, colour_table
 from refseg.errors import InputError
+from refseg.run.config import MAX_COUNT
 from refseg.trace import implements, infrastructure
 
 #: Weld image size (rows, cols) of [0202]: "550*156" (width x height).
@@ -32,9 +33,6 @@ MIN_SIDE = 32
 #: Largest image side :func:`write_synthetic_dataset` draws: far above the patent's 550x156,
 #: low enough that a typo cannot ask for gigabytes.
 MAX_SIDE = 8192
-#: Most pairs one :func:`write_synthetic_dataset` call draws (about 10 GB at 550x156): a typo
-#: in the count fails at once instead of filling the disk.
-MAX_COUNT = 100_000
 #: Largest seed of any image (``seed + count - 1``).
 MAX_SEED = 2 ** 32 - 1
 #: The manifest :func:`write_synthetic_dataset` writes beside ``images/`` and ``labels/``.

@@ -1,8 +1,8 @@
-"""The settings of a training run, their ranges and their checks.
+"""The settings of a training run and of the demo, their ranges and their checks.
 
-Nothing here imports the network, the kernels or SciPy, so that ``refseg train`` refuses an
-option out of range before the heavy imports (in about a third of a second) and
-``refseg.run.training`` holds the training itself. The names a run is configured with (the
+Nothing here imports the network, the kernels or SciPy, so that ``refseg train`` and
+``refseg demo`` refuse an option out of range before the heavy imports (in about a third of a
+second), and ``refseg.run.training`` and ``refseg.run.demo`` hold the work itself. The names a run is configured with (the
 decoder's branches, the kinds of network input) have their home here, and the modules that act
 on them import them from here.
 """
@@ -24,6 +24,9 @@ INPUT_KINDS = ("feature", "gray")
 #: running for days or asking for terabytes.
 RANGES = {"epochs": (1, 10_000), "batch_size": (1, 1024), "calibration_images": (1, 100_000),
           "seed": (0, 2 ** 32 - 1), "jobs": (1, 1024)}
+#: Most pairs one ``refseg.data.synthetic.write_synthetic_dataset`` call draws (about 10 GB
+#: at 550x156): a typo in the count fails at once instead of filling the disk.
+MAX_COUNT = 100_000
 #: Largest side of the network input (the patent's welds are 550x156).
 MAX_INPUT_SIDE = 4096
 #: Adam's learning rate lies in (0, MAX_LEARNING_RATE].
@@ -146,3 +149,57 @@ class TrainConfig:
         data["learning_rate_steps"] = tuple(
             (int(first), float(rate)) for first, rate in data.get("learning_rate_steps", ()))
         return cls(**data)
+
+
+#: The runs of the demo: name, branches, input kind (the first is the patent's network).
+RUNS = (("fusion-feature", BRANCHES, "feature"),
+        ("fusion-gray", BRANCHES, "gray"),
+        ("resnet50v2-feature", ("resnet50v2",), "feature"),
+        ("mobilenetv2-feature", ("mobilenetv2",), "feature"))
+
+
+@dataclass
+class DemoSettings:
+    count: int = 160
+    test_count: int = 40
+    epochs: int = 8
+    batch_size: int = 8
+    input_hw: tuple[int, int] = (64, 224)
+    seed: int = 0
+    jobs: int | None = None
+    runs: tuple = RUNS
+    #: train the backbones too (an extension, R-frozen; the patent freezes them)
+    train_backbone: bool = False
+    #: keep the weights of every run (by default only the patent's network and the best run
+    #: keep theirs: each fusion run's take about 450 MB)
+    keep_checkpoints: bool = False
+
+    def __post_init__(self):
+        if self.count < 5 or self.test_count < 1 or self.epochs < 1:
+            raise InputError("demo: --count must be >= 5, --test-count and --epochs >= 1")
+        for name, value in (("--count", self.count), ("--test-count", self.test_count)):
+            if value > MAX_COUNT:
+                raise InputError(f"demo: {name} must be at most {MAX_COUNT}, got {value}")
+        check_range(self.epochs, "epochs")
+        check_range(self.seed, "seed")
+        if self.jobs is not None:
+            check_range(self.jobs, "jobs")
+        self.input_hw = check_input_size(self.input_hw)
+
+    def command(self, out) -> str:
+        """The ``refseg demo`` command line that runs these settings into ``out``."""
+        defaults = DemoSettings()
+        parts = ["refseg demo", f"--out {out}"]
+        for name, flag in (("count", "--count"), ("test_count", "--test-count"),
+                           ("epochs", "--epochs"), ("seed", "--seed"), ("jobs", "--jobs")):
+            if getattr(self, name) != getattr(defaults, name):
+                parts.append(f"{flag} {getattr(self, name)}")
+        if self.input_hw != defaults.input_hw:
+            parts.append(f"--input-size {self.input_hw[0]}x{self.input_hw[1]}")
+        parts += [flag for flag, on in (("--train-backbone", self.train_backbone),
+                                        ("--keep-checkpoints", self.keep_checkpoints)) if on]
+        if self.runs != RUNS or self.batch_size != defaults.batch_size:
+            # settings the command line does not offer (refseg.run.config.DemoSettings)
+            parts.append(f"(from Python: batch {self.batch_size}, runs "
+                         f"{', '.join(name for name, _, _ in self.runs)})")
+        return " ".join(parts)

@@ -18,7 +18,6 @@ import dataclasses
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -26,24 +25,17 @@ from refseg import imageio
 from refseg._version import __version__
 from refseg.claim1 import features, outputs
 from refseg.data import dataset
-from refseg.data.synthetic import MAX_COUNT, write_synthetic_dataset
-from refseg.errors import InputError
+from refseg.data.synthetic import write_synthetic_dataset
 from refseg.models import ResMobileNet
 from refseg.models.mobilenetv2 import TAPS as MOBILENET_TAPS
 from refseg.models.resnet50v2 import TAPS as RESNET_TAPS
 from refseg.models.summary import summarize
 from refseg.run import chart
+from refseg.run.config import DemoSettings, TrainConfig
 from refseg.run.evaluation import comparison_panel, evaluate_runs, format_table
 from refseg.run.metrics import contour_coverage
-from refseg.run.config import TrainConfig, check_input_size, check_range
 from refseg.run.training import PRUNED_RECORD, remove_cache, train
 from refseg.trace import implements
-
-#: The runs of the demo: name, branches, input kind (the first is the patent's network).
-RUNS = (("fusion-feature", ("resnet50v2", "mobilenetv2"), "feature"),
-        ("fusion-gray", ("resnet50v2", "mobilenetv2"), "gray"),
-        ("resnet50v2-feature", ("resnet50v2",), "feature"),
-        ("mobilenetv2-feature", ("mobilenetv2",), "feature"))
 
 #: The patent's reported numbers: pixel accuracy after ~40 epochs ([0257]) and prediction time
 #: per image ([0260]).
@@ -52,53 +44,6 @@ PATENT_ACCURACY, PATENT_SECONDS = 0.9741, 0.123
 RECORD = "demo.json"
 #: The files of a run that hold its weights (what pruning removes).
 WEIGHT_FILES = ("checkpoint.npz", "backbones.npz")
-
-
-@dataclass
-class DemoSettings:
-    count: int = 160
-    test_count: int = 40
-    epochs: int = 8
-    batch_size: int = 8
-    input_hw: tuple[int, int] = (64, 224)
-    seed: int = 0
-    jobs: int | None = None
-    runs: tuple = RUNS
-    #: train the backbones too (an extension, R-frozen; the patent freezes them)
-    train_backbone: bool = False
-    #: keep the weights of every run (by default only the patent's network and the best run
-    #: keep theirs: each fusion run's take about 450 MB)
-    keep_checkpoints: bool = False
-
-    def __post_init__(self):
-        if self.count < 5 or self.test_count < 1 or self.epochs < 1:
-            raise InputError("demo: --count must be >= 5, --test-count and --epochs >= 1")
-        for name, value in (("--count", self.count), ("--test-count", self.test_count)):
-            if value > MAX_COUNT:
-                raise InputError(f"demo: {name} must be at most {MAX_COUNT}, got {value}")
-        check_range(self.epochs, "epochs")
-        check_range(self.seed, "seed")
-        if self.jobs is not None:
-            check_range(self.jobs, "jobs")
-        self.input_hw = check_input_size(self.input_hw)
-
-    def command(self, out) -> str:
-        """The ``refseg demo`` command line that runs these settings into ``out``."""
-        defaults = DemoSettings()
-        parts = ["refseg demo", f"--out {out}"]
-        for name, flag in (("count", "--count"), ("test_count", "--test-count"),
-                           ("epochs", "--epochs"), ("seed", "--seed"), ("jobs", "--jobs")):
-            if getattr(self, name) != getattr(defaults, name):
-                parts.append(f"{flag} {getattr(self, name)}")
-        if self.input_hw != defaults.input_hw:
-            parts.append(f"--input-size {self.input_hw[0]}x{self.input_hw[1]}")
-        parts += [flag for flag, on in (("--train-backbone", self.train_backbone),
-                                        ("--keep-checkpoints", self.keep_checkpoints)) if on]
-        if self.runs != RUNS or self.batch_size != defaults.batch_size:
-            # settings the command line does not offer (refseg.run.demo.DemoSettings)
-            parts.append(f"(from Python: batch {self.batch_size}, runs "
-                         f"{', '.join(name for name, _, _ in self.runs)})")
-        return " ".join(parts)
 
 
 def _contour_coverage(data_dir) -> float:

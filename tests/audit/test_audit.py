@@ -15,10 +15,9 @@ from refseg.data.synthetic import weld_image
 from refseg.imageio import OUTPUT_MARKER
 from refseg.errors import InputError
 from refseg.run import evaluation
-from refseg.run.demo import DemoSettings
-from refseg.run.config import TrainConfig
+from refseg.run.config import DemoSettings, TrainConfig
 from refseg.trace import load_registry
-from checkout import ROOT, SPEC, run_refseg
+from checkout import SPEC, run_refseg
 
 pytestmark = pytest.mark.infrastructure
 SENSITIVITY = (SPEC / "sensitivity.md").read_text(encoding="utf-8")
