@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 from refseg.data.synthetic import write_synthetic_dataset
-from refseg.run.config import DemoSettings
+from refseg.run.config import DemoSettings, TrainConfig
 from refseg.run.evaluation import evaluate_runs
-from refseg.run.config import TrainConfig
 from refseg.run.training import remove_cache, train
 
 INFRASTRUCTURE = "the sensitivity audit's trainings"

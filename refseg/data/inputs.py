@@ -23,6 +23,7 @@ from refseg.errors import InputError
 from refseg.run.config import INPUT_KINDS
 from refseg.trace import implements, infrastructure
 
+
 def _resize(plane: np.ndarray, input_hw, resample) -> np.ndarray:
     h, w = input_hw
     if plane.shape == (h, w):

@@ -88,7 +88,7 @@ DECODER = (
 BRANCH_OF = {**{f"x{i}": "resnet50v2" for i in range(1, 12)}, "x7a": "resnet50v2",
              "x7b": "resnet50v2", **{f"x{i}": "mobilenetv2" for i in range(12, 23)}}
 #: The layer each branch ends in (the prediction reads it when that branch is alone).
-BRANCH_OUTPUT = dict(zip(BRANCHES, ("x11", "x22")))
+BRANCH_OUTPUT = {"resnet50v2": "x11", "mobilenetv2": "x22"}
 
 
 @implements("claim2.fusion", "claim3.formula")

@@ -2,9 +2,9 @@
 
 Nothing here imports the network, the kernels or SciPy, so that ``refseg train`` and
 ``refseg demo`` refuse an option out of range before the heavy imports (in about a third of a
-second), and ``refseg.run.training`` and ``refseg.run.demo`` hold the work itself. The names a run is configured with (the
-decoder's branches, the kinds of network input) have their home here, and the modules that act
-on them import them from here.
+second), and ``refseg.run.training`` and ``refseg.run.demo`` hold the work itself. The names a
+run is configured with (the decoder's branches, the kinds of network input) have their home
+here, and the modules that act on them import them from here.
 """
 from __future__ import annotations
 
@@ -160,6 +160,10 @@ RUNS = (("fusion-feature", BRANCHES, "feature"),
 
 @dataclass
 class DemoSettings:
+    """Settings of ``refseg demo`` (recorded in ``demo.json``): the training and test set
+    sizes, the epochs, batch size and input size of every run, the seed, the extraction
+    processes, and the runs (:data:`RUNS`); checked as they are made."""
+
     count: int = 160
     test_count: int = 40
     epochs: int = 8

@@ -3,8 +3,9 @@
 
 A run folder holds:
 
-- ``config.json``: the settings (``refseg.run.config.TrainConfig``; a resumed run must use the same ones, except the number of
-  epochs and learning-rate steps of epochs not yet trained);
+- ``config.json``: the settings (``refseg.run.config.TrainConfig``; a resumed run must use
+  the same ones, except the number of epochs and learning-rate steps of epochs not yet
+  trained);
 - ``cache/``: the network inputs' tap features, computed once per image by the frozen
   backbones and kept as memory-mapped ``.npy`` files (the page cache holds them when they fit
   in memory, the disk when they do not); absent with ``train_backbone``, where the backbones
