@@ -29,6 +29,43 @@ cdef inline void _blas_gemm(char *op_b, char *op_a, int n, int m, int k, const r
               c, &ldc)
 
 
+# SciPy's OpenBLAS runs slowly on a thread until that thread has made one product with
+# full-sized packed blocks. Measured on the Zen 1 (2 cores, AVX2), SciPy's sgemm on one thread
+# in a fresh process, then after one product of 128 x 384 by 384 x 384 (1.5 ms) on the same
+# thread: 25 products of 784 x 256 by 256 x 96, 98-101 -> 28 ms; 49 x 4608 by 4608 x 512,
+# 12.1-12.4 -> 8.7-8.8 ms; 16 of 49 x 576 by 576 x 576, 24-27 -> 20 ms; the same as after a
+# 2000 x 2000 product, and it stays so. Each thread has its own state: a product on one leaves
+# the other slow. Smaller products (64 rows, or 192 columns) ended it for some shapes
+# only. The cause inside OpenBLAS was not found. Each thread therefore makes that product
+# once, on scratch memory, before its first tile. It changes no result: a product's bits
+# depend on its shapes and operands alone (the twin, which never makes it, is tested equal).
+cdef extern from *:
+    """
+    static __thread int refseg_blas_thread_prepared = 0;
+    static inline int refseg_blas_prepared(void) { return refseg_blas_thread_prepared; }
+    static inline void refseg_blas_mark_prepared(void) { refseg_blas_thread_prepared = 1; }
+    """
+    int _blas_prepared "refseg_blas_prepared"() noexcept nogil
+    void _blas_mark_prepared "refseg_blas_mark_prepared"() noexcept nogil
+
+
+cdef void _prepare_blas_thread() noexcept nogil:
+    """The preparing product on the calling thread, once per thread (a thread-local flag).
+    Without the memory for it, the thread goes without: it is speed only."""
+    if _blas_prepared():
+        return
+    _blas_mark_prepared()
+    cdef int m = 128, k = 384, n = 384
+    cdef float *a = <float *> calloc(m * k + k * n + m * n, sizeof(float))
+    if a == NULL:
+        return
+    cdef float *b = a + m * k
+    cdef float *c = b + k * n
+    cdef char op = b'N'
+    _blas_gemm[float](&op, &op, n, m, k, b, n, a, k, 0, c, n)
+    free(a)
+
+
 cdef inline void _tile_epilogue(real *c, Py_ssize_t ldc, Py_ssize_t rows, Py_ssize_t cols,
                                 const real *scale, const real *shift, real lo,
                                 real hi) noexcept nogil:
@@ -87,6 +124,7 @@ def gemm_stack(const real[:, :, :] a, const real[:, :, :] b, const Py_ssize_t[::
     cdef Py_ssize_t rows, cols
     with nogil:
         for t in prange(total, schedule="dynamic", chunksize=1, num_threads=threads):
+            _prepare_blas_thread()
             p = t // per_plane
             r = t - p * per_plane
             i0 = (r // col_tiles) * tile_rows

@@ -1,6 +1,9 @@
 """The matrix products on refseg's one thread pool (``refseg.autograd.products``): the tile
 loop against its twin bit for bit, against NumPy's float64 products within rounding, the same
 bits at any thread count, and the BLAS it calls kept at one thread of its own."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -211,3 +214,33 @@ def test_the_kernels_blas_is_put_back_to_one_thread_before_each_product():
         assert pool.get() == 2
         matmul(a, a.T[:, :500])
         assert pool.get() == 1
+
+
+_FRESH_THREAD_SCRIPT = """
+import numpy as np
+from refseg.autograd.products import matmul_stack
+from refseg.threads import limit_threads
+
+rng = np.random.default_rng(5)
+for planes, m, k, n in ((1, 49, 4608, 512), (4, 784, 256, 96)):
+    a = rng.standard_normal((planes, m, k)).astype(np.float32)
+    b = rng.standard_normal((planes, k, n)).astype(np.float32)
+    with limit_threads(1):
+        # the twin first: its BLAS calls come from this thread before any tile loop has run
+        fresh = matmul_stack(a, b, backend="numpy")
+        prepared = matmul_stack(a, b)
+        again = matmul_stack(a, b, backend="numpy")
+    print(int(np.array_equal(fresh, prepared)), int(np.array_equal(fresh, again)))
+"""
+
+
+@pytest.mark.infrastructure
+def test_a_threads_first_product_gives_the_bits_of_a_prepared_thread(tmp_path):
+    """The tile loop makes one preparing product on each thread before its first tile (SciPy's
+    OpenBLAS runs slowly on a thread until then, ``autograd/_gemm.pxi``). In a fresh process,
+    products made on a thread that has not been prepared (the twin's, first) and after it must
+    agree bit for bit with the tile loop's."""
+    run = subprocess.run([sys.executable, "-c", _FRESH_THREAD_SCRIPT], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["1", "1", "1", "1"], run.stdout
