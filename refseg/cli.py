@@ -273,6 +273,9 @@ def _report(args) -> str:
 
 
 def _synth(args) -> str:
+    from refseg.run.config import check_synthetic_options
+
+    check_synthetic_options(args.out, args.count, args.seed, args.size)
     from refseg.data.synthetic import write_synthetic_dataset
 
     out = write_synthetic_dataset(args.out, args.count, args.seed, args.size)

@@ -48,16 +48,20 @@ def test_train_refuses_an_option_out_of_range_before_any_work(tmp_path, data, ex
     assert not out.exists()
 
 
-HEAVY = ("refseg.models", "refseg._kernels", "refseg.run.training", "refseg.run.demo", "scipy")
+HEAVY = ("refseg.models", "refseg._kernels", "refseg.run.training", "refseg.run.demo",
+         "refseg.data.synthetic", "scipy")
 
 
-@pytest.mark.parametrize("verb", ["train", "demo"])
-def test_train_and_demo_check_their_options_before_importing_the_network(tmp_path, data, verb):
+@pytest.mark.parametrize("verb", ["train", "demo", "synth"])
+def test_train_demo_and_synth_check_their_options_before_the_heavy_imports(tmp_path, data,
+                                                                           verb):
     """A refused option costs the imports of the settings alone: neither the network, the
-    compiled kernels nor SciPy is loaded when `refseg train` or `refseg demo` says no."""
+    compiled kernels, the weld generator nor SciPy is loaded when `refseg train`, `refseg demo`
+    or `refseg synth` says no."""
     out = tmp_path / "out"
-    args = ([verb, str(data)] if verb == "train" else [verb]) + ["--out", str(out),
-                                                                 "--epochs", "0"]
+    args, named = {"train": ([verb, str(data), "--out", str(out), "--epochs", "0"], "epochs"),
+                   "demo": ([verb, "--out", str(out), "--epochs", "0"], "epochs"),
+                   "synth": ([verb, "--out", str(out), "--count", "0"], "--count")}[verb]
     script = ("import sys\n"
               "from refseg.cli import main\n"
               f"status = main({args!r})\n"
@@ -65,7 +69,7 @@ def test_train_and_demo_check_their_options_before_importing_the_network(tmp_pat
     result = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True,
                             text=True)
     assert result.stdout.strip() == "2 []", (result.stdout, result.stderr)
-    assert "epochs" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert named in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert not out.exists()
 
 

@@ -138,7 +138,10 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
     -----
     1. Tiles from ``product_tiles(P, m, n, k, threads)``, threads = OpenMP's current count
        (for both backends).
-    2. Each tile: one single-threaded BLAS call (sgemm or dgemm) over the whole of k.
+    2. Each tile: one single-threaded BLAS call (sgemm or dgemm) over the whole of k. The
+       cython backend's threads each make one small preparing product first, once per
+       thread, which OpenBLAS needs to leave a slow state (``autograd/_gemm.pxi``); it
+       changes no result.
     3. The cython backend hands the tiles of all planes to the OpenMP threads as they come
        free; products below PARALLEL_MIN_MACS stay on the calling thread.
     4. With scale, shift or bounds, each tile takes them as soon as its BLAS call returns,

@@ -23,18 +23,11 @@ from refseg._version import __version__
 from refseg.data import dataset
 from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE, class_table, colour_table
 from refseg.errors import InputError
-from refseg.run.config import MAX_COUNT
-from refseg.trace import implements, infrastructure
+from refseg.run.config import MIN_SIDE, check_synthetic_options
+from refseg.trace import implements
 
 #: Weld image size (rows, cols) of [0202]: "550*156" (width x height).
 WELD_SHAPE = (156, 550)
-#: Smallest image side the generator accepts: the seam, its margins and its texture need room.
-MIN_SIDE = 32
-#: Largest image side :func:`write_synthetic_dataset` draws: far above the patent's 550x156,
-#: low enough that a typo cannot ask for gigabytes.
-MAX_SIDE = 8192
-#: Largest seed of any image (``seed + count - 1``).
-MAX_SEED = 2 ** 32 - 1
 #: The manifest :func:`write_synthetic_dataset` writes beside ``images/`` and ``labels/``.
 SYNTH_MANIFEST = "synth.json"
 #: Half-width in pixels of the contour class band drawn along each seam boundary: a pixel is
@@ -428,31 +421,6 @@ def _colour(rng, image: np.ndarray, heat: np.ndarray, arc) -> np.ndarray:
     return np.clip(rgb, 0, 255).round().astype(np.uint8)
 
 
-def _integer(text, name: str, minimum: int) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise InputError(f"{name}: expected an integer, got {text!r}") from None
-    if value < minimum:
-        raise InputError(f"{name}: expected at least {minimum}, got {value}")
-    return value
-
-
-@infrastructure("argument parsing")
-def parse_image_size(text) -> tuple[int, int]:
-    """``"HxW"`` (rows x cols) as two ints, each side from :data:`MIN_SIDE` to :data:`MAX_SIDE`."""
-    parts = str(text).lower().split("x")
-    try:
-        rows, cols = (int(v) for v in parts)
-    except ValueError:
-        raise InputError(f"--size: expected HxW (rows x cols) such as 156x550, "
-                         f"got {text!r}") from None
-    if min(rows, cols) < MIN_SIDE or max(rows, cols) > MAX_SIDE:
-        raise InputError(f"--size: each side must be {MIN_SIDE}-{MAX_SIDE} pixels, "
-                         f"got {rows}x{cols}")
-    return rows, cols
-
-
 @implements("claim5.acquisition_module", "claim1.step2.dataset")
 def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
     """Write a synthetic weld data set in the folder layout of :mod:`refseg.data.dataset`.
@@ -491,17 +459,7 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
     ----------
     [0201]-[0203], [0261]-[0263], [0266]-[0267].
     """
-    if out is None:
-        raise InputError("--out: the data set folder is required")
-    if count is None:
-        raise InputError("--count: the number of images is required")
-    count = _integer(count, "--count", 1)
-    if count > MAX_COUNT:
-        raise InputError(f"--count: expected at most {MAX_COUNT}, got {count}")
-    seed = _integer(seed, "--seed", 0)
-    if seed + count - 1 > MAX_SEED:
-        raise InputError(f"--seed: the last image's seed {seed + count - 1} exceeds {MAX_SEED}")
-    rows, cols = parse_image_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
+    count, seed, (rows, cols) = check_synthetic_options(out, count, seed, size)
     out = imageio.check_output_folder(out)
     digits = max(5, len(str(count - 1)))
     records = []
