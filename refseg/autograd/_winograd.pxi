@@ -204,20 +204,21 @@ def winograd_output(const real[:, :, :] m, const real[::1] bias, double low, dou
 
 def winograd_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
     """u[k, c, o] = (G g G^T)[k // 4, k % 4] for the 3x3 kernel g[a, b] = w[a, b, c, o]: G
-    down each column b of g, then along each row of G g.
-
-    On one thread: the 16 matrix products come right after it, and after a parallel region
-    libgomp's workers keep spinning for a while on the cores that OpenBLAS's threads then
-    need. Measured (2 cores, 256 -> 256 channels at 14x14, batch 4, forward): Winograd took
-    1.3-1.5 times the im2col route's time with this transform on two threads and 0.8 times
-    with it on one; the transform itself takes 1.5 ms instead of 0.9 ms at 576 -> 576."""
+    down each column b of g, then along each row of G g. Blocks of kernel entries run in
+    parallel (the network's bound on elements, 25 values read and written per entry); each
+    entry is computed by one thread."""
     cdef Py_ssize_t size = w.shape[2] * w.shape[3], stride = u.strides[0] // sizeof(real)
+    cdef Py_ssize_t block = _CHUNK_ELEMENTS, blocks = (size + block - 1) // block, i
     _check_planes(u)
     with nogil:
-        if real is float:
-            _winograd_kernel_f(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride, 0, size)
-        else:
-            _winograd_kernel_d(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride, 0, size)
+        for i in prange(blocks, schedule="dynamic", chunksize=1,
+                        num_threads=_array_threads(25 * size)):
+            if real is float:
+                _winograd_kernel_f(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride, i * block,
+                                   min(size, (i + 1) * block))
+            else:
+                _winograd_kernel_d(&w[0, 0, 0, 0], size, &u[0, 0, 0], stride, i * block,
+                                   min(size, (i + 1) * block))
 
 
 # The adjoints, for the kernel gradient: y = A^T M A gives dM = A dy A^T per tile (the

@@ -581,6 +581,25 @@ def test_winograd_kernels_refuse_planes_they_cannot_index():
 
 @pytest.mark.claim("claim4.propagation", "claim2.fusion")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels", [(256, 256), (300, 150)])
+def test_winograd_kernel_transform_on_both_threads(dtype, channels):
+    """Kernels large enough for the F(2x2, 3x3) kernel transform to split into blocks of
+    entries across both threads (65536 and 45000 entries per tap, blocks of 16384, the last one
+    partial): bit for bit the twin's, in both plane layouts."""
+    from refseg.threads import limit_threads
+
+    cin, cout = channels
+    w = np.random.default_rng(cin).uniform(-10, 10, (3, 3, cin, cout)).astype(dtype)
+    with limit_threads(2):
+        for layout_fast, layout_twin in zip(*(_winograd_layouts((16, cin, cout), dtype)
+                                              for _ in range(2))):
+            fast.winograd_kernel(w, layout_fast)
+            twin.winograd_kernel(w, layout_twin)
+            assert np.array_equal(layout_fast, layout_twin)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @given(g=hnp.arrays(np.float64, st.tuples(st.integers(1, 2), st.integers(1, 9), st.integers(1, 9),
                                           st.sampled_from([1, 2, 3, 20])),
                     elements=st.floats(-10, 10)), cin=st.integers(1, 3))
