@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 #: the conditions ``--background-load`` accepts, in the order they are reported
 LOADS = ("none", "busy", "mixed")
@@ -56,35 +57,52 @@ def pin_threads(threads: int) -> None:
 
 # --- the machine ---------------------------------------------------------------------------
 
-def cpu_info() -> tuple[str, set]:
-    """The CPU's model name and flags, from /proc/cpuinfo (first processor)."""
-    model, flags = "unknown", set()
+def cpu_info() -> tuple[str, set, str]:
+    """The CPU's model name, flags and "family F model M" (first processor), from
+    /proc/cpuinfo. Virtual machines often name only the brand ("AMD EPYC"): the family and
+    model tell the core generation (AMD family 23 model 1: Zen 1; 25 model 1: Zen 3; 25 model
+    17: Zen 4)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
+                if not line.strip():
+                    break  # the first processor's block ends here
                 key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and model == "unknown":
-                    model = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return model, flags
+    generation = (f"family {fields['cpu family']} model {fields['model']}"
+                  if "cpu family" in fields and "model" in fields else "family unknown")
+    return (fields.get("model name", "unknown"), set(fields.get("flags", "").split()),
+            generation)
+
+
+def l2_per_core() -> str:
+    """The first core's L2 size as sysfs gives it ("1024K"), or "unknown"."""
+    caches = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(caches.glob("index*")):
+        try:
+            if (index / "level").read_text().strip() == "2":
+                return (index / "size").read_text().strip()
+        except OSError:
+            continue
+    return "unknown"
 
 
 def machine_lines() -> list[str]:
     """Markdown lines: the CPU and which row loops refseg's direct convolution kernels run."""
     from refseg.backend import row_loops
 
-    model, flags = cpu_info()
+    model, flags, generation = cpu_info()
     path, supported = row_loops()
     isa = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in ("avx2", "avx512f"))
     described = {"avx512": "AVX-512 (avx512f, chosen at run time)",
                  "baseline": "baseline x86-64 loops (" + ("the AVX-512 path switched off)"
                                                           if supported else
                                                           "no AVX-512 path on this CPU)")}[path]
-    return [f"- CPU: {model}; {all_cores()} cores available; /proc/cpuinfo flags: {isa}",
+    return [f"- CPU: {model} ({generation}, L2 {l2_per_core()} per core); {all_cores()} cores "
+            f"available; /proc/cpuinfo flags: {isa}",
             f"- refseg row loops (direct convolution kernels): **{described}**"]
 
 
