@@ -96,7 +96,8 @@ statistics, forward, cross-entropy, backward, Adam; refseg's step as
 weights (their first-step losses must agree within 1e-4). Each runs ``--net-steps`` steps in
 a fresh child process, with its thread count pinned before the libraries load, for the time
 per step (median without step 1) and the peak RSS (as the decoder step's); refseg also at 1
-thread.
+thread. refseg's steps are sized to the load as ``refseg train`` sizes them (the report says
+how many ran on each thread count).
 
 Threads and background load: with T > 1, every layer is also timed with refseg's OpenMP and
 OpenBLAS pools set to 1 thread at run time (``refseg.threads``; "refseg-fwd-1t",
@@ -119,6 +120,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import gc
 import json
@@ -164,7 +166,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--net-steps", type=int, default=None,
                         help="steps of the whole-network training step (--train-backbone) "
                              "per implementation and condition, the first one untimed in the "
-                             "median (default 6, 3 with --quick; 0 skips it)")
+                             "median; beside other processes refseg's steps 2-7 time both "
+                             "thread counts (default 12, 3 with --quick; 0 skips it)")
     parser.add_argument("--row-loops", choices=("auto", "baseline"), default="auto",
                         help="auto: the row loops refseg chooses (AVX-512 where the CPU has "
                              "it); baseline: the plain x86-64 loops, as on a CPU without "
@@ -183,7 +186,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.train_steps is None:
         args.train_steps = 10 if args.quick else 50
     if args.net_steps is None:
-        args.net_steps = 3 if args.quick else 6
+        args.net_steps = 3 if args.quick else 12
     if min(args.repeat, args.threads, args.train_steps, *args.batches) < 1:
         parser.error("--repeat, --threads, --train-steps and --batches must be >= 1")
     if args.net_steps < 0:
@@ -206,7 +209,8 @@ import numpy as np  # noqa: E402
 import refseg  # noqa: E402
 from refseg import _kernels  # noqa: E402
 from refseg import autograd as ag  # noqa: E402
-from refseg.threads import fixed_thread_count  # noqa: E402
+from refseg import threads as refseg_threads  # noqa: E402
+from refseg.threads import bits_independent_of_load  # noqa: E402
 
 if ROW_LOOPS == "baseline":
     _kernels.use_avx512(False)
@@ -916,6 +920,7 @@ class RefsegNetTrainer:
 
     def __init__(self, batch: int):
         from refseg.models import ResMobileNet
+        from refseg.run.training import training_step
 
         config = net_config()
         self.model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
@@ -923,19 +928,19 @@ class RefsegNetTrainer:
             self.model.freeze(branch, frozen=False)
         self.model.set_training(True)
         self.x, self.labels = net_inputs(batch, config.input_hw)
+        self.index = np.arange(batch)
+        self.training_step = training_step
         params = self.model.trainable_parameters()
         self.parameters = sum(p.data.size for p in params)
         self.optimizer = RefsegAdam(params, learning_rate=config.learning_rate)
 
     def step(self) -> float:
-        # at a fixed thread count, as refseg's training runs (refseg.run.training.train)
-        with fixed_thread_count():
-            p = self.model.forward(self.x)
-            loss = ag.categorical_crossentropy(p, self.labels)
-            del p
-            loss.backward()
-            self.optimizer.step()
-            self.optimizer.zero_grad()
+        # training's own step, sized to the load, its products cut for the process's thread
+        # count, as refseg.run.training.train runs it
+        with bits_independent_of_load():
+            p, loss = self.training_step(self.model, self.optimizer, self.x, self.index,
+                                         self.labels)
+        del p
         return float(loss.data)
 
 
@@ -993,15 +998,17 @@ def train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
         result["parameters"] = trainer.parameters
     checkpoints = {1, 10, 25, 50, steps}
     can_reset = reset_peak_rss()
-    rss, losses, times, peak_first = {}, [], [], None
+    rss, losses, times, step_threads, peak_first = {}, [], [], [], None
     load = OtherLoad()
     for i in range(1, steps + 1):
         if i == 2 and can_reset:  # step 1 allocates the optimiser's lazily made state
             reset_peak_rss()
             steady_before = proc_status_mb("VmRSS")
+        sized_before = refseg_threads.SIZINGS.copy()
         start = time.perf_counter()
         losses.append(trainer.step())
         times.append(time.perf_counter() - start)
+        step_threads.append(sized_threads(sized_before))
         if i == 1:
             peak_first = proc_status_mb("VmHWM")
         if i in checkpoints:
@@ -1009,7 +1016,8 @@ def train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
     result.update(
         peak_reset=can_reset, rss_mb=rss, losses=[losses[0], losses[-1]],
         other_cores=load.cores(),
-        step_ms=[1e3 * t for t in times], peak_step1_mb=peak_first - result["rss_before_mb"],
+        step_ms=[1e3 * t for t in times], step_threads=step_threads,
+        peak_step1_mb=peak_first - result["rss_before_mb"],
         vmhwm_mb=proc_status_mb("VmHWM"), maxrss_mb=resource.getrusage(
             resource.RUSAGE_SELF).ru_maxrss / 1024.0)
     if can_reset and steps >= 2:
@@ -1023,6 +1031,16 @@ def train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
         result["tracemalloc_peak_mb"] = (tracemalloc.get_traced_memory()[1] - live) / 2 ** 20
         tracemalloc.stop()
     return result
+
+
+def sized_threads(before) -> int | None:
+    """The thread count of the one load-sized run (``refseg.threads.SIZINGS``) since the
+    counts were ``before``: a refseg training step's; None for torch's steps."""
+    runs = refseg_threads.SIZINGS - before
+    if sum(runs.values()) != 1:
+        return None
+    ((_ceiling, threads),) = runs
+    return threads
 
 
 def run_train_child(impl: str, batch: int, steps: int, threads: int,
@@ -1194,6 +1212,11 @@ def net_training_lines(runs: dict, threads: int) -> list[str]:
         one = ok.get(("refseg-net", 1))
         if one is not None and threads > 1:
             line += f"; refseg T threads / 1 thread = {steady_ms(ours) / steady_ms(one):.2f}"
+        counts = collections.Counter(ours.get("step_threads", [])[1:])
+        if counts:
+            line += ("; refseg's steps 2.. ran on " + ", ".join(
+                f"{t} thread{'s' if t != 1 else ''} x{n}" for t, n in sorted(
+                    counts.items(), key=lambda item: (item[0] is None, item[0] or 0))))
         verdicts.append(line)
     return lines + [""] + verdicts
 
@@ -1356,8 +1379,10 @@ def main(args: argparse.Namespace) -> None:
              "benchmarks/_torch_net.py trainable, torch.optim.Adam, NCHW (torch-net) and "
              "channels_last (torch-net-cl). Each row is a fresh child process with its "
              "thread count pinned before the libraries load, started while the condition's "
-             "neighbours run; peaks are VmHWM above the RSS at the reset (see the decoder "
-             "step above).", "", *net_training_lines(net_runs, args.threads), "")
+             "neighbours run; refseg's steps then take as many of those threads as the load "
+             "leaves free (refseg.threads.sized_to_load, as refseg train runs them; the step "
+             "counts per thread count are below the table). Peaks are VmHWM above the RSS at "
+             "the reset (see the decoder step above).", "", *net_training_lines(net_runs, args.threads), "")
     worst = max(r.agreement for rs in results.values() for r in rs)
     emit(f"refseg vs torch agreement: largest relative difference over outputs and gradients "
          f"{worst:.1e} ({'ok' if worst < 1e-3 else 'MISMATCH'}).", "")

@@ -12,11 +12,13 @@ How many of OpenMP's threads a network run uses follows the machine's load
 (``sized_to_load``): a thread whose core another process keeps busy only takes turns with it,
 and refseg's runs measured slower on two such threads than on one. A product is cut into tiles
 by the thread count, and OpenBLAS may round a tile's elements otherwise than the whole
-product's (seen for 1 of 300 random float32 shapes; not in the prediction at 224x224, which
-gave the same bits on 1 and 2 threads, but a training run's loss after 12 steps differed in the
-third decimal). So training keeps one count throughout (``fixed_thread_count``), and outputs
-that must be reproducible to the bit (the golden bundle's network part) are computed with the
-pools pinned (``limit_threads``), which also keeps the load from changing the count.
+product's (seen for 1 of 300 random float32 shapes, and for the bias gradients of a
+``--train-backbone`` step at batch 8, sums over 28,672 rows that a row of ones times the
+gradient makes; not in the prediction at 224x224, which gave the same bits on 1 and 2
+threads). Everything else refseg computes in parallel gives each element the same bits on any
+count. So training cuts its products into the tiles of one count throughout, whatever count
+runs them (``bits_independent_of_load``), and outputs that must be reproducible to the bit
+(the golden bundle's network part) are computed with the pools pinned (``limit_threads``).
 """
 from __future__ import annotations
 
@@ -303,7 +305,8 @@ class _Depth(threading.local):
 
 
 _DEPTH = _Depth()
-_PINS = [0]  # limit_threads and fixed_thread_count blocks open (in any thread)
+_PINS = [0]  # limit_threads blocks open (in any thread)
+_TILING: list = [None]  # the count products are cut for inside bits_independent_of_load
 _LAST: list = [None]  # the reading taken at the start of the previous sized run
 _CHOICES: dict = {}
 
@@ -313,16 +316,38 @@ SIZINGS: collections.Counter = collections.Counter()
 
 
 @contextlib.contextmanager
-def fixed_thread_count():
-    """Within the block (or the function it decorates), ``sized_to_load`` changes nothing:
-    every run keeps OpenMP's count, as inside ``limit_threads``, without setting it. For work
-    whose results must not depend on the load: training, whose resumed runs end bit for bit
-    where uninterrupted ones do, and whose taps and validation feed what it writes."""
-    _PINS[0] += 1
+def bits_independent_of_load():
+    """Within the block (or the function it decorates), the machine's load changes no result:
+    every matrix product is cut into the tiles of OpenMP's count at the block's start
+    (``tiling_threads``), whichever count ``sized_to_load`` then runs it on. The compiled
+    kernels give each element the same bits on any count; the tiles were what the count
+    changed. For work whose results must not depend on the load: training, whose resumed runs
+    end bit for bit where uninterrupted ones do, beside other processes or none. A block
+    inside another keeps the outer block's count. Yields that count.
+
+    On fewer threads than its tiles were cut for, a product repacks an operand once per extra
+    tile: measured on 2 cores, a prediction on 1 thread took 3-5 % longer with the 2-thread
+    tiles than with its own."""
+    from refseg._kernels import openmp_threads
+
+    outer = _TILING[0]
+    if outer is None:
+        _TILING[0] = openmp_threads()
     try:
-        yield
+        yield _TILING[0]
     finally:
-        _PINS[0] -= 1
+        _TILING[0] = outer
+
+
+def tiling_threads() -> int:
+    """The thread count that matrix products are cut into tiles for
+    (``refseg.autograd.products.product_tiles``): the count of the open
+    ``bits_independent_of_load`` block, else OpenMP's current count."""
+    if _TILING[0] is not None:
+        return _TILING[0]
+    from refseg._kernels import openmp_threads
+
+    return openmp_threads()
 
 
 def _candidates(ceiling: int) -> tuple[int, ...]:
@@ -348,10 +373,11 @@ def sized_to_load(kind=None):
     ``kind`` of run (any hashable, e.g. the graph and its input shapes) the block's wall time
     is kept and ``ThreadChoice`` chooses; without a kind, the fewer threads run. On free
     cores the ceiling runs. Nothing changes inside ``limit_threads``, inside another such
-    block (the outer one decides), inside ``fixed_thread_count`` (all of training), with
+    block (the outer one decides), with
     ``REFSEG_ADAPTIVE_THREADS=0``, where ``/proc/stat`` cannot be read, and in the first block
     of a process (no earlier reading to measure from). Wraps each network run
-    (``Graph.run``): a prediction batch, the taps, an evaluation batch.
+    (``Graph.run``): a prediction batch, the taps, an evaluation batch; and each training step
+    (``refseg.run.training.training_step``), inside ``bits_independent_of_load``.
     """
     from refseg._kernels import openmp_threads, set_openmp_threads
 

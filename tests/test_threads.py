@@ -207,11 +207,19 @@ def test_a_prediction_beside_a_neighbour_times_both_counts_and_computes_what_the
             assert np.array_equal(run, model.predict(x))
 
 
-def test_fixed_thread_count_keeps_the_count_beside_a_neighbour(loaded_machine):
+def test_bits_independent_of_load_pins_the_tiles_and_leaves_the_count_to_the_load(
+        loaded_machine):
     with threads.sized_to_load():
         pass
-    with threads.fixed_thread_count():
+    assert threads.tiling_threads() == 2
+    with threads.bits_independent_of_load() as tiles:
+        assert tiles == 2
         with threads.sized_to_load() as count:
-            assert count == 2 == _kernels.openmp_threads()
+            assert count == 1 == _kernels.openmp_threads()
+            assert threads.tiling_threads() == 2
+            with threads.bits_independent_of_load() as inner:  # the outer block's count
+                assert inner == 2
+            assert threads.tiling_threads() == 2
     with threads.sized_to_load() as count:
-        assert count == 1
+        assert count == 1 == threads.tiling_threads()
+    assert threads.tiling_threads() == 2

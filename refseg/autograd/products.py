@@ -9,7 +9,8 @@ another process slows down does fewer tiles instead of holding up an even share.
 
 The tiles depend on the shapes and the thread count alone (``product_tiles``; one thread:
 one BLAS call per product), so results are reproducible at a given thread count
-(``refseg.threads.limit_threads``). The twin (backend ``"numpy"``) makes the same calls one
+(``refseg.threads.limit_threads``), and at any count inside
+``refseg.threads.bits_independent_of_load``, which cuts for one count whichever runs. The twin (backend ``"numpy"``) makes the same calls one
 after another.
 
 SciPy's OpenBLAS is set back to one thread of its own before every product
@@ -20,11 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from refseg._kernels import openmp_threads
 from refseg.autograd.elementwise import UNCLAMPED
 from refseg.backend import kernels
 from refseg.errors import InputError
-from refseg.threads import single_threaded_blas
+from refseg.threads import single_threaded_blas, tiling_threads
 from refseg.trace import implements, infrastructure
 
 #: Products with fewer multiply-adds than this are one BLAS call, on the calling thread:
@@ -136,8 +136,9 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
 
     Notes
     -----
-    1. Tiles from ``product_tiles(P, m, n, k, threads)``, threads = OpenMP's current count
-       (for both backends).
+    1. Tiles from ``product_tiles(P, m, n, k, threads)``, threads = OpenMP's current count,
+       or the count of an open ``refseg.threads.bits_independent_of_load`` block (for both
+       backends).
     2. Each tile: one single-threaded BLAS call (sgemm or dgemm) over the whole of k. The
        cython backend's threads each make one small preparing product first, once per
        thread, which OpenBLAS needs to leave a slow state (``autograd/_gemm.pxi``); it
@@ -200,7 +201,7 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
                 kernels(backend).clamp(plane.reshape(-1), *bounds, plane.reshape(-1))
     else:
         single_threaded_blas()
-        tile_rows, tile_cols = product_tiles(planes, m, n, k, openmp_threads())
+        tile_rows, tile_cols = product_tiles(planes, m, n, k, tiling_threads())
         kernels(backend).gemm_stack(_blas_operand(a), _blas_operand(b), plane_index, target,
                                     accumulate, tile_rows, tile_cols,
                                     planes * m * n * k >= PARALLEL_MIN_MACS, scale, shift,

@@ -41,7 +41,7 @@ from refseg.run import metrics
 from refseg.run.config import TrainConfig, check_range
 from refseg.run.curves import write_curves
 from refseg.trace import implements, infrastructure
-from refseg.threads import fixed_thread_count
+from refseg.threads import bits_independent_of_load, sized_to_load
 
 #: Images per batch when computing taps and validation predictions (memory, not results).
 INFERENCE_BATCH = 8
@@ -189,6 +189,51 @@ def _run(model, source, index):
     return model.forward(source[index])
 
 
+@implements("claim4.propagation", "claim4.update")
+def training_step(model, optimizer, source, index, labels):
+    """One step of training on a batch: forward, per-pixel cross-entropy, backward, Adam.
+
+    Parameters
+    ----------
+    model : ResMobileNet
+        In training mode, with the parameters ``optimizer`` updates trainable.
+    optimizer : refseg.autograd.optim.Adam
+    source : ndarray of shape (N, H, W, 3), float32, or dict of name -> ndarray
+        The network inputs in [-1, 1], or the cached taps by name (frozen backbones).
+    index : ndarray of shape (B,), int
+        The batch's rows of ``source``.
+    labels : ndarray of shape (B, H, W), int
+        Class per pixel (0 contour, 1 inside, 2 outside).
+
+    Returns
+    -------
+    (Tensor, Tensor)
+        The probabilities (B, H, W, 3) and the scalar loss, both from before the update.
+
+    Notes
+    -----
+    1. The probabilities from the images (both backbones and the decoder) or from the taps
+       (the decoder alone).
+    2. The cross-entropy averaged over the batch's pixels ([0242]-[0245]).
+    3. Backward; Adam's update of every trainable parameter; the gradients zeroed
+       ([0246]-[0255]).
+    The step runs on as many threads as the machine's load leaves free
+    (``refseg.threads.sized_to_load``, timed per batch size); inside
+    ``refseg.threads.bits_independent_of_load`` its results are the same on any of them.
+
+    References
+    ----------
+    [0242]-[0255].
+    """
+    with sized_to_load(("training step", id(model), len(index))):
+        p = _run(model, source, index)
+        loss = ag.categorical_crossentropy(p, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return p, loss
+
+
 def _evaluate(model, source, labels) -> dict:
     total, cm = 0.0, np.zeros((3, 3), np.int64)
     model.set_training(False)
@@ -210,7 +255,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-@fixed_thread_count()
+@bits_independent_of_load()
 @implements("claim1.step3.train", "claim4.propagation", "claim4.update",
             "claim5.training_module")
 def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
@@ -243,9 +288,11 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     list of dict
         One entry per epoch, as written to ``metrics.jsonl``.
 
-    The whole run keeps OpenMP's thread count whatever the machine's load
-    (``refseg.threads.fixed_thread_count``): a product's rounding may follow the count, and a
-    resumed run must end bit for bit where the uninterrupted one does.
+    Each step, and each run of the taps and of validation, takes as many threads as the
+    machine's load leaves free (``refseg.threads.sized_to_load``), while the whole run cuts its
+    matrix products for OpenMP's count at the start (``refseg.threads.bits_independent_of_load``):
+    a product's rounding may follow its tiles, and a run must end bit for bit where the same
+    run, resumed or not, beside other processes or none, does.
 
     Notes
     -----
@@ -496,11 +543,7 @@ def _train_epoch(model, optimizer, source, labels, config: TrainConfig, epoch: i
     for b in range(batches):
         index = np.sort(order[b * config.batch_size:(b + 1) * config.batch_size])
         y = labels[index]
-        p = _run(model, source, index)
-        loss = ag.categorical_crossentropy(p, y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        p, loss = training_step(model, optimizer, source, index, y)
         loss_sum += float(loss.data) * y.size
         correct += int((p.data.argmax(axis=-1) == y).sum())
         pixels += y.size

@@ -102,6 +102,51 @@ def test_products_of_the_networks_shapes_depend_on_the_thread_count_alone(shape)
     assert np.all(np.abs(first - exact) <= bound) and np.all(np.abs(single - exact) <= bound)
 
 
+def _one_thread_inside_the_block(a, b):
+    """matmul_stack(a, b) on 1 OpenMP thread inside bits_independent_of_load opened at 2."""
+    from refseg import _kernels
+    from refseg.threads import bits_independent_of_load
+
+    with limit_threads(2), bits_independent_of_load() as tiles:
+        assert tiles == 2
+        _kernels.set_openmp_threads(1)
+        try:
+            return matmul_stack(a, b)
+        finally:
+            _kernels.set_openmp_threads(2)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 28672, 64), (1, 1, 57344, 256), (1, 1006, 41, 38),
+                                   (1, 3136, 64, 256), (36, 392, 128, 128)])
+def test_inside_bits_independent_of_load_one_thread_gives_the_bits_of_two(shape):
+    """Inside the block a product keeps the tiles of the block's count (2) when fewer threads
+    run it. Bias gradients of a training step at batch 8 (a row of ones times 28,672 and
+    57,344 rows) and a shape whose tiles OpenBLAS rounded otherwise than the whole product
+    among them."""
+    planes, m, k, n = shape
+    rng = np.random.default_rng(2)
+    a = (np.ones((planes, m, k), np.float32) if m == 1
+         else rng.standard_normal((planes, m, k)).astype(np.float32))
+    b = rng.standard_normal((planes, k, n)).astype(np.float32)
+    with limit_threads(2):
+        two = matmul_stack(a, b)
+    assert np.array_equal(_one_thread_inside_the_block(a, b), two)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.tuples(st.integers(1, 3), st.integers(1, 1200), st.integers(1, 300),
+                       st.integers(1, 300)), seed=st.integers(0, 2 ** 16))
+def test_inside_bits_independent_of_load_any_product_keeps_its_bits_on_fewer_threads(shape,
+                                                                                     seed):
+    planes, m, k, n = shape
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((planes, m, k)).astype(np.float32)
+    b = rng.standard_normal((planes, k, n)).astype(np.float32)
+    with limit_threads(2):
+        two = matmul_stack(a, b)
+    assert np.array_equal(_one_thread_inside_the_block(a, b), two)
+
+
 @pytest.mark.claim("claim2.fusion", "claim2.backbones")
 @pytest.mark.parametrize("dtype", DTYPES)
 @settings(max_examples=30, deadline=None)
