@@ -1214,9 +1214,8 @@ def net_training_lines(runs: dict, threads: int) -> list[str]:
             line += f"; refseg T threads / 1 thread = {steady_ms(ours) / steady_ms(one):.2f}"
         counts = collections.Counter(ours.get("step_threads", [])[1:])
         if counts:
-            line += ("; refseg's steps 2.. ran on " + ", ".join(
-                f"{t} thread{'s' if t != 1 else ''} x{n}" for t, n in sorted(
-                    counts.items(), key=lambda item: (item[0] is None, item[0] or 0))))
+            line += "; refseg's steps 2.. ran on " + ", ".join(
+                f"{t} thread{'s' if t != 1 else ''} x{n}" for t, n in sorted(counts.items()))
         verdicts.append(line)
     return lines + [""] + verdicts
 
@@ -1382,7 +1381,8 @@ def main(args: argparse.Namespace) -> None:
              "neighbours run; refseg's steps then take as many of those threads as the load "
              "leaves free (refseg.threads.sized_to_load, as refseg train runs them; the step "
              "counts per thread count are below the table). Peaks are VmHWM above the RSS at "
-             "the reset (see the decoder step above).", "", *net_training_lines(net_runs, args.threads), "")
+             "the reset (see the decoder step above).", "",
+             *net_training_lines(net_runs, args.threads), "")
     worst = max(r.agreement for rs in results.values() for r in rs)
     emit(f"refseg vs torch agreement: largest relative difference over outputs and gradients "
          f"{worst:.1e} ({'ok' if worst < 1e-3 else 'MISMATCH'}).", "")

@@ -10,8 +10,8 @@ another process slows down does fewer tiles instead of holding up an even share.
 The tiles depend on the shapes and the thread count alone (``product_tiles``; one thread:
 one BLAS call per product), so results are reproducible at a given thread count
 (``refseg.threads.limit_threads``), and at any count inside
-``refseg.threads.bits_independent_of_load``, which cuts for one count whichever runs. The twin (backend ``"numpy"``) makes the same calls one
-after another.
+``refseg.threads.bits_independent_of_load``, which cuts for one count whichever runs. The
+twin (backend ``"numpy"``) makes the same calls one after another.
 
 SciPy's OpenBLAS is set back to one thread of its own before every product
 (``refseg.threads.single_threaded_blas``), which holds for the whole process; NumPy's BLAS, a
