@@ -288,6 +288,36 @@ def test_sobel_prewitt_match_opencv_and_scipy(load, name):
               f"pixels within {RESPONSE_TOLERANCE:g} of the threshold {ambiguous}")
 
 
+#: gx and gy each: a 6-term sum with sum|terms| <= 4 * 255 = 1020 on either side; refseg
+#: forms 3 differences, 3 products (exact: weights 1 and 2), 2 sums, so it errs by at most
+#: 5 U * 1020 ~ 5.7e-13, and OpenCV's separable filter (a 3-term row pass, then a 3-term column
+#: pass) by as much again: 2 * 5.7e-13 < 1.2e-12 between the two. Measured: Sobel gx 0 on
+#: every image (OpenCV also differences first, then adds the outer rows before the weighted
+#: middle), Sobel gy <= 2.3e-13, Prewitt <= 1.7e-13.
+GRADIENT_TOLERANCE = 1.2e-12
+
+
+@pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt")
+@pytest.mark.parametrize("name", IMAGES)
+def test_directional_gradients_match_opencv(load, name):
+    """sobel_gradient against cv2.Sobel, prewitt_gradient against cv2.filter2D with
+    PREWITT_X and PREWITT_Y (a correlation, as refseg's), both on the reflect-101 border."""
+    cv2 = require("cv2")
+    blurred = blurred_of(load(name))
+    anchors = {
+        "sobel": (cv2.Sobel(blurred, cv2.CV_64F, 1, 0, ksize=3, borderType=REFLECT_101),
+                  cv2.Sobel(blurred, cv2.CV_64F, 0, 1, ksize=3, borderType=REFLECT_101)),
+        "prewitt": (cv2.filter2D(blurred, cv2.CV_64F, ops.PREWITT_X, borderType=REFLECT_101),
+                    cv2.filter2D(blurred, cv2.CV_64F, ops.PREWITT_Y, borderType=REFLECT_101)),
+    }
+    ours = {"sobel": ops.sobel_gradient(blurred), "prewitt": ops.prewitt_gradient(blurred)}
+    for op, theirs in anchors.items():
+        for axis, mine, other in zip("xy", ours[op], theirs):
+            diff = np.abs(mine - other).max()
+            print(f"crosscheck {op} g{axis} {name} vs opencv: max |diff| {diff:.3g}")
+            assert diff <= GRADIENT_TOLERANCE, (op, axis, diff)
+
+
 @pytest.mark.claim("claim1.step2.edges.log")
 @pytest.mark.parametrize("name", IMAGES)
 def test_log_matches_opencv_and_scipy(load, name):
