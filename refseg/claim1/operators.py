@@ -219,7 +219,7 @@ def prewitt_gradient(blurred, *, backend: str = "cython") -> tuple[np.ndarray, n
     Parameters
     ----------
     blurred : ndarray of shape (M, N), M, N >= 3
-        Gaussian-filtered gray image.
+        Gaussian-filtered gray image, as for :func:`prewitt`.
     backend : {"cython", "numpy"}
 
     Returns

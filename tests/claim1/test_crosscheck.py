@@ -201,8 +201,8 @@ def test_gray_photos_take_the_identity_gray_path(load, name):
 #: float64 sum of products errs by <= (8 + 1) U * sum|terms| <= 9 U * 255 per implementation
 #: (OpenCV's separable 3 + 3 passes: <= (2 + 1) U twice, no worse); the two kernels' entries
 #: differ by <= 10 U relative (see the kernel test), adding <= 10 U * sum k_ij * 255. Total
-#: (9 + 9 + 10) U * 255 = 7.9e-13 <= 1e-12. Measured: <= 1.14e-13 vs OpenCV, exactly 0 vs SciPy
-#: (which adds the same products in the same order as refseg).
+#: (9 + 9 + 10) U * 255 = 7.9e-13 <= 1e-12. Measured: <= 1.14e-13 vs OpenCV, <= 8.6e-14 vs
+#: SciPy (which adds the products row by row; refseg pairs them by symmetry, spec R-binary).
 BLUR_TOLERANCE = 1e-12
 
 
@@ -249,7 +249,7 @@ def test_gaussian_blur_matches_opencv_and_scipy(load, name):
 #: component, and the magnitude (<= 1443) by about |d gx| + |d gy| + U * 1443 ~ 1.5e-12 per
 #: side, ~3e-12 between two implementations. 1e-9 is ~300x looser than needed; kept because it
 #: is the figure the issue states and still catches any wrong kernel, sign or border (those
-#: make differences of order 1). Measured: <= 3.4e-13 (Sobel), <= 1.7e-13 (Prewitt, LoG).
+#: make differences of order 1). Measured: <= 2.3e-13 (Sobel, Prewitt), <= 1.8e-13 (LoG).
 RESPONSE_TOLERANCE = 1e-9
 
 
