@@ -49,6 +49,8 @@ _PUBLIC = {
     "canny": "refseg.claim1.operators",
     "sobel": "refseg.claim1.operators",
     "prewitt": "refseg.claim1.operators",
+    "sobel_gradient": "refseg.claim1.operators",
+    "prewitt_gradient": "refseg.claim1.operators",
     "laplacian_of_gaussian": "refseg.claim1.operators",
     "operator_weights": "refseg.claim1.weighting",
     "extract": "refseg.claim1.features",

@@ -26,8 +26,8 @@ def weights_for(edges, inverse=False):
 
 def matlab_style_edges(blurred):
     """Rejected alternative: MATLAB edge() default thresholds on our 3x3-filtered image."""
-    gx, gy, mag = ops._gradient(blurred, ops.SOBEL_X, ops.SOBEL_Y, "cython")
-    _, _, pmag = ops._gradient(blurred, ops.PREWITT_X, ops.PREWITT_Y, "cython")
+    gx, gy, mag = ops._gradient(blurred, ops.SOBEL_SMOOTH, "cython")
+    _, _, pmag = ops._gradient(blurred, ops.PREWITT_SMOOTH, "cython")
     high = float(np.quantile(mag, 0.7))
     log = ops._log(blurred, 0.75 * float(np.mean(np.abs(ops._log(blurred, 0, "cython").response))),
                    "cython")

@@ -1,9 +1,25 @@
-"""Shared hypothesis strategies: bounded finite images, including the edge shapes."""
+"""Shared hypothesis strategies: bounded finite images, including the edge shapes; and the
+eight symmetries of the square that image properties are tested under."""
+import itertools
+
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from refseg.claim1.operators import OPERATORS
+
+#: The eight symmetries of the square as (transpose, flip rows, flip columns), applied in
+#: that order.
+SYMMETRIES = list(itertools.product((False, True), repeat=3))
+
+
+def transformed(image, symmetry):
+    """``image`` transposed, then its rows reversed, then its columns, as ``symmetry`` says."""
+    transpose, flip_rows, flip_cols = symmetry
+    a = image.T if transpose else image
+    a = a[::-1] if flip_rows else a
+    return np.ascontiguousarray(a[:, ::-1] if flip_cols else a)
+
 
 #: Image sides drawn by the strategies: the 3x3 minimum and a few odd and even sizes.
 SIDES = st.integers(min_value=3, max_value=24)
@@ -102,3 +118,37 @@ def off_palette_colours():
                              for i, v in enumerate(t[0])))
     anything = st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255))
     return st.one_of(near, anything).filter(lambda c: c not in LABEL_PALETTE)
+
+
+@st.composite
+def dyadic_images(draw, min_side=3, max_side=16):
+    """float64 gray images whose values are multiples of 1/64 in [0, 255]: adding an integer
+    to them, and every difference of two of them, is exact in float64."""
+    shape = (draw(st.integers(min_side, max_side)), draw(st.integers(min_side, max_side)))
+    steps = draw(hnp.arrays(np.int64, shape, elements=st.integers(0, 255 * 64)))
+    return steps / 64.0
+
+
+@st.composite
+def untied_images(draw, min_side=3, max_side=24):
+    """float64 gray images of independent uniform values in [0, 255) from a drawn seed: no two
+    gradient magnitudes are equal, so no tie rule is ever consulted."""
+    shape = (draw(st.integers(min_side, max_side)), draw(st.integers(min_side, max_side)))
+    return np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1))).random(shape) * 255.0
+
+
+@st.composite
+def disk_images(draw, min_radius=2.5, max_radius=9.0):
+    """(image, disk): a disk of two gray levels at least 1 apart, its centre anywhere that
+    keeps 3 pixels of background between it and the border; ``disk`` is the bool mask of the
+    pixels whose centre lies within the radius."""
+    r = draw(st.floats(min_radius, max_radius))
+    rows, cols = (draw(st.integers(int(2 * r) + 8, 32)) for _ in range(2))
+    cy = draw(st.floats(r + 3, rows - r - 4))
+    cx = draw(st.floats(r + 3, cols - r - 4))
+    inside, outside = draw(st.floats(0, 255)), draw(st.floats(0, 255))
+    if abs(inside - outside) < 1:
+        inside = outside + 1 if outside < 128 else outside - 1
+    yy, xx = np.mgrid[:rows, :cols]
+    disk = (yy - cy) ** 2 + (xx - cx) ** 2 <= r * r
+    return np.where(disk, inside, outside), disk

@@ -30,18 +30,14 @@ cdef inline double _sum9(const double *a, const double *b, const double *d,
                          double k0, double k1, double k2, double k3, double k4, double k5,
                          double k6, double k7, double k8) noexcept nogil:
     """One 3x3 correlation sum over rows a (above), b (centre), d (below) and columns
-    cm, c0, cp, terms added row-major from 0.0 (the twin adds them in the same order)."""
-    cdef double acc = 0.0
-    acc = acc + k0 * a[cm]
-    acc = acc + k1 * a[c0]
-    acc = acc + k2 * a[cp]
-    acc = acc + k3 * b[cm]
-    acc = acc + k4 * b[c0]
-    acc = acc + k5 * b[cp]
-    acc = acc + k6 * d[cm]
-    acc = acc + k7 * d[c0]
-    acc = acc + k8 * d[cp]
-    return acc
+    cm, c0, cp. The nine products are grouped as the square's symmetries pair them: the
+    corners along the two diagonals, the side neighbours across the centre, corners plus sides,
+    then the centre. Each pair maps onto a pair under every flip and transpose, and addition is
+    commutative, so a kernel with those symmetries gives the flipped image's result exactly
+    flipped (the twin groups the same way)."""
+    cdef double corners = (k0 * a[cm] + k8 * d[cp]) + (k2 * a[cp] + k6 * d[cm])
+    cdef double sides = (k1 * a[c0] + k7 * d[c0]) + (k3 * b[cm] + k5 * b[cp])
+    return (corners + sides) + k4 * b[c0]
 
 
 cdef inline void _correlate_row(const double *a, const double *b, const double *d,
@@ -60,7 +56,7 @@ cdef inline void _correlate_row(const double *a, const double *b, const double *
 
 
 def correlate3x3(const double[:, ::1] src, const double[:, ::1] kernel, double[:, ::1] out):
-    """3x3 correlation with reflect-101 border."""
+    """3x3 correlation with reflect-101 border, the products summed as _sum9 groups them."""
     cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r
     cdef double k[9]
     cdef int i
@@ -73,51 +69,78 @@ def correlate3x3(const double[:, ::1] src, const double[:, ::1] kernel, double[:
                            &src[_reflect101(r + 1, rows), 0], cols, k, &out[r, 0])
 
 
-cdef inline void _gradient_row(const double[:, ::1] src, Py_ssize_t r, const double *wx,
-                               const double *wy, double *gx, double *gy,
-                               double *magnitude) noexcept nogil:
-    """Row r of gx, gy (3x3 correlations, reflect-101) and sqrt(gx*gx + gy*gy)."""
+cdef inline double _difference3(double s0, double s1, double s2,
+                                double first_minus, double first_plus,
+                                double middle_minus, double middle_plus,
+                                double last_minus, double last_plus) noexcept nogil:
+    """s0 (first_plus - first_minus) + s2 (last_plus - last_minus), then + s1 (middle_plus -
+    middle_minus): the differences across the centre first, so that equal values cancel
+    exactly, then the smoothing weights, the outer pair before the middle."""
+    return ((s0 * (first_plus - first_minus) + s2 * (last_plus - last_minus))
+            + s1 * (middle_plus - middle_minus))
+
+
+cdef inline void _gradient_at(const double *a, const double *b, const double *d,
+                              Py_ssize_t cm, Py_ssize_t c, Py_ssize_t cp, double s0, double s1,
+                              double s2, double *gx, double *gy, double *magnitude) noexcept nogil:
+    """gx, gy and magnitude at column c of rows a (above), b (centre), d (below). gx takes the
+    rows as first, middle and last, gy the columns cm, c, cp: the same expression, so a
+    transposed image gives gx and gy transposed and swapped, exactly."""
+    cdef double x = _difference3(s0, s1, s2, a[cm], a[cp], b[cm], b[cp], d[cm], d[cp])
+    cdef double y = _difference3(s0, s1, s2, a[cm], d[cm], a[c], d[c], a[cp], d[cp])
+    gx[c] = x
+    gy[c] = y
+    magnitude[c] = sqrt(x * x + y * y)
+
+
+cdef inline void _gradient_row(const double[:, ::1] src, Py_ssize_t r, const double *smooth,
+                               double *gx, double *gy, double *magnitude) noexcept nogil:
+    """Row r of gx, gy (the kernels outer(smooth, [-1, 0, 1]) and its transpose, reflect-101)
+    and sqrt(gx*gx + gy*gy)."""
     cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], c
-    _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
-                   &src[_reflect101(r + 1, rows), 0], cols, wx, gx)
-    _correlate_row(&src[_reflect101(r - 1, rows), 0], &src[r, 0],
-                   &src[_reflect101(r + 1, rows), 0], cols, wy, gy)
-    for c in range(cols):
-        magnitude[c] = sqrt(gx[c] * gx[c] + gy[c] * gy[c])
+    cdef const double *a = &src[_reflect101(r - 1, rows), 0]
+    cdef const double *b = &src[r, 0]
+    cdef const double *d = &src[_reflect101(r + 1, rows), 0]
+    cdef double s0 = smooth[0], s1 = smooth[1], s2 = smooth[2]
+    _gradient_at(a, b, d, _reflect101(-1, cols), 0, _reflect101(1, cols), s0, s1, s2,
+                 gx, gy, magnitude)
+    for c in range(1, cols - 1):  # interior: no reflection
+        _gradient_at(a, b, d, c - 1, c, c + 1, s0, s1, s2, gx, gy, magnitude)
+    if cols > 1:
+        _gradient_at(a, b, d, cols - 2, cols - 1, _reflect101(cols, cols), s0, s1, s2,
+                     gx, gy, magnitude)
 
 
-def gradient3x3(const double[:, ::1] src, const double[:, ::1] kx, const double[:, ::1] ky,
-                double[:, ::1] gx, double[:, ::1] gy, double[:, ::1] magnitude):
-    """gx, gy: 3x3 correlations (reflect-101); magnitude = sqrt(gx*gx + gy*gy)."""
+def gradient3x3(const double[:, ::1] src, const double[::1] smooth, double[:, ::1] gx,
+                double[:, ::1] gy, double[:, ::1] magnitude):
+    """gx, gy: 3x3 correlations (reflect-101) with outer(smooth, [-1, 0, 1]) and its
+    transpose, each a difference across the centre weighted by smooth; magnitude =
+    sqrt(gx*gx + gy*gy)."""
     cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r
-    cdef double wx[9]
-    cdef double wy[9]
+    cdef double s[3]
     cdef int i
-    for i in range(9):
-        wx[i] = kx[i // 3, i % 3]
-        wy[i] = ky[i // 3, i % 3]
+    for i in range(3):
+        s[i] = smooth[i]
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols),
                         num_threads=_threads(rows * cols)):
-            _gradient_row(src, r, wx, wy, &gx[r, 0], &gy[r, 0], &magnitude[r, 0])
+            _gradient_row(src, r, s, &gx[r, 0], &gy[r, 0], &magnitude[r, 0])
 
 
-def gradient_magnitude3x3(const double[:, ::1] src, const double[:, ::1] kx,
-                          const double[:, ::1] ky, double[:, ::1] magnitude):
+def gradient_magnitude3x3(const double[:, ::1] src, const double[::1] smooth,
+                          double[:, ::1] magnitude):
     """magnitude of gradient3x3, without keeping gx and gy (each thread writes them to rows
     of its own)."""
     cdef Py_ssize_t rows = src.shape[0], cols = src.shape[1], r
     cdef int threads = _threads(rows * cols)
-    cdef double wx[9]
-    cdef double wy[9]
+    cdef double s[3]
     cdef int i
     cdef double[:, :, ::1] scratch = np.empty((threads, 2, cols))
-    for i in range(9):
-        wx[i] = kx[i // 3, i % 3]
-        wy[i] = ky[i // 3, i % 3]
+    for i in range(3):
+        s[i] = smooth[i]
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(cols), num_threads=threads):
-            _gradient_row(src, r, wx, wy, &scratch[openmp.omp_get_thread_num(), 0, 0],
+            _gradient_row(src, r, s, &scratch[openmp.omp_get_thread_num(), 0, 0],
                           &scratch[openmp.omp_get_thread_num(), 1, 0], &magnitude[r, 0])
 
 

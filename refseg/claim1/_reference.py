@@ -41,31 +41,49 @@ def correlate3x3(src, kernel, out):
     """Twin of ``_kernels.correlate3x3`` (claim1/_kernels.pxi), for ``claim1.step2.gauss`` (the
     Gaussian filter) and ``claim1.step2.edges.log`` (the Laplacian response).
 
-    3x3 correlation with reflect-101 border (spec ``R-border``): the nine products added to 0.0
-    in row-major kernel order, the order of the kernel's ``_sum9``.
+    3x3 correlation with reflect-101 border (spec ``R-border``), the nine products grouped as
+    the kernel's ``_sum9`` groups them: the corners along the two diagonals, the side neighbours
+    across the centre, corners plus sides, then the centre. A kernel with the square's
+    symmetries (the Gaussian, the Laplacian) thus commutes exactly with the eight flips and
+    transposes of the image.
     """
-    acc = np.zeros(src.shape)
-    for (i, j), view in _windows(np.asarray(src)).items():
-        acc = acc + kernel[i, j] * view
-    out[...] = acc
+    w = _windows(np.asarray(src))
+    k = np.asarray(kernel)
+    corners = (k[0, 0] * w[0, 0] + k[2, 2] * w[2, 2]) + (k[0, 2] * w[0, 2] + k[2, 0] * w[2, 0])
+    sides = (k[0, 1] * w[0, 1] + k[2, 1] * w[2, 1]) + (k[1, 0] * w[1, 0] + k[1, 2] * w[1, 2])
+    out[...] = (corners + sides) + k[1, 1] * w[1, 1]
 
 
-def gradient3x3(src, kx, ky, gx, gy, magnitude):
+def _difference3(smooth, first_minus, first_plus, middle_minus, middle_plus, last_minus,
+                 last_plus):
+    """s0 (first_plus - first_minus) + s2 (last_plus - last_minus), then + s1 (middle_plus -
+    middle_minus), as the kernel's ``_difference3``."""
+    s0, s1, s2 = smooth
+    return ((s0 * (first_plus - first_minus) + s2 * (last_plus - last_minus))
+            + s1 * (middle_plus - middle_minus))
+
+
+def gradient3x3(src, smooth, gx, gy, magnitude):
     """Twin of ``_kernels.gradient3x3`` (claim1/_kernels.pxi), for ``claim1.step2.edges.sobel``,
     ``claim1.step2.edges.prewitt`` and ``claim1.step2.edges.canny`` (its Sobel gradient).
 
-    gx, gy as :func:`correlate3x3` with kx and ky; magnitude = sqrt(gx*gx + gy*gy).
+    gx, gy: the correlations (reflect-101) with outer(smooth, [-1, 0, 1]) and its transpose,
+    each formed as differences across the centre (so equal values cancel exactly) weighted by
+    ``smooth``, the outer pair added before the middle; gy is gx's expression on the transposed
+    neighbourhood. magnitude = sqrt(gx*gx + gy*gy).
     """
-    correlate3x3(src, kx, gx)
-    correlate3x3(src, ky, gy)
+    w = _windows(np.asarray(src))
+    s = np.asarray(smooth)
+    gx[...] = _difference3(s, w[0, 0], w[0, 2], w[1, 0], w[1, 2], w[2, 0], w[2, 2])
+    gy[...] = _difference3(s, w[0, 0], w[2, 0], w[0, 1], w[2, 1], w[0, 2], w[2, 2])
     magnitude[...] = np.sqrt(np.asarray(gx) * gx + np.asarray(gy) * gy)
 
 
-def gradient_magnitude3x3(src, kx, ky, magnitude):
+def gradient_magnitude3x3(src, smooth, magnitude):
     """Twin of ``_kernels.gradient_magnitude3x3`` (claim1/_kernels.pxi), for
     ``claim1.step2.edges.prewitt``: the magnitude of :func:`gradient3x3`, gx and gy dropped."""
     gx, gy = np.empty_like(magnitude), np.empty_like(magnitude)
-    gradient3x3(src, kx, ky, gx, gy, magnitude)
+    gradient3x3(src, smooth, gx, gy, magnitude)
 
 
 def threshold_above(src, threshold, out):

@@ -292,10 +292,10 @@ def _correlate(g, kernel, border, backend):
     return out if border == "reflect101" else np.ascontiguousarray(out[1:-1, 1:-1])
 
 
-def _gradient(g, kx, ky, border, backend):
+def _gradient(g, smooth, border, backend):
     if border == "reflect101":
-        return ops._gradient(g, kx, ky, backend)
-    gx, gy, m = ops._gradient(_padded(g, border), kx, ky, backend)
+        return ops._gradient(g, smooth, backend)
+    gx, gy, m = ops._gradient(_padded(g, border), smooth, backend)
     return tuple(np.ascontiguousarray(a[1:-1, 1:-1]) for a in (gx, gy, m))
 
 
@@ -498,8 +498,8 @@ def extract_variant(rgb, variant: Variant = Variant(), *,
     g = as_float_image(gray, "gray", min_size=preprocess.MIN_SIZE)
     kernel = BINOMIAL_3X3 if v.sigma is None else preprocess.gaussian_kernel(v.sigma)
     blurred = _correlate(g, kernel, v.border, backend)
-    gx, gy, magnitude = _gradient(blurred, ops.SOBEL_X, ops.SOBEL_Y, v.border, backend)
-    px, py, prewitt = _gradient(blurred, ops.PREWITT_X, ops.PREWITT_Y, v.border, backend)
+    gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
+    px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
     edges = {"canny": _canny(gx, gy, magnitude, v, backend),
              "sobel": _gradient_edges("sobel", gx, gy, magnitude, v, backend),
              "prewitt": _gradient_edges("prewitt", px, py, prewitt, v, backend),

@@ -134,8 +134,8 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
     blurred = preprocess.gaussian_blur(gray, sigma, backend=backend)
 
     # blurred is validated float64 from here on: the private paths skip re-validation
-    gx, gy, magnitude = ops._gradient(blurred, ops.SOBEL_X, ops.SOBEL_Y, backend)
-    prewitt_magnitude = ops._magnitude(blurred, ops.PREWITT_X, ops.PREWITT_Y, backend)
+    gx, gy, magnitude = ops._gradient(blurred, ops.SOBEL_SMOOTH, backend)
+    prewitt_magnitude = ops._magnitude(blurred, ops.PREWITT_SMOOTH, backend)
     # Canny's automatic low threshold is the Sobel magnitude's Otsu threshold, as is Sobel's
     # own: computed once for both
     sobel_otsu = (ops._otsu(magnitude, ops.OTSU_BINS, backend)

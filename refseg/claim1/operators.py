@@ -19,7 +19,9 @@ from refseg.errors import InputError, as_float_image, check_threshold
 from refseg.claim1.preprocess import MIN_SIZE
 from refseg.trace import implements
 
-#: 1-D smoothing and derivative parts of the 3x3 kernels, combined by outer products.
+#: 1-D smoothing and derivative parts of the 3x3 kernels, combined by outer products. The
+#: kernels are given their smoothing part (the derivative is always CENTRAL_DIFFERENCE), and
+#: form each gradient as differences across the centre weighted by it (:func:`sobel_gradient`).
 SOBEL_SMOOTH = np.array([1.0, 2.0, 1.0])
 PREWITT_SMOOTH = np.array([1.0, 1.0, 1.0])
 CENTRAL_DIFFERENCE = np.array([-1.0, 0.0, 1.0])
@@ -70,17 +72,17 @@ class EdgeResult:
     automatic: bool = True
 
 
-def _gradient(g, kx, ky, backend):
+def _gradient(g, smooth, backend):
     """gx, gy, magnitude of a validated float64 image (the kernel trusts its inputs)."""
     gx, gy, magnitude = np.empty_like(g), np.empty_like(g), np.empty_like(g)
-    kernels(backend).gradient3x3(g, kx, ky, gx, gy, magnitude)
+    kernels(backend).gradient3x3(g, smooth, gx, gy, magnitude)
     return gx, gy, magnitude
 
 
-def _magnitude(g, kx, ky, backend):
+def _magnitude(g, smooth, backend):
     """The gradient magnitude alone, where gx and gy are not needed (Sobel, Prewitt)."""
     magnitude = np.empty_like(g)
-    kernels(backend).gradient_magnitude3x3(g, kx, ky, magnitude)
+    kernels(backend).gradient_magnitude3x3(g, smooth, magnitude)
     return magnitude
 
 
@@ -145,8 +147,8 @@ def _otsu(v, bins, backend, absolute=False):
     return float(centres[int(np.argmax(between))])
 
 
-def _binary_gradient(name, blurred, kx, ky, threshold, backend):
-    magnitude = _magnitude(_blurred(blurred), kx, ky, backend)
+def _binary_gradient(name, blurred, smooth, threshold, backend):
+    magnitude = _magnitude(_blurred(blurred), smooth, backend)
     return _threshold_magnitude(name, magnitude, threshold, backend)
 
 
@@ -166,6 +168,77 @@ def _threshold_magnitude(name, magnitude, threshold, backend, otsu=None, out=Non
     edges = _edge_map(magnitude.shape, out)
     kernels(backend).threshold_above(magnitude, t, edges)
     return EdgeResult(name, magnitude, edges, {"magnitude": t}, automatic)
+
+
+def _directional(blurred, smooth, backend):
+    gx, gy, _ = _gradient(_blurred(blurred), smooth, backend)
+    return gx, gy
+
+
+@implements("claim1.step2.edges.sobel")
+def sobel_gradient(blurred, *, backend: str = "cython") -> tuple[np.ndarray, np.ndarray]:
+    """The directional Sobel gradients gx and gy, whose magnitude :func:`sobel` thresholds.
+
+    Parameters
+    ----------
+    blurred : ndarray of shape (M, N), M, N >= 3
+        Gaussian-filtered gray image.
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    gx : ndarray of shape (M, N), float64
+        3x3 correlation with :data:`SOBEL_X` = [[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]]:
+        positive where intensity rises towards higher column index (rightwards).
+    gy : ndarray of shape (M, N), float64
+        3x3 correlation with :data:`SOBEL_Y` (the transpose): positive where intensity rises
+        towards higher row index (downwards).
+
+    Notes
+    -----
+    1. Outside the image the neighbourhood is reflected without repeating the edge pixel
+       (reflect-101, spec ``R-border``); these are ``cv2.Sobel(blurred, cv2.CV_64F, 1, 0)``
+       and ``(0, 1)`` with ``borderType=cv2.BORDER_REFLECT_101``, to rounding.
+    2. gx = (1 (a+ - a-) + 1 (d+ - d-)) + 2 (b+ - b-), where a, b, d are the rows above, at
+       and below the pixel and - and + the columns left and right of it; gy is the same
+       expression with rows and columns exchanged. The differences come first, so equal
+       neighbours cancel exactly (a constant image gives 0.0), and the expression is symmetric,
+       so flipping or transposing the image flips, negates or swaps gx and gy exactly.
+
+    References
+    ----------
+    [0082]-[0083], [0212]; spec ``R-border``.
+    """
+    return _directional(blurred, SOBEL_SMOOTH, backend)
+
+
+@implements("claim1.step2.edges.prewitt")
+def prewitt_gradient(blurred, *, backend: str = "cython") -> tuple[np.ndarray, np.ndarray]:
+    """The directional Prewitt gradients gx and gy, whose magnitude :func:`prewitt` thresholds.
+
+    Parameters
+    ----------
+    blurred : ndarray of shape (M, N), M, N >= 3
+        Gaussian-filtered gray image, as for :func:`prewitt`.
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    gx, gy : ndarray of shape (M, N), float64
+        3x3 correlations with :data:`PREWITT_X` = [[-1, 0, 1], [-1, 0, 1], [-1, 0, 1]] and
+        its transpose :data:`PREWITT_Y`; signs as in :func:`sobel_gradient`.
+
+    Notes
+    -----
+    As :func:`sobel_gradient` with smoothing weights 1, 1, 1 (:data:`PREWITT_SMOOTH`): equal
+    to ``cv2.filter2D(blurred, cv2.CV_64F, PREWITT_X, borderType=cv2.BORDER_REFLECT_101)``
+    to rounding, exactly 0.0 on a constant image, exact under flips and transposes.
+
+    References
+    ----------
+    [0082]-[0083], [0212]; spec ``R-border``.
+    """
+    return _directional(blurred, PREWITT_SMOOTH, backend)
 
 
 @implements("claim1.step2.edges.sobel")
@@ -188,15 +261,16 @@ def sobel(blurred, threshold: float | None = None, *, backend: str = "cython") -
     Notes
     -----
     1. gx, gy: 3x3 correlation with :data:`SOBEL_X` = [[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]]
-       and its transpose :data:`SOBEL_Y`, reflect-101 border.
+       and its transpose :data:`SOBEL_Y`, reflect-101 border (:func:`sobel_gradient`).
     2. magnitude = sqrt(gx^2 + gy^2).
-    3. edge where magnitude > threshold (strict, so a constant image has no edge).
+    3. edge where magnitude > threshold (strict: a constant image has magnitude 0.0, so no
+       edge at any threshold >= 0).
 
     References
     ----------
     [0082]-[0083], [0212]; spec ``R-binary``.
     """
-    return _binary_gradient("sobel", blurred, SOBEL_X, SOBEL_Y, threshold, backend)
+    return _binary_gradient("sobel", blurred, SOBEL_SMOOTH, threshold, backend)
 
 
 @implements("claim1.step2.edges.prewitt")
@@ -218,13 +292,13 @@ def prewitt(blurred, threshold: float | None = None, *, backend: str = "cython")
     Notes
     -----
     As :func:`sobel`, with :data:`PREWITT_X` = [[-1, 0, 1], [-1, 0, 1], [-1, 0, 1]] and its
-    transpose.
+    transpose (:func:`prewitt_gradient`).
 
     References
     ----------
     [0082]-[0083], [0212]; spec ``R-binary``.
     """
-    return _binary_gradient("prewitt", blurred, PREWITT_X, PREWITT_Y, threshold, backend)
+    return _binary_gradient("prewitt", blurred, PREWITT_SMOOTH, threshold, backend)
 
 
 @implements("claim1.step2.edges.log")
@@ -247,7 +321,9 @@ def laplacian_of_gaussian(blurred, threshold: float | None = None, *,
 
     Notes
     -----
-    1. response = 3x3 correlation with :data:`LAPLACE_4` (reflect-101).
+    1. response = 3x3 correlation with :data:`LAPLACE_4` (reflect-101), summed as
+       ((up + down) + (left + right)) - 4 centre (the corner products are 0): exactly 0.0 on a
+       constant image, and exactly flipped or transposed with the image.
     2. A pixel with response < 0 is an edge when a 4-neighbour inside the image has
        response > 0 and the difference exceeds the threshold (the negative side of the
        crossing is marked).
@@ -358,5 +434,5 @@ def canny(blurred, low: float | None = None, high: float | None = None, *,
     ----------
     [0082]-[0083], [0212]-[0214]; spec ``R-canny``, ``R-binary``.
     """
-    gx, gy, magnitude = _gradient(_blurred(blurred), SOBEL_X, SOBEL_Y, backend)
+    gx, gy, magnitude = _gradient(_blurred(blurred), SOBEL_SMOOTH, backend)
     return _canny_from_gradient(gx, gy, magnitude, low, high, backend)

@@ -145,7 +145,11 @@ def gaussian_blur(gray, sigma: float = DEFAULT_SIGMA, *, backend: str = "cython"
     -----
     1. Build the template with :func:`gaussian_kernel`.
     2. For each pixel, multiply the template by the 3x3 neighbourhood it covers and sum
-       ([0081], [0208]); the template is symmetric, so correlation equals convolution.
+       ([0081], [0208]); the template is symmetric, so correlation equals convolution. The
+       products are added in pairs the square's symmetries map onto each other (the corners
+       along the diagonals, the side neighbours across the centre), then the centre's: the
+       result is exactly flipped or transposed with the image, and a constant image gives
+       one value everywhere.
     3. Outside the image the neighbourhood is reflected without repeating the edge pixel
        (reflect-101, :data:`BORDER`).
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from refseg.claim1.operators import (LAPLACE_4, PREWITT_X, PREWITT_Y, SOBEL_X, SOBEL_Y, TAN_22_5,
+from refseg.claim1.operators import (LAPLACE_4, PREWITT_SMOOTH, SOBEL_SMOOTH, TAN_22_5,
                                      TAN_67_5)
 from refseg.claim1.preprocess import gaussian_kernel
 from refseg.data.synthetic import weld_image
@@ -36,20 +36,26 @@ def test_correlate3x3(img, which, sigma):
     assert_same(both("correlate3x3", img, kernel, outputs=[(img.shape, np.float64)]))
 
 
-@pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt")
-@given(gray_images(min_side=1), st.booleans())
-def test_gradient3x3(img, use_sobel):
-    kx, ky = (SOBEL_X, SOBEL_Y) if use_sobel else (PREWITT_X, PREWITT_Y)
-    assert_same(both("gradient3x3", img, kx, ky, outputs=[(img.shape, np.float64)] * 3))
+#: Smoothing weights the gradient kernels are tested with: Sobel's, Prewitt's, and an
+#: asymmetric triple that would expose a swapped pair of terms.
+SMOOTHINGS = {"sobel": SOBEL_SMOOTH, "prewitt": PREWITT_SMOOTH,
+              "asymmetric": np.array([0.3, -1.7, 2.9])}
 
 
 @pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt")
-@given(gray_images(min_side=1), st.booleans())
-def test_gradient_magnitude3x3(img, use_sobel):
-    kx, ky = (SOBEL_X, SOBEL_Y) if use_sobel else (PREWITT_X, PREWITT_Y)
-    ours, theirs = both("gradient_magnitude3x3", img, kx, ky, outputs=[(img.shape, np.float64)])
+@given(gray_images(min_side=1), st.sampled_from(sorted(SMOOTHINGS)))
+def test_gradient3x3(img, smoothing):
+    assert_same(both("gradient3x3", img, SMOOTHINGS[smoothing],
+                     outputs=[(img.shape, np.float64)] * 3))
+
+
+@pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt")
+@given(gray_images(min_side=1), st.sampled_from(sorted(SMOOTHINGS)))
+def test_gradient_magnitude3x3(img, smoothing):
+    smooth = SMOOTHINGS[smoothing]
+    ours, theirs = both("gradient_magnitude3x3", img, smooth, outputs=[(img.shape, np.float64)])
     assert_same((ours, theirs))
-    full = both("gradient3x3", img, kx, ky, outputs=[(img.shape, np.float64)] * 3)[0]
+    full = both("gradient3x3", img, smooth, outputs=[(img.shape, np.float64)] * 3)[0]
     assert np.array_equal(ours[0], full[2])  # the magnitude gradient3x3 gives
 
 
@@ -63,7 +69,7 @@ def test_threshold_above(img, t):
 @given(gray_images(), st.floats(0, 200), st.floats(0, 400))
 def test_non_maximum_suppression(img, low, extra):
     gx, gy, mag = (np.zeros(img.shape) for _ in range(3))
-    fast.gradient3x3(img, SOBEL_X, SOBEL_Y, gx, gy, mag)
+    fast.gradient3x3(img, SOBEL_SMOOTH, gx, gy, mag)
     assert_same(both("non_maximum_suppression", gx, gy, mag, low, low + extra, TAN_22_5,
                      TAN_67_5, outputs=[(img.shape, np.uint8)]))
 
@@ -136,7 +142,7 @@ def _pipeline_arrays(rows):
     blurred = np.empty_like(gray)
     fast.correlate3x3(gray, gaussian_kernel(0.8), blurred)
     gx, gy, mag = (np.empty_like(gray) for _ in range(3))
-    fast.gradient3x3(blurred, SOBEL_X, SOBEL_Y, gx, gy, mag)
+    fast.gradient3x3(blurred, SOBEL_SMOOTH, gx, gy, mag)
     log = np.empty_like(gray)
     fast.correlate3x3(blurred, LAPLACE_4, log)
     return rgb, blurred, gx, gy, mag, log
@@ -161,8 +167,8 @@ def test_every_kernel_equals_its_twin_on_an_image_split_over_threads():
     runs = [
         ("rgb_to_gray", (rgb, 299.0, 587.0, 114.0, 1000.0), [(shape, f64)]),
         ("correlate3x3", (blurred, LAPLACE_4), [(shape, f64)]),
-        ("gradient3x3", (blurred, PREWITT_X, PREWITT_Y), [(shape, f64)] * 3),
-        ("gradient_magnitude3x3", (blurred, PREWITT_X, PREWITT_Y), [(shape, f64)]),
+        ("gradient3x3", (blurred, PREWITT_SMOOTH), [(shape, f64)] * 3),
+        ("gradient_magnitude3x3", (blurred, PREWITT_SMOOTH), [(shape, f64)]),
         ("threshold_above", (mag, low), [(shape, u8)]),
         ("non_maximum_suppression", (gx, gy, mag, low, 2 * low, TAN_22_5, TAN_67_5),
          [(shape, u8)]),

@@ -201,8 +201,8 @@ def test_gray_photos_take_the_identity_gray_path(load, name):
 #: float64 sum of products errs by <= (8 + 1) U * sum|terms| <= 9 U * 255 per implementation
 #: (OpenCV's separable 3 + 3 passes: <= (2 + 1) U twice, no worse); the two kernels' entries
 #: differ by <= 10 U relative (see the kernel test), adding <= 10 U * sum k_ij * 255. Total
-#: (9 + 9 + 10) U * 255 = 7.9e-13 <= 1e-12. Measured: <= 1.14e-13 vs OpenCV, exactly 0 vs SciPy
-#: (which adds the same products in the same order as refseg).
+#: (9 + 9 + 10) U * 255 = 7.9e-13 <= 1e-12. Measured: <= 1.14e-13 vs OpenCV, <= 8.6e-14 vs
+#: SciPy (which adds the products row by row; refseg pairs them by symmetry, spec R-binary).
 BLUR_TOLERANCE = 1e-12
 
 
@@ -249,7 +249,7 @@ def test_gaussian_blur_matches_opencv_and_scipy(load, name):
 #: component, and the magnitude (<= 1443) by about |d gx| + |d gy| + U * 1443 ~ 1.5e-12 per
 #: side, ~3e-12 between two implementations. 1e-9 is ~300x looser than needed; kept because it
 #: is the figure the issue states and still catches any wrong kernel, sign or border (those
-#: make differences of order 1). Measured: <= 3.4e-13 (Sobel), <= 1.7e-13 (Prewitt, LoG).
+#: make differences of order 1). Measured: <= 2.3e-13 (Sobel, Prewitt), <= 1.8e-13 (LoG).
 RESPONSE_TOLERANCE = 1e-9
 
 
@@ -286,6 +286,36 @@ def test_sobel_prewitt_match_opencv_and_scipy(load, name):
             f"{op}/{anchor}", result.response, t, RESPONSE_TOLERANCE, result.edges, magnitude > t)
         print(f"crosscheck {op} {name} vs {anchor}: max |diff| {diff:.3g}, "
               f"pixels within {RESPONSE_TOLERANCE:g} of the threshold {ambiguous}")
+
+
+#: gx and gy each: a 6-term sum with sum|terms| <= 4 * 255 = 1020 on either side; refseg
+#: forms 3 differences, 3 products (exact: weights 1 and 2), 2 sums, so it errs by at most
+#: 5 U * 1020 ~ 5.7e-13, and OpenCV's separable filter (a 3-term row pass, then a 3-term column
+#: pass) by as much again: 2 * 5.7e-13 < 1.2e-12 between the two. Measured: Sobel gx 0 on
+#: every image (OpenCV also differences first, then adds the outer rows before the weighted
+#: middle), Sobel gy <= 2.3e-13, Prewitt <= 1.7e-13.
+GRADIENT_TOLERANCE = 1.2e-12
+
+
+@pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt")
+@pytest.mark.parametrize("name", IMAGES)
+def test_directional_gradients_match_opencv(load, name):
+    """sobel_gradient against cv2.Sobel, prewitt_gradient against cv2.filter2D with
+    PREWITT_X and PREWITT_Y (a correlation, as refseg's), both on the reflect-101 border."""
+    cv2 = require("cv2")
+    blurred = blurred_of(load(name))
+    anchors = {
+        "sobel": (cv2.Sobel(blurred, cv2.CV_64F, 1, 0, ksize=3, borderType=REFLECT_101),
+                  cv2.Sobel(blurred, cv2.CV_64F, 0, 1, ksize=3, borderType=REFLECT_101)),
+        "prewitt": (cv2.filter2D(blurred, cv2.CV_64F, ops.PREWITT_X, borderType=REFLECT_101),
+                    cv2.filter2D(blurred, cv2.CV_64F, ops.PREWITT_Y, borderType=REFLECT_101)),
+    }
+    ours = {"sobel": ops.sobel_gradient(blurred), "prewitt": ops.prewitt_gradient(blurred)}
+    for op, theirs in anchors.items():
+        for axis, mine, other in zip("xy", ours[op], theirs):
+            diff = np.abs(mine - other).max()
+            print(f"crosscheck {op} g{axis} {name} vs opencv: max |diff| {diff:.3g}")
+            assert diff <= GRADIENT_TOLERANCE, (op, axis, diff)
 
 
 @pytest.mark.claim("claim1.step2.edges.log")

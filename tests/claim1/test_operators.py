@@ -5,7 +5,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refseg.claim1 import operators as ops
-from refseg.backend import BACKENDS
 from refseg.errors import InputError
 from strategies import gray_images
 
@@ -13,7 +12,6 @@ OPERATOR_FUNCTIONS = {
     "canny": ops.canny, "sobel": ops.sobel, "prewitt": ops.prewitt,
     "log": ops.laplacian_of_gaussian,
 }
-ELEMENT = {k: f"claim1.step2.edges.{k}" for k in OPERATOR_FUNCTIONS}
 
 
 def step_image(rows=12, cols=12, at=6, low=10.0, high=200.0, vertical=True):
@@ -28,41 +26,12 @@ def step_image(rows=12, cols=12, at=6, low=10.0, high=200.0, vertical=True):
 @pytest.mark.claim("claim1.step2.edges.canny", "claim1.step2.edges.sobel",
                    "claim1.step2.edges.prewitt", "claim1.step2.edges.log")
 @pytest.mark.parametrize("name", sorted(OPERATOR_FUNCTIONS))
-@pytest.mark.parametrize("backend", BACKENDS)
-@given(rows=st.integers(3, 20), cols=st.integers(3, 20), value=st.floats(0, 255))
-def test_no_edge_on_a_constant_image(name, backend, rows, cols, value):
-    result = OPERATOR_FUNCTIONS[name](np.full((rows, cols), value), backend=backend)
-    assert result.edges.dtype == np.uint8 and not result.edges.any()
-    assert np.abs(result.response).max() <= 1e-9 * max(value, 1)
-
-
-for _name, _fn in OPERATOR_FUNCTIONS.items():  # cite each operator on the test above
-    test_no_edge_on_a_constant_image = pytest.mark.claim(ELEMENT[_name])(
-        test_no_edge_on_a_constant_image)
-
-
-@pytest.mark.claim("claim1.step2.edges.canny", "claim1.step2.edges.sobel",
-                   "claim1.step2.edges.prewitt", "claim1.step2.edges.log")
-@pytest.mark.parametrize("name", sorted(OPERATOR_FUNCTIONS))
 @given(img=gray_images())
 def test_edges_are_binary_and_shaped_like_the_input(name, img):
     result = OPERATOR_FUNCTIONS[name](img)
     assert result.edges.shape == img.shape and set(np.unique(result.edges)) <= {0, 1}
     assert result.response.shape == img.shape and np.isfinite(result.response).all()
     assert result.automatic and all(np.isfinite(v) and v >= 0 for v in result.thresholds.values())
-
-
-@pytest.mark.claim("claim1.step2.edges.canny", "claim1.step2.edges.sobel",
-                   "claim1.step2.edges.prewitt", "claim1.step2.edges.log")
-@pytest.mark.parametrize("name", sorted(OPERATOR_FUNCTIONS))
-@given(img=gray_images())
-def test_operators_commute_with_transpose(name, img):
-    """Every kernel and rule is symmetric under swapping rows and columns (Sobel's gx, gy swap)."""
-    a, b = OPERATOR_FUNCTIONS[name](img), OPERATOR_FUNCTIONS[name](img.T)
-    np.testing.assert_allclose(b.response, a.response.T, rtol=0, atol=1e-9)
-    if name != "canny":  # Canny's NMS tie rule ('>' before, '>=' after) is not symmetric
-        assert np.array_equal(b.edges, a.edges.T) or \
-            np.abs(np.abs(a.response) - max(a.thresholds.values())).min() < 1e-9
 
 
 @pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt")
@@ -81,6 +50,20 @@ def test_sobel_known_answer_on_a_step():
     assert ops.sobel(img).response[5, 5] == pytest.approx(760)
     assert ops.prewitt(img).response[5, 5] == pytest.approx(570)
     assert ops.sobel(img).edges[:, 5:7].all() and not ops.sobel(img).edges[:, :4].any()
+
+
+@pytest.mark.claim("claim1.step2.edges.sobel", "claim1.step2.edges.prewitt")
+@pytest.mark.parametrize("vertical", [True, False])
+def test_directional_gradients_known_answer_on_a_step(vertical):
+    """A step 10 -> 200 rising rightwards (downwards) gives gx (gy) = 4 * 190 (Sobel) or
+    3 * 190 (Prewitt) on the two columns (rows) beside it, the other component exactly 0."""
+    img = step_image(vertical=vertical)
+    for function, weight in ((ops.sobel_gradient, 4), (ops.prewitt_gradient, 3)):
+        gx, gy = function(img)
+        along, across = (gx, gy) if vertical else (gy.T, gx.T)
+        expected = np.zeros(img.shape)
+        expected[:, 5:7] = weight * 190.0
+        assert np.array_equal(along, expected) and not across.any()
 
 
 @pytest.mark.claim("claim1.step2.edges.canny")
