@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from refseg.trace import infrastructure
+
+INFRASTRUCTURE = "the HTML pages"
 
 #: The family name the pages give the embedded font.
 CJK_FAMILY = "refseg Noto Sans CJK SC subset"
@@ -93,7 +94,6 @@ def _text(part: str) -> str:
     return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", "".join(out))
 
 
-@infrastructure("the HTML pages")
 def inline(text: str) -> str:
     """The spec's inline Markdown as HTML: `code`, **bold** and [links](target)."""
     return "".join(f"<code>{escape(part)}</code>" if i % 2 else _text(part)
@@ -107,7 +107,6 @@ def _table(rows: list[list[str]]) -> str:
                       for row in rest) + "</table>")
 
 
-@infrastructure("the HTML pages")
 def markdown(lines: list[str]) -> str:
     """The Markdown of readings.md and errata.md as HTML: paragraphs, lists, tables, code
     blocks and headings (rendered two levels below their Markdown level)."""
@@ -156,7 +155,6 @@ def markdown(lines: list[str]) -> str:
     return "\n".join(blocks)
 
 
-@infrastructure("the HTML pages")
 def png(array: np.ndarray, alt: str, css: str = "") -> str:
     """An ``<img>`` holding ``array`` (uint8 (M, N) or (M, N, 3)) as an embedded PNG."""
     buffer = io.BytesIO()
@@ -186,7 +184,6 @@ def _code_object(qualified: str):
     return None
 
 
-@infrastructure("the HTML pages")
 def function_source(qualified: str, where: str) -> str:
     """The function's name and file:line, its source one click away (a collapsed
     ``<details>``); without the source when it cannot be read."""
@@ -215,13 +212,11 @@ def _font_face() -> str:
             f'src: url(data:font/woff2;base64,{encoded}) format("woff2"); }}\n')
 
 
-@infrastructure("the HTML pages")
 def embedded_characters() -> frozenset:
     """The characters the embedded CJK font holds (``fonts/cjk-subset.txt``)."""
     return frozenset(_package_text("fonts/cjk-subset.txt").strip())
 
 
-@infrastructure("the HTML pages")
 def characters_without_glyph(text: str) -> str:
     """The CJK characters of ``text`` (U+2E80 and up) that the embedded font lacks, sorted:
     a reader's own CJK font draws those, or the page shows boxes."""
@@ -239,7 +234,6 @@ def cjk_note(text: str) -> str:
             f"page ({escape(missing)}); they show only with a CJK font installed.</p>")
 
 
-@infrastructure("the HTML pages")
 def page(title: str, body: str) -> str:
     """One self-contained HTML document: the stylesheet, the CJK font, then ``body``."""
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"

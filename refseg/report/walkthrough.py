@@ -27,7 +27,8 @@ from refseg.claim1.features import STEP_CLAIMS
 from refseg.claim1.operators import OPERATORS
 from refseg.report import html as h
 from refseg.report.who_decided import DecisionShares, decision_shares, decision_map
-from refseg.trace import infrastructure
+
+INFRASTRUCTURE = "the claim-1 walkthrough"
 
 #: The page's file name in the image's folder.
 WALKTHROUGH = "index.html"
@@ -45,7 +46,6 @@ STEPS = ("claim1.step1.acquire", *STEP_CLAIMS.values())
 CHANGE_COLOURS = {"both": (235, 235, 235), "lost": (230, 40, 160), "gained": (30, 190, 80)}
 
 
-@infrastructure("the claim-1 walkthrough")
 def write_walkthrough(image, out) -> Path:
     """Write ``out/<stem>/index.html``, claim 1 step by step on the image file ``image``.
 
@@ -72,7 +72,6 @@ def write_walkthrough(image, out) -> Path:
     return out / image.stem / WALKTHROUGH
 
 
-@infrastructure("the claim-1 walkthrough")
 def render_walkthrough(loaded: imageio.LoadedImage, result: features.FeatureResult) -> str:
     """The walkthrough page of one image (see the module) as an HTML document."""
     registry = trace.load_registry()

@@ -16,7 +16,8 @@ import numpy as np
 
 from refseg.claim1.features import FeatureResult
 from refseg.claim1.operators import OPERATORS
-from refseg.trace import infrastructure
+
+INFRASTRUCTURE = "the claim-1 walkthrough"
 
 #: A colour for each combination, by its code Σ 2^i over the operators marking the pixel
 #: (i in :data:`OPERATORS` order); code 0 (no operator) is black.
@@ -82,7 +83,6 @@ def _codes(result: FeatureResult) -> np.ndarray:
     return codes
 
 
-@infrastructure("the claim-1 walkthrough")
 def decision_shares(result: FeatureResult) -> DecisionShares:
     """Each combination of operators present in the image, with its weight sum, its feature
     pixels, its share of the feature pixels and its outvoted pixels."""
@@ -104,7 +104,6 @@ def decision_shares(result: FeatureResult) -> DecisionShares:
     return DecisionShares(tuple(rows), total, dict(result.weights), single)
 
 
-@infrastructure("the claim-1 walkthrough")
 def decision_map(result: FeatureResult) -> np.ndarray:
     """RGB (M, N, 3) uint8: each feature pixel in its combination's colour, pixels the vote
     dropped dark grey, pixels no operator marked black."""
