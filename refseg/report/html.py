@@ -195,8 +195,10 @@ def function_source(qualified: str, where: str) -> str:
     shown = "".join(lines[:SOURCE_LINES])
     more = (f"\n# ... {len(lines) - SOURCE_LINES} more lines in {where.split(':')[0]}"
             if len(lines) > SOURCE_LINES else "")
+    # a printed page has no folds: it gets the name and place alone, inline
     return (f'<details class="source"><summary>{head}</summary>'
-            f"<pre>{escape(shown.rstrip() + more)}</pre></details>")
+            f'<pre>{escape(shown.rstrip() + more)}</pre></details><span class="printed">'
+            f"{head}</span>")
 
 
 @lru_cache(maxsize=None)
