@@ -98,6 +98,8 @@ class PageReport:
     #: number of distinct characters checked, when asked for
     missing_glyphs: str | None = None
     glyphs_checked: int = 0
+    #: the values of the ``evaluate`` expressions, by name
+    values: dict = field(default_factory=dict)
 
     @property
     def pdf_pages(self) -> int:
@@ -150,13 +152,14 @@ def _above_nine(fd: int) -> int:
 
 def load_page(path: Path, width: int = 1280, height: int = 900, timeout: float = 90.0,
               full_page: bool = False, *, no_cjk_fonts: bool = False, pdf: bool = False,
-              glyphs: str | None = None) -> PageReport:
+              glyphs: str | None = None, evaluate: dict | None = None) -> PageReport:
     """Open ``path`` in headless Chromium from ``file://`` and report on it (see the module).
 
     ``full_page`` makes the screenshot the whole page instead of the first ``height`` pixels.
     ``no_cjk_fonts`` hides every font but DejaVu (a ``FONTCONFIG_FILE`` listing no CJK font).
     ``pdf`` prints the page to PDF too. ``glyphs`` (a string, possibly empty) asks which
     characters of the page's Chinese text, and of ``glyphs``, no font of the page draws.
+    ``evaluate`` maps names to JavaScript expressions whose JSON-able values are reported.
     """
     executable = chromium()
     to_browser_r, to_browser_w = os.pipe()
@@ -208,6 +211,10 @@ def load_page(path: Path, width: int = 1280, height: int = 900, timeout: float =
             pipe.send("Emulation.setDeviceMetricsOverride", {
                 "width": width, "height": report.height, "deviceScaleFactor": 1,
                 "mobile": False}, session=session)
+        for name, expression in (evaluate or {}).items():
+            report.values[name] = pipe.send("Runtime.evaluate", {
+                "expression": expression, "returnByValue": True},
+                session=session)["result"].get("value")
         if glyphs is not None:
             found = json.loads(pipe.send("Runtime.evaluate", {
                 "expression": f"({_GLYPHS})({json.dumps(glyphs)})", "awaitPromise": True,

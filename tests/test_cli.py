@@ -222,11 +222,16 @@ def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
 
 @pytest.mark.claim("claim1.step2.cv")
 def test_trace_and_explain(capsys):
+    from refseg.trace import spec_dir
+
     assert main(["trace"]) == 0
     assert "claim1.step2.cv" in capsys.readouterr().out
     assert main(["explain", "claim1.step2.cv"]) == 0
     text = capsys.readouterr().out
     assert "R-cv" in text and "refseg.claim1.weighting.coefficients_of_variation" in text
+    # the spec's Markdown links shown as the file they point at, never raw
+    assert "](" not in text
+    assert f"{spec_dir() / 'sensitivity.md'}#r-cv" in text
     assert main(["explain", "claim9.nothing"]) == 2
 
 
