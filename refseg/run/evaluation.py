@@ -267,28 +267,40 @@ def comparison_panel(pairs, predictions, count: int = 4, titles=None) -> np.ndar
 def class_legend(width: int, size: int = 30) -> np.ndarray:
     """A white band ``width`` pixels wide naming the class colours of [0263] beside their
     swatches, in text at most ``size`` pixels high (smaller until it fits, down to the
-    smallest of :data:`TITLE_SIZES`): (rows, width, 3) uint8."""
+    smallest of :data:`TITLE_SIZES`, then on as many lines as it takes): (rows, width, 3)
+    uint8."""
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    text = "classes ([0263]): " + " ".join(
-        f"[] {name} {tuple(int(c) for c in colour)}  " for name, colour in
-        zip(CLASS_NAMES, LABEL_COLOURS))
-    size = next((s for s in TITLE_SIZES if s <= size
-                 and measure.textlength(text, font=_font(s)) + 2 * s <= width), TITLE_SIZES[-1])
-    height = int(size * 1.5)
-    band = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(band)
-    font, half, y = _font(size), size * 13 // 30, height // 2
+    entries = [f"{name} {tuple(int(c) for c in colour)}"
+               for name, colour in zip(CLASS_NAMES, LABEL_COLOURS)]
+    sizes = [s for s in TITLE_SIZES if s <= size] or [TITLE_SIZES[-1]]
 
-    def write(x, text):
+    def layout(s):
+        """[(x, line, swatch colour or None, text)] at size ``s``, and the lines used."""
+        font, half = _font(s), s * 13 // 30
+        placed, x, line = [], 4, 0
+        for colour, text in [(None, "classes ([0263]):")] + list(zip(LABEL_COLOURS, entries)):
+            span = (2 * half + s // 4 if colour is not None else 0) + int(
+                measure.textlength(text, font=font))
+            if x > 4 and x + span > width - 4:
+                x, line = 4, line + 1
+            placed.append((x, line, colour, text))
+            x += span + s
+        return placed, line + 1
+
+    size = next((s for s in sizes if layout(s)[1] == 1), sizes[-1])
+    placed, lines = layout(size)
+    row = int(size * 1.5)
+    band = Image.new("RGB", (width, row * lines), "white")
+    draw = ImageDraw.Draw(band)
+    font, half = _font(size), size * 13 // 30
+    for x, line, colour, text in placed:
+        y = line * row + row // 2
+        if colour is not None:
+            draw.rectangle([x, y - half, x + 2 * half, y + half],
+                           fill=tuple(int(c) for c in colour), outline=(0, 0, 0))
+            x += 2 * half + size // 4
         left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
         draw.text((x - left, y - (top + bottom) // 2), text, fill=(0, 0, 0), font=font)
-        return x + right - left
-
-    x = write(4, "classes ([0263]):") + size * 2 // 5
-    for name, colour in zip(CLASS_NAMES, LABEL_COLOURS):
-        draw.rectangle([x, y - half, x + 2 * half, y + half], fill=tuple(int(c) for c in colour),
-                       outline=(0, 0, 0))
-        x = write(x + 2 * half + size // 4, f"{name} {tuple(int(c) for c in colour)}") + size
     return np.asarray(band)
 
 
