@@ -191,9 +191,13 @@ def reading_paragraph(readings_text: str, reading_id: str) -> str:
 def _step(registry, step, loaded, result) -> str:
     e = registry.elements[step]
     number = STEPS.index(step) + 1
-    readings = "".join(
-        f'<p class="reading"><strong>{h.escape(r)}</strong>: '
-        f"{h.inline(reading_paragraph(registry.readings_text, r))}</p>" for r in e.readings)
+    shown = [f'<p class="reading"><strong>{h.escape(r)}</strong>: '
+             f"{h.inline(reading_paragraph(registry.readings_text, r))}</p>" for r in e.readings]
+    readings = "".join(shown[:1])
+    if shown[1:]:
+        readings += (f"<details><summary>The step's other readings: "
+                     f"{h.escape(', '.join(e.readings[1:]))}</summary>{''.join(shown[1:])}"
+                     "</details>")
     picture, numbers = _SHOWN[step](loaded, result) if step in _SHOWN else ("", "")
     return (f'<section id="{h.escape(step)}"><h2>{number}. {h.escape(e.title)} '
             f'<code class="where">{h.escape(step)}</code></h2>'
@@ -240,10 +244,17 @@ def _edges(op):
         edges, response = result.edges[op], result.responses[op]
         pixels = int(edges.sum())
         rule = result.params["threshold_rules"][op]
-        rule_text = ", ".join(f"{k} {v}" for k, v in rule.items() if k != "automatic")
+        rule_text = {
+            "canny": f"low = Otsu's threshold of the Sobel magnitude, high = "
+                     f"{rule.get('high_ratio', '?')} x low",
+            "sobel": "T = Otsu's threshold of the gradient magnitude",
+            "prewitt": "T = Otsu's threshold of the gradient magnitude",
+            "log": f"a zero crossing counts where its jump exceeds "
+                   f"{rule.get('jump_ratio', '?')} x Otsu's threshold of |LoG|"}[op]
         thresholds = [(h.escape(k), f"{v:.2f}") for k, v in result.thresholds[op].items()]
         strength = np.abs(response)
-        rows = thresholds + [("strongest response", f"{strength.max():.2f}"),
+        strongest = "strongest |LoG|" if op == "log" else "strongest gradient magnitude"
+        rows = thresholds + [(strongest, f"{strength.max():.2f}"),
                              ("edge pixels", f"{pixels} ({pixels / edges.size:.2%})"),
                              ("weight w", f"{result.weights[op]:.4f}")]
         automatic = "automatic" if rule.get("automatic") else "given"
@@ -257,7 +268,7 @@ def _edges(op):
                     "Canny's, however clear it looks.</p>")
         return (_picture(edges * np.uint8(255), OPERATOR_NAMES[op],
                          f"{OPERATOR_NAMES[op]} edge map (white: edge)", binary=True),
-                f"<p>Thresholds ({automatic}; rule: {h.escape(rule_text)}):</p>"
+                f"<p>Thresholds ({automatic}; {h.escape(rule_text)}):</p>"
                 + _table(("", "value"), rows) + note)
     return show
 
@@ -349,10 +360,10 @@ def _who_decided(result, shares: DecisionShares) -> str:
             "<p>A pixel is a feature pixel when the weights of the operators marking it sum to "
             "at least 0.5. The map colours each feature pixel by that combination; dark grey "
             "marks pixels some operator found but the vote dropped, black pixels no operator "
-            "marked.</p><div class=\"steps\"><div>"
-            + _picture(decision_map(result), "who decided", "Who decided each pixel",
-                       binary=True)
-            + f"</div><div class=\"numbers\">{words}{table}</div></div></section>")
+            "marked.</p>"
+            + _picture(decision_map(result), "who decided",
+                       "Who decided each pixel (colours as in the table)", binary=True)
+            + f'{words}<div class="numbers">{table}</div></section>')
 
 
 def _readings(registry, chosen, moved) -> str:

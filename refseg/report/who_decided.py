@@ -22,9 +22,12 @@ INFRASTRUCTURE = "the claim-1 walkthrough"
 #: A colour for each combination, by its code Σ 2^i over the operators marking the pixel
 #: (i in :data:`OPERATORS` order); code 0 (no operator) is black.
 COMBINATION_COLOURS = np.array([
-    (0, 0, 0), (228, 26, 28), (55, 126, 184), (152, 78, 163), (77, 175, 74), (255, 127, 0),
-    (166, 86, 40), (247, 129, 191), (255, 255, 51), (102, 194, 165), (141, 160, 203),
-    (231, 138, 195), (166, 216, 84), (229, 196, 148), (179, 222, 105), (255, 255, 255)],
+    (0, 0, 0),                                        # none
+    (228, 26, 28), (55, 126, 184), (152, 78, 163),    # C, S, C+S
+    (77, 175, 74), (255, 127, 0), (141, 160, 203),    # P, C+P, S+P
+    (231, 41, 138), (255, 255, 51), (166, 86, 40),    # C+S+P, L, C+L
+    (229, 196, 148), (255, 217, 47), (179, 222, 105),  # S+L, C+S+L, P+L
+    (102, 194, 165), (166, 216, 84), (255, 255, 255)],  # C+P+L, S+P+L, all four
     dtype=np.uint8)
 #: The colour of pixels some operator marked but the vote dropped.
 OUTVOTED_COLOUR = (80, 80, 80)
@@ -40,7 +43,7 @@ class Combination:
     kept: int  # its feature pixels
     outvoted: int  # its pixels the vote dropped
     share: float  # kept / all feature pixels
-    colour: tuple[int, int, int]
+    colour: tuple[int, int, int]  # on the map: its own, or the dropped pixels' grey
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ def decision_shares(result: FeatureResult) -> DecisionShares:
             rows.append(Combination(code, ops, sum(result.weights[op] for op in ops),
                                     int(kept[code]), int(dropped[code]),
                                     kept[code] / total if total else 0.0,
-                                    tuple(int(v) for v in COMBINATION_COLOURS[code])))
+                                    tuple(int(v) for v in COMBINATION_COLOURS[code])
+                                    if kept[code] else OUTVOTED_COLOUR))
     rows.sort(key=lambda r: (-r.kept, -r.outvoted))
     single = next((op for op in OPERATORS
                    if np.array_equal(result.edges[op], result.feature_map)), None)
