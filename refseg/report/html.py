@@ -166,6 +166,21 @@ def png(array: np.ndarray, alt: str, css: str = "") -> str:
             f'alt="{escape(alt)}"{style}>')
 
 
+def gray8(values) -> np.ndarray:
+    """A float image on the 0-255 scale as uint8, rounded and clipped, for display."""
+    return np.clip(np.round(values), 0, 255).astype(np.uint8)
+
+
+def final_weight_colours(f: np.ndarray) -> np.ndarray:
+    """The final weight F in [-0.5, 0.5] as colours (M, N, 3) uint8: dark to light blue below
+    0, orange to yellow from 0 on (the pixels the vote keeps)."""
+    t = np.clip(f + 0.5, 0.0, 1.0)[..., None]
+    low = np.array([10, 20, 70]) + (np.array([150, 190, 255]) - [10, 20, 70]) * (t / 0.5)
+    high = np.array([230, 120, 0]) + (np.array([255, 240, 90]) - [230, 120, 0]) * \
+        ((t - 0.5) / 0.5)
+    return np.where(t >= 0.5, high, low).round().astype(np.uint8)
+
+
 def figure(image_html: str, caption: str) -> str:
     return f"<figure>{image_html}<figcaption>{caption}</figcaption></figure>"
 

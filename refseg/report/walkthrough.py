@@ -107,7 +107,8 @@ def change_map(chosen: np.ndarray, other: np.ndarray) -> np.ndarray:
     (lost under ``other``) magenta, those only ``other`` keeps (gained) green, the rest
     black."""
     out = np.zeros(chosen.shape + (3,), np.uint8)
-    for key, mask in (("both", (chosen == 1) & (other == 1)), ("lost", (chosen == 1) & (other == 0)),
+    for key, mask in (("both", (chosen == 1) & (other == 1)),
+                      ("lost", (chosen == 1) & (other == 0)),
                       ("gained", (chosen == 0) & (other == 1))):
         out[mask] = CHANGE_COLOURS[key]
     return out
@@ -132,19 +133,6 @@ def _shrunk(array: np.ndarray, binary: bool = False) -> np.ndarray:
 
 def _picture(array, alt, caption, binary=False) -> str:
     return h.figure(h.png(_shrunk(np.asarray(array), binary), alt, "fit"), caption)
-
-
-def _gray8(values) -> np.ndarray:
-    return np.clip(np.round(values), 0, 255).astype(np.uint8)
-
-
-def _final_weight_colours(f: np.ndarray) -> np.ndarray:
-    """F as colours: dark to light blue below 0, orange to yellow from 0 on."""
-    t = np.clip(f + 0.5, 0.0, 1.0)[..., None]
-    low = np.array([10, 20, 70]) + (np.array([150, 190, 255]) - [10, 20, 70]) * (t / 0.5)
-    high = np.array([230, 120, 0]) + (np.array([255, 240, 90]) - [230, 120, 0]) * \
-        ((t - 0.5) / 0.5)
-    return np.where(t >= 0.5, high, low).round().astype(np.uint8)
 
 
 # ------------------------------------------------------------------------------ the page
@@ -225,7 +213,7 @@ def _acquire(loaded, result):
 def _gray(loaded, result):
     g = result.gray
     weights = ", ".join(f"{w:g}" for w in result.params["gray_weights"])
-    return (_picture(_gray8(g), "gray", "The gray image (float64, rounded for display)"),
+    return (_picture(h.gray8(g), "gray", "The gray image (float64, rounded for display)"),
             f"<p>gray = R, G, B weighted by {weights}.</p>"
             + _table(("min", "mean", "max"), [(f"{g.min():.2f}", f"{g.mean():.2f}",
                                                f"{g.max():.2f}")]))
@@ -233,7 +221,7 @@ def _gray(loaded, result):
 
 def _gauss(loaded, result):
     kernel = result.params["gaussian_kernel"]
-    return (_picture(_gray8(result.blurred), "blurred", "The gray image after the 3x3 Gaussian"),
+    return (_picture(h.gray8(result.blurred), "blurred", "The gray image after the 3x3 Gaussian"),
             f"<p>σ = {result.params['sigma']:g}, border {h.escape(result.params['border'])}; "
             "the template:</p>"
             + _table(("", "", ""), [[f"{v:.4f}" for v in row] for row in kernel]))
@@ -278,7 +266,7 @@ def _mean_image(loaded, result):
     counts = np.bincount(levels.ravel(), minlength=5)
     rows = [(f"{k} of 4 ({k / 4:g})", f"{counts[k]}", f"{counts[k] / levels.size:.2%}")
             for k in range(5)]
-    return (_picture(_gray8(result.mean_image * 255), "mean image",
+    return (_picture(h.gray8(result.mean_image * 255), "mean image",
                      "Ē, the per-pixel mean of the four binary maps (black 0 to white 1)"),
             "<p>How many operators mark each pixel:</p>"
             + _table(("operators", "pixels", "share"), rows))
@@ -317,7 +305,7 @@ def _weights(loaded, result):
 
 def _final_weight(loaded, result):
     f = result.final_weight
-    return (_picture(_final_weight_colours(f), "final weight",
+    return (_picture(h.final_weight_colours(f), "final weight",
                      "F: blue below 0 (darkest: no operator), orange to yellow from 0 up"),
             f"<p>F = Σ w<sub>i</sub> X<sub>i</sub> − {result.params['vote_offset']:g} "
             f"(X = {result.params['edge_value']:g} on an edge of operator i, else "
@@ -388,8 +376,10 @@ def _readings(registry, chosen, moved) -> str:
                                 (CHANGE_COLOURS["gained"], "gained under the alternative")))
     return ('<section id="readings"><h2>The readings that move this map</h2>'
             f"<p>Of the {len(alternatives.ALTERNATIVES)} alternative readings the sensitivity "
-            "audit measures (each one choice away from refseg's), the "
-            f"{len(moved)} that change the most pixels of this image's feature map.</p>"
+            "audit measures (each one choice away from refseg's), "
+            + ("the one that changes pixels of this image's feature map" if len(moved) == 1 else
+               f"the {len(moved)} that change the most pixels of this image's feature map")
+            + ".</p>"
             f'<p class="legend swatches">{legend}</p><div class="welds">{"".join(parts)}</div>'
             "</section>")
 

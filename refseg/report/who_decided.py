@@ -65,7 +65,7 @@ class DecisionShares:
                            f"least 0.5, so every pixel it marks is a feature pixel whatever the "
                            f"others say; {row.share:.1%} of the feature pixels are marked by "
                            f"{names[op]} only.")
-        if self.single_map:
+        if self.single_map and self.feature_pixels:
             out.append(f"The feature map is exactly {names[self.single_map]}'s edge map: the "
                        "other three operators change nothing.")
         dropped = max((r for r in self.rows if r.outvoted), key=lambda r: r.outvoted,

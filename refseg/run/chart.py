@@ -240,7 +240,8 @@ def _header(source: _Source, command: str | None) -> str:
                     f"{config.get('epochs', '?')}, {h.escape(config.get('input_kind', '?'))} "
                     f"input, branches {h.escape(', '.join(config.get('branches', [])))}).</li>")
     m = machine()
-    made.append(f"<li>This page written by <code>{h.escape(command or 'refseg demo')}</code>, {now}, "
+    made.append(f"<li>This page written by <code>{h.escape(command or 'refseg demo')}</code>, "
+                f"{now}, "
                 f"refseg {__version__}, on {h.escape(m['cpu'])} ({m['cores']} cores), "
                 f"{h.escape(m['system'])}. Redraw it with <code>refseg report "
                 f"{h.escape(source.shown)}</code>.</li>")
@@ -262,7 +263,8 @@ def _contents(registry) -> str:
                 items.append("</ol></li>")
             claim = e.claim
             items.append(f"<li>Claim {claim}<ol>")
-        items.append(f'<li><a href="#{h.escape(e.id)}">{h.escape(e.id)}</a> {h.escape(e.title)}</li>')
+        items.append(f'<li><a href="#{h.escape(e.id)}">{h.escape(e.id)}</a> '
+                     f"{h.escape(e.title)}</li>")
     items.append("</ol></li>")
     rest = "".join(f'<li><a href="#{k}">{t}</a></li>' for k, t in TAIL_SECTIONS)
     return f'<nav><h2>Contents</h2><ol class="toc">{"".join(items)}{rest}</ol></nav>'
@@ -290,7 +292,8 @@ def _element(e, registry, source, citations, errata, seen_readings) -> str:
         parts.append("<h3>Readings</h3>")
         for r in e.readings:
             if r in seen_readings:
-                parts.append(f'<p class="seen"><a href="#{h.escape(r)}">{h.escape(r)}</a>: given above, '
+                parts.append(f'<p class="seen"><a href="#{h.escape(r)}">{h.escape(r)}</a>: '
+                             "given above, "
                              f"under {h.escape(seen_readings[r])}.</p>")
                 continue
             seen_readings[r] = e.id
@@ -379,10 +382,6 @@ def _per_weld(source, caption_of, image_of) -> str:
         + "</div>"
 
 
-def _gray8(values) -> np.ndarray:
-    return np.clip(np.round(values), 0, 255).astype(np.uint8)
-
-
 def _edge_evidence(op):
     def show(source, e):
         def caption(w):
@@ -395,15 +394,6 @@ def _edge_evidence(op):
                     f"w = {r['weights'][op]:.3f}")
         return _per_weld(source, caption, lambda w: w["arrays"][op] * np.uint8(255))
     return show
-
-
-def _final_weight_image(f: np.ndarray) -> np.ndarray:
-    """F in [-0.5, 0.5] as colours: dark to light blue below 0, orange to yellow from 0 on."""
-    t = np.clip(f + 0.5, 0.0, 1.0)[..., None]
-    low = np.array([10, 20, 70]) + (np.array([150, 190, 255]) - [10, 20, 70]) * (t / 0.5)
-    high = np.array([230, 120, 0]) + (np.array([255, 240, 90]) - [230, 120, 0]) * \
-        ((t - 0.5) / 0.5)
-    return np.where(t >= 0.5, high, low).round().astype(np.uint8)
 
 
 def _weights_chart(weights: dict, patent: bool = True) -> str:
@@ -451,8 +441,9 @@ def _acquire(source, e):
 
 
 def _gray(source, e):
-    return _per_weld(source, lambda w: f"{h.escape(w['stem'])}: gray = (299 R + 587 G + 114 B) / 1000 "
-                     "(float64; rounded for display)", lambda w: _gray8(w["arrays"]["gray"]))
+    return _per_weld(source, lambda w: f"{h.escape(w['stem'])}: gray = (299 R + 587 G + 114 B) "
+                     "/ 1000 "
+                     "(float64; rounded for display)", lambda w: h.gray8(w["arrays"]["gray"]))
 
 
 def _gauss(source, e):
@@ -460,13 +451,13 @@ def _gauss(source, e):
         sigma = w["report"]["params"]["sigma"]
         return (f"{h.escape(w['stem'])}: the gray image after the 3x3 Gaussian, σ = {sigma:g}, "
                 "border reflect-101")
-    return _per_weld(source, caption, lambda w: _gray8(w["arrays"]["blurred"]))
+    return _per_weld(source, caption, lambda w: h.gray8(w["arrays"]["blurred"]))
 
 
 def _mean_image(source, e):
     return _per_weld(source, lambda w: f"{h.escape(w['stem'])}: Ē, the per-pixel mean of the four "
                      "binary edge maps (0, ¼, ½, ¾, 1 shown as black to white)",
-                     lambda w: _gray8(w["arrays"]["mean_image"] * 255))
+                     lambda w: h.gray8(w["arrays"]["mean_image"] * 255))
 
 
 def _std(source, e):
@@ -497,11 +488,13 @@ def _operator_weights(source, e):
 def _final_weight(source, e):
     def caption(w):
         f = w["arrays"]["final_weight"]
-        return (f"{h.escape(w['stem'])}: F = Σ w<sub>i</sub> X<sub>i</sub> − 1.5 (X = 2 on an edge "
+        return (f"{h.escape(w['stem'])}: F = Σ w<sub>i</sub> X<sub>i</sub> − 1.5 (X = 2 on an "
+                "edge "
                 f"of operator i, else 1), from {f.min():.3f} to {f.max():.3f}: blue below 0 "
                 "(darkest: no operator), orange to yellow from 0 up (the pixels the vote "
                 "keeps)")
-    return _per_weld(source, caption, lambda w: _final_weight_image(w["arrays"]["final_weight"]))
+    return _per_weld(source, caption,
+                     lambda w: h.final_weight_colours(w["arrays"]["final_weight"]))
 
 
 def _decision(source, e):
@@ -549,7 +542,7 @@ def _dataset(source, e):
     out = []
     for w in source.welds:
         x = network_input(w["input"], source.input_hw, "feature")
-        out.append(h.figure(h.png(_gray8((x[..., 0] + 1) * 127.5), w["stem"], "fit"),
+        out.append(h.figure(h.png(h.gray8((x[..., 0] + 1) * 127.5), w["stem"], "fit"),
                             f"{h.escape(w['stem'])}: the network's input, the feature image "
                             f"resized to {rows}x{cols} (bilinear; in [-1, 1], shown black to "
                             "white)")
@@ -610,7 +603,8 @@ def _update(source, e):
     if not history:
         return ""
     rates = sorted({e.get("learning_rate") for e in history if e.get("learning_rate")})
-    return (f"<p>{h.escape(main['name'])}: training loss {history[0]['train_loss']:.4f} after epoch "
+    return (f"<p>{h.escape(main['name'])}: training loss {history[0]['train_loss']:.4f} after "
+            "epoch "
             f"1, {history[-1]['train_loss']:.4f} after epoch {history[-1]['epoch']}; Adam, "
             f"learning rate {', '.join(f'{r:g}' for r in rates)}.</p>")
 
@@ -637,7 +631,8 @@ def _runs_table(source) -> str:
         if last is None:
             continue
         seconds = run["train_seconds"]
-        rows.append(f"<tr><th>{h.escape(run['name'])}</th><td>{h.escape(config.get('input_kind', '?'))}</td>"
+        rows.append(f"<tr><th>{h.escape(run['name'])}</th>"
+                    f"<td>{h.escape(config.get('input_kind', '?'))}</td>"
                     f"<td>{h.escape(' + '.join(config.get('branches', [])))}</td>"
                     f"<td>{len(run['history'])}</td><td>{last['train_loss']:.4f}</td>"
                     f"<td>{last['val_loss']:.4f}</td><td>{_percent(last['val_pixel_accuracy'])}"

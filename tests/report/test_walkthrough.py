@@ -209,3 +209,12 @@ def test_the_guides_notebook_tutorial_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "sum w = " in done.stdout
     assert (tmp_path / "walkthrough" / "weld3" / "index.html").is_file()
+
+
+def test_a_flat_image_is_said_to_have_no_feature_pixel():
+    """No operator marks a pixel of a constant image: the sentences say the map is empty and
+    claim no operator's map for it."""
+    result = features.extract(np.full((20, 30), 128, np.uint8))
+    shares = decision_shares(result)
+    words = shares.sentences(walkthrough.OPERATOR_NAMES)
+    assert shares.rows == () and words == ["No pixel reaches 0.5: the feature map is empty."]
