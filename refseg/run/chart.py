@@ -529,6 +529,8 @@ def _extract(source, e):
             "feature-map pixel (first 20 training images): the rest of the seam's edges are "
             "lost by the vote before the network sees the image.</p>"
             if coverage is not None else "")
+    note += ("<p>Any image, step by step, with who decided each pixel: <code>refseg explain "
+             "claim1 --image IMAGE --out DIR</code>.</p>")
     return '<div class="welds">' + "".join(out) + "</div>" + note
 
 

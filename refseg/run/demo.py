@@ -218,6 +218,8 @@ def _index(settings, rows, histories, record) -> str:
         "variation V) and the feature map (F >= 0). The gray, blurred and mean images and the "
         "final weight are in `claim1/<name>/features.npz` and in the claim chart.", "",
         f"![claim 1: input, four edge maps, feature map](claim1/{first}/panel.png)", "",
+        "Any image step by step, with who decided each pixel: `refseg explain claim1 --image "
+        "IMAGE --out DIR`.", "",
         f"Of the labels' contour pixels, {record['contour_coverage']:.1%} lie within one pixel "
         "of a feature-map pixel (first 20 images): the rest of the seam's edges are lost by "
         "the vote before the network sees the image.", "",
