@@ -55,7 +55,7 @@ def test_the_walkthrough_renders_in_chromium_without_cjk_fonts(page):
     assert report.failed_requests == []
     assert report.sections == list(walkthrough.STEPS) + ["who-decided", "readings"]
     assert all(w > 0 and h > 0 for _, w, h in report.images)
-    assert len(report.images) == 14  # 11 step pictures, the who-decided map, 3 readings - 1
+    assert len(report.images) == 14  # 10 step pictures, the who-decided map, 3 readings
     assert 'alt="who decided"' in text
     assert report.glyphs_checked > 20
     assert report.missing_glyphs == "龘"
