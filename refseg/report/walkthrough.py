@@ -18,7 +18,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from refseg import imageio, trace
 from refseg._version import __version__

@@ -4,7 +4,6 @@ extraction, and the guide's notebook tutorial."""
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
