@@ -314,6 +314,9 @@ def _explain(args) -> str:
         from refseg.report.walkthrough import write_walkthrough
 
         return str(write_walkthrough(args.image, args.out))
+    if args.element == "claim1":
+        raise InputError("claim1: not one element; claim 1 step by step on an image is "
+                         "refseg explain claim1 --image IMAGE --out DIR")
     pinned = None
     if args.golden is not None:
         from refseg.golden import pinned_elements, read_bundle

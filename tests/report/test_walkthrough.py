@@ -152,6 +152,7 @@ def test_links_resolve_to_the_pages_sections_or_name_the_spec_file(tmp_path):
     (("claim1", "--image", "nowhere.png", "--out", "o"), "nowhere.png"),
     (("claim1.step2.cv", "--image", "x.png", "--out", "o"), "--image and --out go together"),
     (("claim1", "--image", "x.png"), "--image and --out go together"),
+    (("claim1",), "refseg explain claim1 --image IMAGE --out DIR"),
 ])
 def test_bad_walkthrough_arguments_fail_in_one_line(tmp_path, args, problem):
     done = run_refseg("explain", *args, cwd=tmp_path)
