@@ -8,6 +8,7 @@
 ``refseg dataset check DIR``          check a data set folder (pairs, sizes, label colours)
 ``refseg trace [--write]``            print (or regenerate) the traceability matrix
 ``refseg explain ID``                 one claim element: text, readings, functions, tests
+``refseg explain claim1 --image IMAGE --out DIR``  claim 1 step by step on an image (HTML)
 ``refseg weights convert FILE.h5 OUT.npz``  Keras HDF5 weights to refseg's .npz weight file
 ``refseg weights inspect FILE.npz``   the keys of a weight file against the expected weights
 ``refseg model summary [--input-size HxW]``  every layer of the fusion network, with totals
@@ -106,10 +107,17 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--write", action="store_true",
                    help="regenerate spec/traceability.md from the code and tests (checkout only)")
 
-    x = sub.add_parser("explain", help="explain one claim element")
-    x.add_argument("element", help="claim-element ID, e.g. claim1.step2.cv")
+    x = sub.add_parser("explain", help="explain one claim element; or claim 1 step by step on "
+                                       "an image (claim1 --image IMAGE --out DIR)")
+    x.add_argument("element", help="claim-element ID, e.g. claim1.step2.cv; or claim1 with "
+                                   "--image")
     x.add_argument("--golden", type=Path, default=None,
                    help="a bundle of `refseg golden write`: also list the arrays pinning it")
+    x.add_argument("--image", type=Path, default=None,
+                   help="with claim1: write DIR/<stem>/index.html, claim 1 step by step on "
+                        "this image (one self-contained page)")
+    x.add_argument("--out", type=Path, default=None,
+                   help="the folder of the --image page")
 
     w = sub.add_parser("weights", help="convert and inspect backbone weight files")
     wsub = w.add_subparsers(dest="weights_command", required=True)
@@ -298,6 +306,17 @@ def _trace(args) -> str:
 def _explain(args) -> str:
     from refseg import trace
 
+    if args.image is not None or args.out is not None:
+        if args.element != "claim1" or args.image is None or args.out is None \
+                or args.golden is not None:
+            raise InputError("explain: --image and --out go together, with the element "
+                             "claim1: refseg explain claim1 --image IMAGE --out DIR")
+        from refseg.report.walkthrough import write_walkthrough
+
+        return str(write_walkthrough(args.image, args.out))
+    if args.element == "claim1":
+        raise InputError("claim1: not one element; claim 1 step by step on an image is "
+                         "refseg explain claim1 --image IMAGE --out DIR")
     pinned = None
     if args.golden is not None:
         from refseg.golden import pinned_elements, read_bundle

@@ -21,6 +21,7 @@ import ast
 import importlib
 import json
 import pkgutil
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -429,6 +430,25 @@ def tests_by_element() -> tuple[dict[str, list[tuple[str, str | None]]], bool]:
     return {e: [(t, lines[t]) for t in names] for e, names in tests.items()}, True
 
 
+#: A Markdown link of the spec files: [label](target).
+MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+
+
+def plain_links(text: str, folder: Path | None = None) -> str:
+    """The spec's Markdown links as a terminal shows them: the label, then the file it points
+    at in ``folder`` (default: the spec folder) with its section, ``label (path#section)``, or
+    the path alone when the label was the target."""
+    folder = spec_dir() if folder is None else folder
+
+    def shown(match):
+        label, target = match.groups()
+        file, _, section = target.partition("#")
+        where = (str(folder / file) if file else "") + (f"#{section}" if section else "")
+        return where if label == target else f"{label} ({where})"
+
+    return MARKDOWN_LINK.sub(shown, text)
+
+
 def explain_element(element_id: str, pinned: dict | None = None, golden=None) -> str:
     """``refseg explain``: one element's text, paragraphs and readings, then each implementing
     function and each test with its file and line, then (with ``pinned``, from a golden
@@ -455,4 +475,4 @@ def explain_element(element_id: str, pinned: dict | None = None, golden=None) ->
         names = pinned.get(element_id, [])
         out += ["", f"golden arrays in {golden} ({len(names)}):"]
         out += [f"  {n}" for n in names] or ["  none"]
-    return "\n".join(out)
+    return plain_links("\n".join(out))

@@ -13,6 +13,7 @@ import base64
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -49,6 +50,36 @@ def chromium() -> str:
     return path
 
 
+#: Asked after the page's fonts have loaded: which characters of the page's Chinese text
+#: (elements with lang="zh-Hans") the page's fonts cannot draw. Each character is drawn on a
+#: canvas in its element's font and compared with U+E000, a private-use character no font
+#: here holds (drawn as the missing-glyph box); characters drawn alike are missing. The
+#: extra characters of ``also`` (a test of the probe itself) are checked the same way.
+_GLYPHS = """(async (also) => {
+  await document.fonts.ready;
+  const zh = Array.from(document.querySelectorAll('[lang="zh-Hans"]'));
+  if (!zh.length) return JSON.stringify({font: '', missing: null});
+  const font = '32px ' + getComputedStyle(zh[0]).fontFamily;
+  const text = zh.map(e => e.textContent).join('') + also;
+  const chars = Array.from(new Set(Array.from(text))).filter(c => c.codePointAt(0) >= 0x2E80);
+  const canvas = document.createElement('canvas');
+  canvas.width = 48; canvas.height = 48;
+  const ctx = canvas.getContext('2d', {willReadFrequently: true});
+  const draw = c => { ctx.clearRect(0, 0, 48, 48); ctx.font = font;
+                      ctx.fillText(c, 4, 36); return ctx.getImageData(0, 0, 48, 48).data; };
+  const box = draw('\uE000');
+  const same = (a, b) => a.every((v, i) => v === b[i]);
+  return JSON.stringify({font, checked: chars.length,
+                         missing: chars.filter(c => same(draw(c), box)).join('')});
+})"""
+#: A fontconfig file that offers only the DejaVu fonts: a machine without any CJK font.
+_NO_CJK_FONTS = """<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "fonts.dtd">
+<fontconfig><dir>/usr/share/fonts/truetype/dejavu</dir><cachedir>{cache}</cachedir>
+</fontconfig>
+"""
+
+
 @dataclass
 class PageReport:
     """What loading one page gave."""
@@ -61,6 +92,19 @@ class PageReport:
     tops: list[int] = field(default_factory=list)
     height: int = 0
     screenshot: bytes = b""
+    #: the page printed (``Page.printToPDF``, A4), when asked for
+    pdf: bytes = b""
+    #: the characters of the Chinese text no font of the page draws (see _GLYPHS), and the
+    #: number of distinct characters checked, when asked for
+    missing_glyphs: str | None = None
+    glyphs_checked: int = 0
+    #: the values of the ``evaluate`` expressions, by name
+    values: dict = field(default_factory=dict)
+
+    @property
+    def pdf_pages(self) -> int:
+        """The printed page count: the PDF's page objects."""
+        return len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", self.pdf))
 
 
 class _Pipe:
@@ -107,10 +151,15 @@ def _above_nine(fd: int) -> int:
 
 
 def load_page(path: Path, width: int = 1280, height: int = 900, timeout: float = 90.0,
-              full_page: bool = False) -> PageReport:
+              full_page: bool = False, *, no_cjk_fonts: bool = False, pdf: bool = False,
+              glyphs: str | None = None, evaluate: dict | None = None) -> PageReport:
     """Open ``path`` in headless Chromium from ``file://`` and report on it (see the module).
 
     ``full_page`` makes the screenshot the whole page instead of the first ``height`` pixels.
+    ``no_cjk_fonts`` hides every font but DejaVu (a ``FONTCONFIG_FILE`` listing no CJK font).
+    ``pdf`` prints the page to PDF too. ``glyphs`` (a string, possibly empty) asks which
+    characters of the page's Chinese text, and of ``glyphs``, no font of the page draws.
+    ``evaluate`` maps names to JavaScript expressions whose JSON-able values are reported.
     """
     executable = chromium()
     to_browser_r, to_browser_w = os.pipe()
@@ -124,10 +173,15 @@ def load_page(path: Path, width: int = 1280, height: int = 900, timeout: float =
 
     profile = tempfile.mkdtemp(prefix="refseg-chromium-")
     errors = open(Path(profile).with_suffix(".log"), "w+b")
+    env = dict(os.environ)
+    if no_cjk_fonts:
+        conf = Path(profile) / "fonts.conf"
+        conf.write_text(_NO_CJK_FONTS.format(cache=Path(profile) / "fontcache"))
+        env["FONTCONFIG_FILE"] = str(conf)
     process = subprocess.Popen(
         [executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
         preexec_fn=on_3_and_4, close_fds=False, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=errors)
+        stdout=subprocess.DEVNULL, stderr=errors, env=env)
     os.close(to_browser_r)
     os.close(from_browser_w)
     pipe = _Pipe(to_browser_w, from_browser_r, timeout)
@@ -157,8 +211,23 @@ def load_page(path: Path, width: int = 1280, height: int = 900, timeout: float =
             pipe.send("Emulation.setDeviceMetricsOverride", {
                 "width": width, "height": report.height, "deviceScaleFactor": 1,
                 "mobile": False}, session=session)
+        for name, expression in (evaluate or {}).items():
+            report.values[name] = pipe.send("Runtime.evaluate", {
+                "expression": expression, "returnByValue": True},
+                session=session)["result"].get("value")
+        if glyphs is not None:
+            found = json.loads(pipe.send("Runtime.evaluate", {
+                "expression": f"({_GLYPHS})({json.dumps(glyphs)})", "awaitPromise": True,
+                "returnByValue": True}, session=session)["result"]["value"])
+            report.missing_glyphs = found["missing"]
+            report.glyphs_checked = found.get("checked", 0)
         shot = pipe.send("Page.captureScreenshot", {"format": "png"}, session=session)
         report.screenshot = base64.b64decode(shot["data"])
+        if pdf:
+            printed = pipe.send("Page.printToPDF", {"paperWidth": 8.27, "paperHeight": 11.69,
+                                                    "printBackground": True},
+                                session=session)
+            report.pdf = base64.b64decode(printed["data"])
         for event in pipe.events:
             method, params = event["method"], event.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error",

@@ -124,7 +124,7 @@ def test_the_demo_keeps_the_runs_worth_predicting_with(tiny_demo, tmp_path):
     scores = json.loads((out / "scores.json").read_text())
     best = max(scores, key=lambda r: r["pixel_accuracy"])["run"]
     record = {r["name"]: r for r in json.loads((out / "demo.json").read_text())["runs"]}
-    image = out / "test" / "images" / "weld_00000.png"
+    image = out / "test" / "images" / "test_weld_00000.png"
     for row in scores:
         run = out / "runs" / row["run"]
         kept = row["run"] in ("fusion-feature", best)
@@ -135,7 +135,7 @@ def test_the_demo_keeps_the_runs_worth_predicting_with(tiny_demo, tmp_path):
         result = run_refseg("predict", run, image, "--out", tmp_path / row["run"])
         if kept:
             assert result.returncode == 0, result.stderr
-            assert (tmp_path / row["run"] / "weld_00000" / "label.png").is_file()
+            assert (tmp_path / row["run"] / "test_weld_00000" / "label.png").is_file()
         else:
             assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
             assert "removed by refseg demo" in result.stderr
@@ -222,11 +222,16 @@ def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
 
 @pytest.mark.claim("claim1.step2.cv")
 def test_trace_and_explain(capsys):
+    from refseg.trace import spec_dir
+
     assert main(["trace"]) == 0
     assert "claim1.step2.cv" in capsys.readouterr().out
     assert main(["explain", "claim1.step2.cv"]) == 0
     text = capsys.readouterr().out
     assert "R-cv" in text and "refseg.claim1.weighting.coefficients_of_variation" in text
+    # the spec's Markdown links shown as the file they point at, never raw
+    assert "](" not in text
+    assert f"{spec_dir() / 'sensitivity.md'}#r-cv" in text
     assert main(["explain", "claim9.nothing"]) == 2
 
 

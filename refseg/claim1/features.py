@@ -79,6 +79,12 @@ class FeatureResult:
         order."""
         return np.array([getattr(self, name)[k] for k in OPERATORS], dtype=np.float64)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the result: the step panel and the operators' table."""
+        from refseg.claim1.outputs import notebook_html
+
+        return notebook_html(self)
+
 
 def _check_pair(pair, name):
     if pair is None:

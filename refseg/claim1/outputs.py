@@ -5,6 +5,9 @@ References: [0120], [0212]-[0214]; claim 5's feature extraction module ([0268]).
 """
 from __future__ import annotations
 
+import base64
+import html
+import io
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +122,33 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
         draw.text((x + 2, y + 4), caption, fill=(0, 0, 0), font=font)
         canvas.paste(tile, (x, y + _CAPTION_HEIGHT))
     return np.asarray(canvas)
+
+
+@infrastructure("showing an extraction in a notebook")
+def notebook_html(result: FeatureResult) -> str:
+    """An extraction as HTML for Jupyter (``FeatureResult._repr_html_``): the step panel
+    (:func:`panel`, its input tile the gray image) and the table of the operators' thresholds,
+    edge pixels, σ, μ, V and weights."""
+    gray = np.clip(np.round(result.gray), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(panel(np.dstack([gray] * 3), result)).save(buffer, format="PNG")
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    cell = 'style="border:1px solid #ccc;padding:2px 6px;text-align:right"'
+    head = "".join(f"<th {cell}>{h}</th>" for h in (
+        "operator", "thresholds", "edge pixels", "σ", "μ", "V = σ/μ", "weight w"))
+    rows = "".join(
+        f"<tr><th {cell}>{OPERATOR_NAMES[k]}</th><td {cell}>"
+        + html.escape(", ".join(f"{n} {v:.2f}" for n, v in result.thresholds[k].items()))
+        + f"</td><td {cell}>{int(result.edges[k].sum())}</td><td {cell}>{result.std[k]:.4f}</td>"
+        f"<td {cell}>{result.mean[k]:.4f}</td><td {cell}>{result.cv[k]:.4f}</td>"
+        f"<td {cell}>{result.weights[k]:.4f}</td></tr>" for k in OPERATORS)
+    rows_, cols = result.feature_map.shape
+    return (f"<div><p><strong>FeatureResult</strong>: claim 1 on a {rows_}x{cols} image, "
+            f"{int(result.feature_map.sum())} feature pixels ({result.feature_map.mean():.2%}); "
+            f"σ = {result.params['sigma']:g}, ΣV = {result.intermediate_cv:.4f}.</p>"
+            f'<img src="data:image/png;base64,{data}" alt="claim-1 steps: the gray image, the '
+            'four edge maps, the feature map" style="max-width:100%">'
+            f'<table style="border-collapse:collapse"><tr>{head}</tr>{rows}</table></div>')
 
 
 #: What ``features.npz`` may hold: every intermediate, or the binary maps and the vectors

@@ -422,7 +422,7 @@ def _colour(rng, image: np.ndarray, heat: np.ndarray, arc) -> np.ndarray:
 
 
 @implements("claim5.acquisition_module", "claim1.step2.dataset")
-def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
+def write_synthetic_dataset(out, count, seed=0, size="156x550", *, stem: str = "weld") -> Path:
     """Write a synthetic weld data set in the folder layout of :mod:`refseg.data.dataset`.
 
     Parameters
@@ -435,6 +435,9 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
         Seed of the first image (>= 0); image i (``weld_<i>``) uses ``seed + i``.
     size : str or (rows, cols)
         ``"HxW"``, rows x cols, each side 32-8192; default 156x550 ([0202]).
+    stem : str
+        The files' names before ``_<i>``: letters, digits, ``_`` and ``-`` (the demo names
+        its test welds ``test_weld_<i>``, apart from its training welds).
 
     Returns
     -------
@@ -460,6 +463,8 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
     [0201]-[0203], [0261]-[0263], [0266]-[0267].
     """
     count, seed, (rows, cols) = check_synthetic_options(out, count, seed, size)
+    if not (isinstance(stem, str) and stem and all(c.isalnum() or c in "_-" for c in stem)):
+        raise InputError(f"stem: letters, digits, _ and - only, got {stem!r}")
     out = imageio.check_output_folder(out)
     digits = max(5, len(str(count - 1)))
     records = []
@@ -468,10 +473,10 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550") -> Path:
         labels = staging.folder(dataset.LABELS_DIR)
         for i in range(count):
             sample = weld_image(seed + i, (rows, cols))
-            stem = f"weld_{i:0{digits}d}"
-            imageio.write_png(images / f"{stem}.png", sample.rgb)
-            dataset.write_label(labels / f"{stem}.png", sample.classes)
-            records.append({"stem": stem, "seed": seed + i, "params": sample.params})
+            name = f"{stem}_{i:0{digits}d}"
+            imageio.write_png(images / f"{name}.png", sample.rgb)
+            dataset.write_label(labels / f"{name}.png", sample.classes)
+            records.append({"stem": name, "seed": seed + i, "params": sample.params})
         # inside the staged folder: images, labels and their description appear together
         imageio.write_json(staging.root / SYNTH_MANIFEST, {
             "generator": "refseg.data.synthetic.weld_image", "refseg_version": __version__,

@@ -1,17 +1,20 @@
 """The claim chart: the claims on one side, what runs on the other, as one HTML page
 (``index.html``) of a demo or run folder, written by ``refseg demo`` and by ``refseg report``.
 
-The page is self-contained and opens from the file system: CSS inline, images embedded as PNG
-data URIs, no script, no external URL (its Content-Security-Policy forbids loading anything).
-Its sections, in order:
+The page is self-contained and opens from the file system (:mod:`refseg.report.html`): CSS
+and a CJK font subset inline, images embedded as PNG data URIs, no script, no external URL (its
+Content-Security-Policy forbids loading anything); the spec's Markdown links point at the page's
+own sections or name the spec file. Printed, the folded lists stay folded. Its sections, in
+order:
 
 1. a header: the machine, the refseg version, the commands that made the outputs and the
    page, and when;
 2. one section per claim element of ``spec/registry.toml``, in claim order: the patent's
    Chinese text of the element (``original`` spans of ``claims_zh.txt``) beside refseg's
    English rendering; the readings that fill its missing formulas, with the alternatives
-   rejected; the errata that touch its paragraphs; the functions implementing it (file:line);
-   the tests checking it; the golden arrays pinning it (``golden_pins.json``); under each
+   rejected; the errata that touch its paragraphs; the functions implementing it (file:line,
+   each one's source folded beneath it); the tests checking it (folded); the golden arrays
+   pinning it (``golden_pins.json``); under each
    reading, its table of ``spec/sensitivity.md``; and what ran here (for claim 1's steps, the
    images of the two welds at that step);
 3. the training curves, the predictions, the results against the patent's own numbers with the
@@ -23,9 +26,6 @@ Everything is read from the folder's files (``demo.json``, ``scores.json``, ``cl
 """
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
 import os
 import platform
@@ -42,6 +42,8 @@ from refseg._version import __version__
 from refseg.claim1.operators import OPERATORS
 from refseg.data.labels import CLASS_NAMES, LABEL_COLOURS
 from refseg.errors import InputError
+from refseg.report import html as h
+from refseg.report.walkthrough import OPERATOR_NAMES, PATENT_WEIGHTS
 from refseg.trace import infrastructure
 
 #: The chart's file name in the folder it reports on.
@@ -49,9 +51,6 @@ CHART = "index.html"
 #: The patent's numbers the results are held against: pixel accuracy and loss after about 40
 #: epochs ([0257]), prediction time per image ([0260]), the weld's operator weights ([0213]).
 PATENT_ACCURACY, PATENT_LOSS, PATENT_SECONDS = 0.9741, 0.062, 0.123
-PATENT_WEIGHTS = {"canny": 0.4124, "sobel": 0.1316, "prewitt": 0.1339, "log": 0.3221}
-#: Display names of the operators (as refseg.claim1.outputs writes them).
-OPERATOR_NAMES = {"canny": "Canny", "sobel": "Sobel", "prewitt": "Prewitt", "log": "LoG"}
 #: What implements each module of claim 5, as a command.
 MODULE_COMMANDS = {
     "claim5.acquisition_module": "refseg synth --count N --out DIR (or any image file)",
@@ -103,18 +102,32 @@ def render_chart(folder, shown_as=None, command: str | None = None) -> str:
     errata = _errata(registry)
     citations = (trace.functions_by_element(), trace.tests_by_element()[0], pins)
     seen_readings: dict[str, str] = {}
-    body = [_header(source, command), _contents(registry)]
-    for element in registry.elements.values():
-        body.append(_element(element, registry, source, citations, errata, seen_readings))
-    body += [_training(source), _predictions(source), _results(source), _weights_section(source),
-             _errata_section(errata), _claims_section(registry)]
-    title = f"refseg claim chart: CN114419081B, {html.escape(source.shown.name or '.')}"
-    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-            f"img-src data:; style-src 'unsafe-inline'\">\n"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            f"<title>{title}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+    with h.link_targets(_section_ids(registry, errata), source.folder):
+        body = [_header(source, command), _cjk_note(registry), _contents(registry)]
+        for element in registry.elements.values():
+            body.append(_element(element, registry, source, citations, errata, seen_readings))
+        body += [_training(source), _predictions(source), _results(source),
+                 _weights_section(source), _errata_section(errata), _claims_section(registry)]
+    return h.page(f"refseg claim chart: CN114419081B, {source.shown.name or '.'}",
+                  "\n".join(body))
+
+
+#: The sections after the claim elements', with their titles in the contents.
+TAIL_SECTIONS = (("training", "Training curves"), ("predictions", "Predictions"),
+                 ("results", "Results against the patent"), ("weights", "The runs' weights"),
+                 ("errata", "Errata E1-E16"), ("claims", "The claims in Chinese"))
+
+
+def _section_ids(registry, errata) -> list[str]:
+    """Every id a link of the page can point at: elements, readings, errata, the tail."""
+    readings = {r for e in registry.elements.values() for r in e.readings}
+    return [*registry.elements, *readings, *errata, *(k for k, _ in TAIL_SECTIONS)]
+
+
+def _cjk_note(registry) -> str:
+    text = registry.claims_text + "".join(
+        span for e in registry.elements.values() for span in e.original)
+    return h.cjk_note(text)
 
 
 # ------------------------------------------------------------------------------ the folder
@@ -187,94 +200,11 @@ def _json(path: Path):
 
 
 # ---------------------------------------------------------------------------- HTML pieces
-def _e(text) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _inline(text: str) -> str:
-    """Markdown inline markup of the spec files: `code` and **bold**; the rest escaped."""
-    out = []
-    for i, part in enumerate(text.split("`")):
-        if i % 2:
-            out.append(f"<code>{_e(part)}</code>")
-        else:
-            out.append(re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(part)))
-    return "".join(out)
-
-
-def _markdown(lines: list[str]) -> str:
-    """The Markdown of readings.md and errata.md as HTML: paragraphs, lists, tables, code
-    blocks and headings (rendered one level below the page's own)."""
-    blocks, i = [], 0
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip():
-            i += 1
-        elif line.startswith("```"):
-            j = i + 1
-            while j < len(lines) and not lines[j].startswith("```"):
-                j += 1
-            blocks.append(f"<pre>{_e(chr(10).join(lines[i + 1:j]))}</pre>")
-            i = j + 1
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            blocks.append(f"<h{min(level + 2, 6)}>{_inline(line.lstrip('#').strip())}"
-                          f"</h{min(level + 2, 6)}>")
-            i += 1
-        elif line.startswith("|"):
-            rows = []
-            while i < len(lines) and lines[i].startswith("|"):
-                cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
-                if not all(set(c) <= set("-: ") for c in cells):
-                    rows.append(cells)
-                i += 1
-            head, *rest = rows
-            blocks.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head)
-                          + "</tr>" + "".join("<tr>" + "".join(
-                              f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in rest)
-                          + "</table>")
-        elif line.startswith("- "):
-            items = []
-            while i < len(lines) and (lines[i].startswith("- ") or (
-                    lines[i].startswith("  ") and lines[i].strip() and items)):
-                if lines[i].startswith("- "):
-                    items.append(lines[i][2:].strip())
-                else:
-                    items[-1] += " " + lines[i].strip()
-                i += 1
-            blocks.append("<ul>" + "".join(f"<li>{_inline(t)}</li>" for t in items) + "</ul>")
-        else:
-            text = []
-            while i < len(lines) and lines[i].strip() and not lines[i].startswith(
-                    ("- ", "|", "#", "```")):
-                text.append(lines[i].strip())
-                i += 1
-            joined = " ".join(text)
-            css = ' class="rejected"' if joined.startswith("Rejected") else ""
-            blocks.append(f"<p{css}>{_inline(joined)}</p>")
-    return "\n".join(blocks)
-
-
-def _png(array: np.ndarray, alt: str, css: str = "") -> str:
-    """An ``<img>`` holding ``array`` (uint8 (M, N) or (M, N, 3)) as an embedded PNG."""
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8)).save(buffer, format="PNG")
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    rows, cols = array.shape[:2]
-    style = f' class="{css}"' if css else ""
-    return (f'<img src="data:image/png;base64,{data}" width="{cols}" height="{rows}" '
-            f'alt="{_e(alt)}"{style}>')
-
-
 def _png_file(path: Path, alt: str, css: str = "") -> str:
     """An ``<img>`` embedding the PNG file at ``path``; a note when it is missing."""
     if not path.is_file():
-        return f'<p class="missing">{_e(path.name)} is not in this folder.</p>'
-    return _png(np.asarray(Image.open(path).convert("RGB")), alt, css)
-
-
-def _figure(image_html: str, caption: str) -> str:
-    return f"<figure>{image_html}<figcaption>{caption}</figcaption></figure>"
+        return f'<p class="missing">{h.escape(path.name)} is not in this folder.</p>'
+    return h.png(np.asarray(Image.open(path).convert("RGB")), alt, css)
 
 
 def _count(n, noun: str) -> str:
@@ -292,12 +222,12 @@ def _header(source: _Source, command: str | None) -> str:
     made = []
     if record:
         m = record.get("machine", {})
-        made.append(f"<li>Outputs made by <code>{_e(record['command'])}</code>, "
-                    f"{_e(record['started'])} to {_e(record['finished'])} "
+        made.append(f"<li>Outputs made by <code>{h.escape(record['command'])}</code>, "
+                    f"{h.escape(record['started'])} to {h.escape(record['finished'])} "
                     f"({record['seconds'] / 60:.1f} min), refseg "
-                    f"{_e(record['refseg_version'])}, on {_e(m.get('cpu'))} "
-                    f"({_e(m.get('cores'))} cores), {_e(m.get('system'))}, Python "
-                    f"{_e(m.get('python'))}, NumPy {_e(m.get('numpy'))}.</li>")
+                    f"{h.escape(record['refseg_version'])}, on {h.escape(m.get('cpu'))} "
+                    f"({h.escape(m.get('cores'))} cores), {h.escape(m.get('system'))}, Python "
+                    f"{h.escape(m.get('python'))}, NumPy {h.escape(m.get('numpy'))}.</li>")
     elif source.kind == "demo":
         made.append("<li>Outputs made by <code>refseg demo</code> (an older one that kept no "
                     "<code>demo.json</code>: its command, machine and times are not "
@@ -305,15 +235,16 @@ def _header(source: _Source, command: str | None) -> str:
     else:
         config = source.runs[0]["config"]
         made.append(f"<li>Outputs made by <code>refseg train</code>: the run "
-                    f"<code>{_e(source.shown)}</code> "
+                    f"<code>{h.escape(source.shown)}</code> "
                     f"({_count(len(source.runs[0]['history']), 'epoch')} trained of "
-                    f"{config.get('epochs', '?')}, {_e(config.get('input_kind', '?'))} "
-                    f"input, branches {_e(', '.join(config.get('branches', [])))}).</li>")
+                    f"{config.get('epochs', '?')}, {h.escape(config.get('input_kind', '?'))} "
+                    f"input, branches {h.escape(', '.join(config.get('branches', [])))}).</li>")
     m = machine()
-    made.append(f"<li>This page written by <code>{_e(command or 'refseg demo')}</code>, {now}, "
-                f"refseg {__version__}, on {_e(m['cpu'])} ({m['cores']} cores), "
-                f"{_e(m['system'])}. Redraw it with <code>refseg report "
-                f"{_e(source.shown)}</code>.</li>")
+    made.append(f"<li>This page written by <code>{h.escape(command or 'refseg demo')}</code>, "
+                f"{now}, "
+                f"refseg {__version__}, on {h.escape(m['cpu'])} ({m['cores']} cores), "
+                f"{h.escape(m['system'])}. Redraw it with <code>refseg report "
+                f"{h.escape(source.shown)}</code>.</li>")
     what = ("the synthetic weld-seam demo" if source.kind == "demo" else "one training run")
     return (f"<header><h1>Claim chart of CN114419081B: {what}</h1>"
             "<p>Each claim element of the patent, in claim order: the patent's own (Chinese) "
@@ -332,29 +263,27 @@ def _contents(registry) -> str:
                 items.append("</ol></li>")
             claim = e.claim
             items.append(f"<li>Claim {claim}<ol>")
-        items.append(f'<li><a href="#{_e(e.id)}">{_e(e.id)}</a> {_e(e.title)}</li>')
+        items.append(f'<li><a href="#{h.escape(e.id)}">{h.escape(e.id)}</a> '
+                     f"{h.escape(e.title)}</li>")
     items.append("</ol></li>")
-    rest = "".join(f'<li><a href="#{k}">{t}</a></li>' for k, t in (
-        ("training", "Training curves"), ("predictions", "Predictions"),
-        ("results", "Results against the patent"), ("weights", "The runs' weights"),
-        ("errata", "Errata E1-E16"), ("claims", "The claims in Chinese")))
+    rest = "".join(f'<li><a href="#{k}">{t}</a></li>' for k, t in TAIL_SECTIONS)
     return f'<nav><h2>Contents</h2><ol class="toc">{"".join(items)}{rest}</ol></nav>'
 
 
 # -------------------------------------------------------------------------------- elements
 def _element(e, registry, source, citations, errata, seen_readings) -> str:
-    status = f'<span class="status {_e(e.status)}">{_e(e.status)}</span>'
+    status = f'<span class="status {h.escape(e.status)}">{h.escape(e.status)}</span>'
     paragraphs = ", ".join(f"[{p}]" for p in e.paragraphs)
-    original = "".join(f"<p>{_e(span)}</p>" for span in e.original)
-    parts = [f'<section id="{_e(e.id)}" class="element">',
-             f"<h2><code>{_e(e.id)}</code> {_e(e.title)} {status}</h2>",
-             f'<p class="where">Claim {e.claim}; paragraphs {_e(paragraphs)}</p>',
+    original = "".join(f"<p>{h.escape(span)}</p>" for span in e.original)
+    parts = [f'<section id="{h.escape(e.id)}" class="element">',
+             f"<h2><code>{h.escape(e.id)}</code> {h.escape(e.title)} {status}</h2>",
+             f'<p class="where">Claim {e.claim}; paragraphs {h.escape(paragraphs)}</p>',
              '<div class="pair">',
              f'<div class="zh" lang="zh-Hans"><h3>Patent (original)</h3>{original}</div>',
-             f'<div class="en"><h3>refseg\'s rendering</h3><p>{_inline(e.text)}</p>'
-             + (f'<p class="reason">{_inline(e.reason)}</p>' if e.reason else "")
+             f'<div class="en"><h3>refseg\'s rendering</h3><p>{h.inline(e.text)}</p>'
+             + (f'<p class="reason">{h.inline(e.reason)}</p>' if e.reason else "")
              + "</div></div>"]
-    rendered = [f"<li>[{p}] {_inline(registry.paragraphs[p])}</li>"
+    rendered = [f"<li>[{p}] {h.inline(registry.paragraphs[p])}</li>"
                 for p in e.paragraphs if p in registry.paragraphs]
     if rendered:
         parts.append(f"<details><summary>The description's paragraphs, in English "
@@ -363,40 +292,51 @@ def _element(e, registry, source, citations, errata, seen_readings) -> str:
         parts.append("<h3>Readings</h3>")
         for r in e.readings:
             if r in seen_readings:
-                parts.append(f'<p class="seen"><a href="#{_e(r)}">{_e(r)}</a>: given above, '
-                             f"under {_e(seen_readings[r])}.</p>")
+                parts.append(f'<p class="seen"><a href="#{h.escape(r)}">{h.escape(r)}</a>: '
+                             "given above, "
+                             f"under {h.escape(seen_readings[r])}.</p>")
                 continue
             seen_readings[r] = e.id
             lines = trace.markdown_section(registry.readings_text, r)
             table = trace.sensitivity_table(registry.sensitivity_text, r)
-            audit = (f"<h5>Sensitivity of {_e(r)} (spec/sensitivity.md)</h5>{_markdown(table)}"
-                     if table else "")
-            parts.append(f'<div class="reading" id="{_e(r)}"><h4>{_inline(lines[0][3:])}'
-                         f"</h4>{_markdown(lines[1:])}{audit}</div>")
+            # folded: the reading is read first, its audit on demand (and not printed)
+            audit = (f'<details class="sensitivity"><summary>Sensitivity of {h.escape(r)} '
+                     f"(spec/sensitivity.md): {_count(len(table) - 2, 'alternative')} held "
+                     f"against it</summary>{h.markdown(table)}</details>" if table else "")
+            parts.append(f'<div class="reading" id="{h.escape(r)}"><h4>{h.inline(lines[0][3:])}'
+                         f"</h4>{h.markdown(lines[1:])}{audit}</div>")
     touching = [k for k, entry in errata.items() if e.id in entry["elements"]]
     if touching:
         parts.append("<p>Errata: " + ", ".join(
-            f'<a href="#{k}">{k}</a> ({_inline(errata[k]["title"])})' for k in touching)
+            f'<a href="#{k}">{k}</a> ({h.inline(errata[k]["title"])})' for k in touching)
             + "</p>")
     functions, tests, names = (c.get(e.id, []) for c in citations)
     parts.append('<div class="trace">'
                  f"<div><h3>Implemented by ({len(functions)})</h3><ul>"
-                 + "".join(f"<li><code>{_e(f)}</code> <span class=\"loc\">{_e(where)}</span>"
-                           "</li>" for f, where in functions)
-                 + f"</ul></div><div><h3>Tested by ({len(tests)})</h3><ul>"
-                 + "".join(f"<li><code>{_e(t)}</code>"
-                           + (f' <span class="loc">{_e(where)}</span>' if where else "")
-                           + "</li>" for t, where in tests)
-                 + f"</ul></div><div><h3>Pinned by golden arrays ({len(names)})</h3>"
+                 + "".join(f"<li>{h.function_source(f, where)}</li>" for f, where in functions)
+                 + f"</ul></div><div><h3>Tested by ({len(tests)})</h3>"
+                 + _tests_list(tests)
+                 + f"</div><div><h3>Pinned by golden arrays ({len(names)})</h3>"
                  + _golden_names(names) + "</div></div>")
     evidence = _EVIDENCE.get(e.id)
     shown = evidence(source, e) if evidence else ""
     if e.id in MODULE_COMMANDS:
-        shown = f"<p>As a command: <code>{_e(MODULE_COMMANDS[e.id])}</code>.</p>" + shown
+        shown = f"<p>As a command: <code>{h.escape(MODULE_COMMANDS[e.id])}</code>.</p>" + shown
     if shown:
         parts.append(f'<div class="ran"><h3>What ran here</h3>{shown}</div>')
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _tests_list(tests) -> str:
+    """The tests, folded: a reader opens the list; a printed page shows only its count."""
+    if not tests:
+        return "<p>none</p>"
+    items = "".join(f"<li><code>{h.escape(t)}</code>"
+                    + (f' <span class="loc">{h.escape(where)}</span>' if where else "")
+                    + "</li>" for t, where in tests)
+    return (f"<details><summary>{_count(len(tests), 'test')} (open the list)</summary>"
+            f"<ul>{items}</ul></details>")
 
 
 def _golden_names(names: list[str]) -> str:
@@ -418,11 +358,11 @@ def _golden_names(names: list[str]) -> str:
             head, tail = key
             shown.append("/".join([head, "{" + ",".join(inputs) + "}", *tail]))
     if len(shown) > 12:
-        return ("<details><summary>" + ", ".join(f"<code>{_e(s)}</code>" for s in shown[:6])
+        return ("<details><summary>" + ", ".join(f"<code>{h.escape(s)}</code>" for s in shown[:6])
                 + f" and {len(shown) - 6} more</summary><ul>"
-                + "".join(f"<li><code>{_e(s)}</code></li>" for s in shown[6:])
+                + "".join(f"<li><code>{h.escape(s)}</code></li>" for s in shown[6:])
                 + "</ul></details>")
-    return "<ul>" + "".join(f"<li><code>{_e(s)}</code></li>" for s in shown) + "</ul>" \
+    return "<ul>" + "".join(f"<li><code>{h.escape(s)}</code></li>" for s in shown) + "</ul>" \
         if shown else "<p>none</p>"
 
 
@@ -438,12 +378,8 @@ def _per_weld(source, caption_of, image_of) -> str:
     if not source.welds:
         return _no_welds(source)
     return '<div class="welds">' + "".join(
-        _figure(_png(image_of(w), f"{w['stem']}"), caption_of(w)) for w in source.welds) \
+        h.figure(h.png(image_of(w), f"{w['stem']}"), caption_of(w)) for w in source.welds) \
         + "</div>"
-
-
-def _gray8(values) -> np.ndarray:
-    return np.clip(np.round(values), 0, 255).astype(np.uint8)
 
 
 def _edge_evidence(op):
@@ -453,20 +389,11 @@ def _edge_evidence(op):
             thresholds = ", ".join(f"{k} {v:.2f}" for k, v in r["thresholds"][op].items())
             pixels = r["edge_pixels"][op]
             share = pixels / (r["shape"][0] * r["shape"][1])
-            return (f"{_e(w['stem'])}: {OPERATOR_NAMES[op]} edge map (white: edge), "
+            return (f"{h.escape(w['stem'])}: {OPERATOR_NAMES[op]} edge map (white: edge), "
                     f"threshold {thresholds}; {pixels} edge pixels ({share:.1%}); weight "
                     f"w = {r['weights'][op]:.3f}")
         return _per_weld(source, caption, lambda w: w["arrays"][op] * np.uint8(255))
     return show
-
-
-def _final_weight_image(f: np.ndarray) -> np.ndarray:
-    """F in [-0.5, 0.5] as colours: dark to light blue below 0, orange to yellow from 0 on."""
-    t = np.clip(f + 0.5, 0.0, 1.0)[..., None]
-    low = np.array([10, 20, 70]) + (np.array([150, 190, 255]) - [10, 20, 70]) * (t / 0.5)
-    high = np.array([230, 120, 0]) + (np.array([255, 240, 90]) - [230, 120, 0]) * \
-        ((t - 0.5) / 0.5)
-    return np.where(t >= 0.5, high, low).round().astype(np.uint8)
 
 
 def _weights_chart(weights: dict, patent: bool = True) -> str:
@@ -495,7 +422,7 @@ def _statistics_table(source, keys) -> str:
         rows = "".join(f"<tr><th>{OPERATOR_NAMES[op]}</th>"
                        + "".join(f"<td>{r[k][op]:.4f}</td>" for k in keys) + "</tr>"
                        for op in OPERATORS)
-        out.append(f"<table><caption>{_e(w['stem'])}</caption><tr><th>operator</th>{head}"
+        out.append(f"<table><caption>{h.escape(w['stem'])}</caption><tr><th>operator</th>{head}"
                    f"</tr>{rows}</table>")
     return '<div class="welds">' + "".join(out) + "</div>"
 
@@ -503,7 +430,7 @@ def _statistics_table(source, keys) -> str:
 def _acquire(source, e):
     def caption(w):
         rows, cols = w["input"].shape[:2]
-        return f"{_e(w['stem'])}: the input image, {rows} rows x {cols} columns, RGB"
+        return f"{h.escape(w['stem'])}: the input image, {rows} rows x {cols} columns, RGB"
     if not source.welds or any(w["input"] is None for w in source.welds):
         return _no_welds(source)
     settings = source.record.get("settings", {})
@@ -514,22 +441,23 @@ def _acquire(source, e):
 
 
 def _gray(source, e):
-    return _per_weld(source, lambda w: f"{_e(w['stem'])}: gray = (299 R + 587 G + 114 B) / 1000 "
-                     "(float64; rounded for display)", lambda w: _gray8(w["arrays"]["gray"]))
+    return _per_weld(source, lambda w: f"{h.escape(w['stem'])}: gray = (299 R + 587 G + 114 B) "
+                     "/ 1000 "
+                     "(float64; rounded for display)", lambda w: h.gray8(w["arrays"]["gray"]))
 
 
 def _gauss(source, e):
     def caption(w):
         sigma = w["report"]["params"]["sigma"]
-        return (f"{_e(w['stem'])}: the gray image after the 3x3 Gaussian, σ = {sigma:g}, "
+        return (f"{h.escape(w['stem'])}: the gray image after the 3x3 Gaussian, σ = {sigma:g}, "
                 "border reflect-101")
-    return _per_weld(source, caption, lambda w: _gray8(w["arrays"]["blurred"]))
+    return _per_weld(source, caption, lambda w: h.gray8(w["arrays"]["blurred"]))
 
 
 def _mean_image(source, e):
-    return _per_weld(source, lambda w: f"{_e(w['stem'])}: Ē, the per-pixel mean of the four "
+    return _per_weld(source, lambda w: f"{h.escape(w['stem'])}: Ē, the per-pixel mean of the four "
                      "binary edge maps (0, ¼, ½, ¾, 1 shown as black to white)",
-                     lambda w: _gray8(w["arrays"]["mean_image"] * 255))
+                     lambda w: h.gray8(w["arrays"]["mean_image"] * 255))
 
 
 def _std(source, e):
@@ -544,7 +472,7 @@ def _intermediate(source, e):
     if not source.welds:
         return _no_welds(source)
     return "<ul>" + "".join(
-        f"<li>{_e(w['stem'])}: ΣV = {w['report']['intermediate_cv']:.4f} ("
+        f"<li>{h.escape(w['stem'])}: ΣV = {w['report']['intermediate_cv']:.4f} ("
         + " + ".join(f"{w['report']['cv'][op]:.4f}" for op in OPERATORS) + ")</li>"
         for w in source.welds) + "</ul>"
 
@@ -553,24 +481,26 @@ def _operator_weights(source, e):
     if not source.welds:
         return _no_welds(source)
     return '<div class="welds">' + "".join(
-        f"<div><p>{_e(w['stem'])}</p>{_weights_chart(w['report']['weights'])}</div>"
+        f"<div><p>{h.escape(w['stem'])}</p>{_weights_chart(w['report']['weights'])}</div>"
         for w in source.welds) + "</div>"
 
 
 def _final_weight(source, e):
     def caption(w):
         f = w["arrays"]["final_weight"]
-        return (f"{_e(w['stem'])}: F = Σ w<sub>i</sub> X<sub>i</sub> − 1.5 (X = 2 on an edge "
+        return (f"{h.escape(w['stem'])}: F = Σ w<sub>i</sub> X<sub>i</sub> − 1.5 (X = 2 on an "
+                "edge "
                 f"of operator i, else 1), from {f.min():.3f} to {f.max():.3f}: blue below 0 "
                 "(darkest: no operator), orange to yellow from 0 up (the pixels the vote "
                 "keeps)")
-    return _per_weld(source, caption, lambda w: _final_weight_image(w["arrays"]["final_weight"]))
+    return _per_weld(source, caption,
+                     lambda w: h.final_weight_colours(w["arrays"]["final_weight"]))
 
 
 def _decision(source, e):
     def caption(w):
         fm = w["arrays"]["feature_map"]
-        return (f"{_e(w['stem'])}: the feature map, 1 (white) where F ≥ 0: "
+        return (f"{h.escape(w['stem'])}: the feature map, 1 (white) where F ≥ 0: "
                 f"{int(fm.sum())} pixels ({fm.mean():.1%})")
     return _per_weld(source, caption, lambda w: w["arrays"]["feature_map"] * np.uint8(255))
 
@@ -579,7 +509,7 @@ def _traverse(source, e):
     if not source.welds:
         return _no_welds(source)
     return "<ul>" + "".join(
-        f"<li>{_e(w['stem'])}: input {w['report']['shape'][0]}x{w['report']['shape'][1]}, "
+        f"<li>{h.escape(w['stem'])}: input {w['report']['shape'][0]}x{w['report']['shape'][1]}, "
         f"feature map {w['arrays']['feature_map'].shape[0]}x"
         f"{w['arrays']['feature_map'].shape[1]}: every pixel decided, at the input's "
         "resolution (the map is under claim1.step2.decision).</li>"
@@ -591,14 +521,16 @@ def _extract(source, e):
         return _no_welds(source)
     out = []
     for w in source.welds:
-        out.append(_figure(_png(w["input"], w["stem"], "half"), f"{_e(w['stem'])}: input")
-                   + _figure(_png(w["arrays"]["feature_map"] * np.uint8(255), w["stem"],
-                                  "half"), f"{_e(w['stem'])}: its feature-region image"))
+        out.append(h.figure(h.png(w["input"], w["stem"], "half"), f"{h.escape(w['stem'])}: input")
+                   + h.figure(h.png(w["arrays"]["feature_map"] * np.uint8(255), w["stem"],
+                                  "half"), f"{h.escape(w['stem'])}: its feature-region image"))
     coverage = source.record.get("contour_coverage")
     note = (f"<p>Of the labels' contour pixels, {coverage:.1%} lie within one pixel of a "
             "feature-map pixel (first 20 training images): the rest of the seam's edges are "
             "lost by the vote before the network sees the image.</p>"
             if coverage is not None else "")
+    note += ("<p>Any image, step by step, with who decided each pixel: <code>refseg explain "
+             "claim1 --image IMAGE --out DIR</code>.</p>")
     return '<div class="welds">' + "".join(out) + "</div>" + note
 
 
@@ -608,23 +540,24 @@ def _dataset(source, e):
     if not source.welds or source.input_hw is None or \
             any(w["input"] is None or w["label"] is None for w in source.welds):
         return _no_welds(source)
-    h, w_ = source.input_hw
+    rows, cols = source.input_hw
     out = []
     for w in source.welds:
         x = network_input(w["input"], source.input_hw, "feature")
-        out.append(_figure(_png(_gray8((x[..., 0] + 1) * 127.5), w["stem"], "fit"),
-                           f"{_e(w['stem'])}: the network's input, the feature image resized "
-                           f"to {h}x{w_} (bilinear; in [-1, 1], shown black to white)")
-                   + _figure(_png(w["label"], w["stem"], "half"),
-                             f"{_e(w['stem'])}: its label ([0263] colours)"))
+        out.append(h.figure(h.png(h.gray8((x[..., 0] + 1) * 127.5), w["stem"], "fit"),
+                            f"{h.escape(w['stem'])}: the network's input, the feature image "
+                            f"resized to {rows}x{cols} (bilinear; in [-1, 1], shown black to "
+                            "white)")
+                   + h.figure(h.png(w["label"], w["stem"], "half"),
+                             f"{h.escape(w['stem'])}: its label ([0263] colours)"))
     return '<div class="welds">' + "".join(out) + "</div>"
 
 
 def _train(source, e):
     main = source.runs[0]
     text = _runs_table(source)
-    return (_figure(_png_file(main["path"] / "curves.png", "training curves"),
-                    f"Loss and pixel accuracy per epoch of {_e(main['name'])} (training and "
+    return (h.figure(_png_file(main["path"] / "curves.png", "training curves"),
+                    f"Loss and pixel accuracy per epoch of {h.escape(main['name'])} (training and "
                     "validation)") + text)
 
 
@@ -635,7 +568,7 @@ def _predict(source, e):
                 f"{_percent(last and last['val_pixel_accuracy'])}. "
                 "<code>refseg evaluate</code> scores the run on a test set.</p>")
     main = source.scores[0]
-    return (f"<p>{_e(main['run'])} predicts the test welds with pixel accuracy "
+    return (f"<p>{h.escape(main['run'])} predicts the test welds with pixel accuracy "
             f"{_percent(main['pixel_accuracy'])} and mean IoU {main['mean_iou']:.4f} in "
             f"{main['seconds_per_image']:.3f} s per image: see <a href=\"#predictions\">the "
             "predictions</a> and <a href=\"#results\">the results</a>.</p>")
@@ -646,7 +579,7 @@ def _network(source, e):
     if not network:
         return "<p><code>refseg model summary</code> lists every layer.</p>"
     hw = source.input_hw
-    rows = "".join(f"<tr><th>{_e(part)}</th><td>{v['parameters']:,}</td><td>"
+    rows = "".join(f"<tr><th>{h.escape(part)}</th><td>{v['parameters']:,}</td><td>"
                    f"{v['trainable']:,}</td><td>{v['macs'] / 1e9:.3f}</td></tr>"
                    for part, v in network["parts"].items())
     return (f"<table><caption>The fusion network at {hw[0]}x{hw[1]}</caption><tr><th>part</th>"
@@ -662,7 +595,7 @@ def _taps(source, e):
     taps = network["taps"]
     return (f"<p>The {len(taps)} tapped layers at input {hw[0]}x{hw[1]} (H x W x C), "
             "ResNet50V2's then MobileNetV2's:</p><ul>"
-            + "".join(f"<li><code>{_e(name)}</code> {'x'.join(map(str, shape))}</li>"
+            + "".join(f"<li><code>{h.escape(name)}</code> {'x'.join(map(str, shape))}</li>"
                       for name, shape in taps) + "</ul>")
 
 
@@ -671,8 +604,9 @@ def _update(source, e):
     history = main["history"]
     if not history:
         return ""
-    rates = sorted({h.get("learning_rate") for h in history if h.get("learning_rate")})
-    return (f"<p>{_e(main['name'])}: training loss {history[0]['train_loss']:.4f} after epoch "
+    rates = sorted({e.get("learning_rate") for e in history if e.get("learning_rate")})
+    return (f"<p>{h.escape(main['name'])}: training loss {history[0]['train_loss']:.4f} after "
+            "epoch "
             f"1, {history[-1]['train_loss']:.4f} after epoch {history[-1]['epoch']}; Adam, "
             f"learning rate {', '.join(f'{r:g}' for r in rates)}.</p>")
 
@@ -699,8 +633,9 @@ def _runs_table(source) -> str:
         if last is None:
             continue
         seconds = run["train_seconds"]
-        rows.append(f"<tr><th>{_e(run['name'])}</th><td>{_e(config.get('input_kind', '?'))}</td>"
-                    f"<td>{_e(' + '.join(config.get('branches', [])))}</td>"
+        rows.append(f"<tr><th>{h.escape(run['name'])}</th>"
+                    f"<td>{h.escape(config.get('input_kind', '?'))}</td>"
+                    f"<td>{h.escape(' + '.join(config.get('branches', [])))}</td>"
                     f"<td>{len(run['history'])}</td><td>{last['train_loss']:.4f}</td>"
                     f"<td>{last['val_loss']:.4f}</td><td>{_percent(last['val_pixel_accuracy'])}"
                     f"</td><td>{'-' if seconds is None else f'{seconds:.0f} s'}</td></tr>")
@@ -712,14 +647,14 @@ def _runs_table(source) -> str:
 
 def _training(source) -> str:
     main, others = source.runs[0], source.runs[1:]
-    small = "".join(_figure(_png_file(r["path"] / "curves.png", r["name"], "half"),
-                            _e(r["name"])) for r in others)
+    small = "".join(h.figure(_png_file(r["path"] / "curves.png", r["name"], "half"),
+                            h.escape(r["name"])) for r in others)
     return ('<section id="training"><h2>Training curves</h2>'
             "<p>Loss (cross-entropy) and pixel accuracy per epoch, training (blue) and "
             "validation (red), like the patent's fig. 8 ([0257]: loss settling near 0.062 and "
             "accuracy near 97.41 % after about 40 epochs).</p>"
-            + _figure(_png_file(main["path"] / "curves.png", "training curves"),
-                      f"{_e(main['name'])}" + (" (the patent's network: feature input, both "
+            + h.figure(_png_file(main["path"] / "curves.png", "training curves"),
+                      f"{h.escape(main['name'])}" + (" (the patent's network: feature input, both "
                                                "backbones)" if source.kind == "demo" else ""))
             + (f'<div class="welds">{small}</div>' if small else "")
             + _runs_table(source) + "</section>")
@@ -739,9 +674,9 @@ def _predictions(source) -> str:
                 "write them.</p></section>")
     columns = ", ".join(["the image", "its label"] + [r["run"] for r in source.scores])
     return ('<section id="predictions"><h2>Predictions</h2>'
-            f"<p>The first test welds, one per row; columns: {_e(columns)}. Each prediction "
+            f"<p>The first test welds, one per row; columns: {h.escape(columns)}. Each prediction "
             "is coloured as the labels are ([0263]):</p>" + _legend()
-            + _figure(_png_file(source.folder / "predictions.png", "predictions"),
+            + h.figure(_png_file(source.folder / "predictions.png", "predictions"),
                       "Test welds: image, label, then each run's predicted classes")
             + "</section>")
 
@@ -783,7 +718,7 @@ def _results(source) -> str:
         f"resizing back, on {machine_text}. The patent names neither its hardware nor its "
         "input size, so only the order of magnitude compares.")
     ranking = sorted(source.scores, key=lambda r: -r["pixel_accuracy"])
-    order = " > ".join(f"{_e(r['run'])} {r['pixel_accuracy']:.2%}" for r in ranking)
+    order = " > ".join(f"{h.escape(r['run'])} {r['pixel_accuracy']:.2%}" for r in ranking)
     fusion, singles = scores.get("fusion-feature"), [
         scores[n] for n in ("resnet50v2-feature", "mobilenetv2-feature") if n in scores]
     if fusion and singles:
@@ -805,14 +740,14 @@ def _results(source) -> str:
         input_reading = (
             f"The feature image {'scores at or above' if better else 'scores below'} the gray "
             f"image here ({fusion['pixel_accuracy']:.2%} against {gray['pixel_accuracy']:.2%}). "
-            "The patent gives no number for a gray-input network. The README's runs on 2640 "
-            "welds with the backbones trained too measured 97.31 % (feature) against 97.61 % "
-            "(gray).")
+            "The patent gives no number for a gray-input network. The runs on 2640 welds with "
+            "the backbones trained too (docs/experiments.md, <em>Training the backbones too: "
+            "2640 welds</em>) measured 97.31 % (feature) against 97.61 % (gray).")
     else:
         input_reading = "The demo's gray-input run is not in this folder."
     rows = [
         ("pixel accuracy", f"{PATENT_ACCURACY:.2%} after about 40 epochs ([0257])",
-         f"{main['pixel_accuracy']:.2%} ({_e(main['run'])}, {_count(tests, 'test weld')}, "
+         f"{main['pixel_accuracy']:.2%} ({h.escape(main['run'])}, {_count(tests, 'test weld')}, "
          f"{_count(epochs, 'epoch')})", accuracy_reading),
         ("loss", f"about {PATENT_LOSS} ([0257])",
          f"{last.get('val_loss', float('nan')):.4f} (validation, last epoch)", loss_reading),
@@ -831,7 +766,7 @@ def _results(source) -> str:
             + "".join(f"<th>IoU {n}</th>" for n in CLASS_NAMES)
             + "<th>mIoU</th><th>boundary F1 (2 px)</th><th>s/image</th></tr>")
     body = "".join(
-        f"<tr><th>{_e(r['run'])}</th><td>{_percent(r['pixel_accuracy'])}</td>"
+        f"<tr><th>{h.escape(r['run'])}</th><td>{_percent(r['pixel_accuracy'])}</td>"
         + "".join(f"<td>{'-' if v is None else f'{v:.4f}'}</td>" for v in r["class_iou"])
         + f"<td>{r['mean_iou']:.4f}</td><td>"
         + ('-' if r['boundary_f1'] is None else f"{r['boundary_f1']:.4f}")
@@ -850,14 +785,14 @@ def _weights_section(source) -> str:
         where = Path(source.shown) / "runs" / run["name"] if source.kind == "demo" \
             else source.shown
         if run["has_weights"]:
-            status = (f"kept ({mb}): <code>refseg predict {_e(where)} IMAGE --out DIR</code> "
-                      f"and <code>refseg evaluate {_e(where)} DATA</code> work on it")
+            status = (f"kept ({mb}): <code>refseg predict {h.escape(where)} IMAGE --out DIR</code> "
+                      f"and <code>refseg evaluate {h.escape(where)} DATA</code> work on it")
         elif run["pruned"]:
             status = (f"removed to save {mb} (its metrics and curves are kept): "
-                      f"<code>{_e(run['pruned']['keep_with'])}</code> keeps every run's")
+                      f"<code>{h.escape(run['pruned']['keep_with'])}</code> keeps every run's")
         else:
             status = "not in this folder"
-        rows.append(f"<tr><th>{_e(run['name'])}</th><td>{status}</td></tr>")
+        rows.append(f"<tr><th>{h.escape(run['name'])}</th><td>{status}</td></tr>")
     return ('<section id="weights"><h2>The runs\' weights</h2>'
             "<p>A run's weights are its <code>checkpoint.npz</code> (the trained decoder and "
             "Adam's state) and <code>backbones.npz</code> (the calibrated backbones).</p>"
@@ -885,10 +820,10 @@ def _errata(registry) -> dict:
 
 def _errata_section(errata) -> str:
     entries = "".join(
-        f'<div class="erratum" id="{k}"><h3>{k}. {_inline(v["title"])}</h3>'
-        f"{_marked(_markdown(v['lines']))}"
+        f'<div class="erratum" id="{k}"><h3>{k}. {h.inline(v["title"])}</h3>'
+        f"{_marked(h.markdown(v['lines']))}"
         + ("<p class=\"where\">Touches: " + ", ".join(
-            f'<a href="#{_e(i)}">{_e(i)}</a>' for i in v["elements"]) + "</p>"
+            f'<a href="#{h.escape(i)}">{h.escape(i)}</a>' for i in v["elements"]) + "</p>"
            if v["elements"] else "") + "</div>" for k, v in errata.items())
     return ('<section id="errata"><h2>Errata: where the text cannot be implemented as '
             "written</h2><p>Each entry quotes the literal text, says why it cannot be "
@@ -904,60 +839,8 @@ def _marked(text: str) -> str:
 
 
 def _claims_section(registry) -> str:
-    paragraphs = "".join(f"<p>{_e(p)}</p>" for p in registry.claims_text.split("\n\n")
+    paragraphs = "".join(f"<p>{h.escape(p)}</p>" for p in registry.claims_text.split("\n\n")
                          if p.strip())
     return ('<section id="claims"><h2>The claims in Chinese</h2><details><summary>Claims 1-6 '
             "as published (the text shipped in refseg's spec, <code>claims_zh.txt</code>)"
             f'</summary><div lang="zh-Hans" class="zh">{paragraphs}</div></details></section>')
-
-
-_CSS = """
-body { font: 15px/1.45 "DejaVu Sans", "Helvetica Neue", Arial, sans-serif; margin: 0 auto;
-  max-width: 1280px; padding: 0 18px 40px; color: #1d1d1d; background: #fff; }
-header { border-bottom: 3px solid #333; margin-bottom: 12px; }
-h1 { font-size: 26px; margin: 18px 0 6px; }
-h2 { font-size: 20px; margin: 0 0 6px; }
-h3 { font-size: 15px; margin: 12px 0 4px; color: #444; }
-h4 { font-size: 14px; margin: 6px 0 2px; }
-code { font-family: "DejaVu Sans Mono", Consolas, monospace; font-size: 13px;
-  background: #f2f2f2; padding: 0 2px; }
-section { border-top: 1px solid #bbb; padding: 12px 0; }
-.where { color: #555; margin: 0 0 6px; }
-.status { font-size: 12px; padding: 1px 6px; border-radius: 8px; vertical-align: middle; }
-.status.implemented { background: #d7f0d2; } .status.not-applicable { background: #eee; }
-.status.planned { background: #fbe7c6; }
-.pair { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
-.zh { font-family: "Noto Sans CJK SC", "WenQuanYi Micro Hei", "Source Han Sans SC",
-  "Microsoft YaHei", sans-serif; background: #fbf7ee; padding: 4px 10px; }
-.en { background: #eef4fb; padding: 4px 10px; }
-.reading { border-left: 3px solid #7aa6d8; padding-left: 10px; margin: 6px 0; }
-.rejected { color: #6a4a1a; }
-.seen { color: #555; }
-.trace { display: grid; gap: 12px; font-size: 13px;
-  grid-template-columns: minmax(0, 1fr) minmax(0, 1.5fr) minmax(0, 1fr); }
-.trace code { overflow-wrap: anywhere; }
-.trace ul { padding-left: 16px; margin: 2px 0; }
-.loc { color: #666; }
-.ran { background: #f7f7f7; padding: 4px 10px 8px; margin-top: 8px; }
-.welds { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 12px;
-  align-items: start; }
-figure { margin: 6px 0; }
-figure img { max-width: 100%; height: auto; image-rendering: pixelated;
-  border: 1px solid #ccc; }
-figure img.fit { width: 100%; }
-figcaption { font-size: 13px; color: #333; }
-table { border-collapse: collapse; margin: 6px 0; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
-caption { text-align: left; font-weight: bold; }
-table.weights { width: 100%; }
-td.bars { width: 55%; }
-.bar { height: 9px; background: #2f6db5; margin: 2px 0; }
-.bar.patent { background: #aaa; }
-.against td, .against th { max-width: 420px; }
-.legend .swatch { display: inline-block; width: 14px; height: 14px; border: 1px solid #000;
-  vertical-align: middle; margin-left: 8px; }
-nav ol.toc { columns: 2; font-size: 13px; }
-.missing { color: #a00; }
-.erratum { margin: 8px 0; }
-details { margin: 6px 0; }
-"""

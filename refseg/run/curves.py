@@ -2,6 +2,8 @@
 [0257]), drawn with Pillow alone."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from PIL import Image, ImageDraw
 
@@ -12,6 +14,8 @@ INFRASTRUCTURE = "figures of training curves"
 #: Colours of the training and validation lines.
 TRAIN_COLOUR, VALIDATION_COLOUR = (31, 119, 180), (214, 39, 40)
 PANEL_SIZE = (420, 260)
+#: The band above the panels that names the run.
+TITLE_HEIGHT = 22
 MARGIN = (52, 18, 14, 34)  # left, top, right, bottom
 
 
@@ -57,8 +61,9 @@ def _panel(title, epochs, series, y_range=None, legend_below=False):
     return image
 
 
-def write_curves(history: list[dict], path) -> None:
-    """Two panels, loss and pixel accuracy against epoch, training and validation.
+def write_curves(history: list[dict], path, run: str | None = None) -> None:
+    """Two panels, loss and pixel accuracy against epoch, training and validation, under a
+    title naming the run.
 
     Parameters
     ----------
@@ -67,6 +72,8 @@ def write_curves(history: list[dict], path) -> None:
         ``train_pixel_accuracy``, ``val_pixel_accuracy``).
     path : str or Path
         PNG written atomically.
+    run : str or None
+        The run's name for the title (None: the name of the folder holding ``path``).
     """
     epochs = [h["epoch"] for h in history]
     loss = _panel("loss (cross-entropy)", epochs, [
@@ -76,7 +83,11 @@ def write_curves(history: list[dict], path) -> None:
         ("training", TRAIN_COLOUR, [h["train_pixel_accuracy"] for h in history]),
         ("validation", VALIDATION_COLOUR, [h["val_pixel_accuracy"] for h in history])],
         legend_below=True)
-    canvas = Image.new("RGB", (PANEL_SIZE[0] * 2, PANEL_SIZE[1]), "white")
-    canvas.paste(loss, (0, 0))
-    canvas.paste(accuracy, (PANEL_SIZE[0], 0))
+    canvas = Image.new("RGB", (PANEL_SIZE[0] * 2, PANEL_SIZE[1] + TITLE_HEIGHT), "white")
+    canvas.paste(loss, (0, TITLE_HEIGHT))
+    canvas.paste(accuracy, (PANEL_SIZE[0], TITLE_HEIGHT))
+    name = run if run is not None else Path(path).resolve().parent.name
+    ImageDraw.Draw(canvas).text(
+        (MARGIN[0], 6), f"run {name}: {len(history)} epoch{'s' * (len(history) != 1)}",
+        fill=(0, 0, 0))
     write_png(path, np.asarray(canvas))

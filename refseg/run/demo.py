@@ -42,6 +42,8 @@ from refseg.trace import implements
 PATENT_ACCURACY, PATENT_SECONDS = 0.9741, 0.123
 #: The demo's record of itself, from which ``refseg report`` redraws the chart.
 RECORD = "demo.json"
+#: The name stem of the test welds (``test/images/test_weld_00000.png``, ...).
+TEST_STEM = "test_weld"
 #: The files of a run that hold its weights (what pruning removes).
 WEIGHT_FILES = ("checkpoint.npz", "backbones.npz")
 
@@ -86,7 +88,9 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
         root = staging.root
         print("1/4 synthetic weld-seam data", file=log)
         write_synthetic_dataset(root / "data", settings.count, settings.seed)
-        write_synthetic_dataset(root / "test", settings.test_count, settings.seed + 100_000)
+        # the test welds are named apart from the training welds: weld_00000 is one image
+        write_synthetic_dataset(root / "test", settings.test_count, settings.seed + 100_000,
+                                stem=TEST_STEM)
         print("2/4 claim 1 on the first images", file=log)
         claim1 = staging.folder("claim1")
         shown = list(dataset.load_dataset(root / "data"))[:2]
@@ -214,6 +218,8 @@ def _index(settings, rows, histories, record) -> str:
         "variation V) and the feature map (F >= 0). The gray, blurred and mean images and the "
         "final weight are in `claim1/<name>/features.npz` and in the claim chart.", "",
         f"![claim 1: input, four edge maps, feature map](claim1/{first}/panel.png)", "",
+        "Any image step by step, with who decided each pixel: `refseg explain claim1 --image "
+        "IMAGE --out DIR`.", "",
         f"Of the labels' contour pixels, {record['contour_coverage']:.1%} lie within one pixel "
         "of a feature-map pixel (first 20 images): the rest of the seam's edges are lost by "
         "the vote before the network sees the image.", "",
@@ -248,11 +254,11 @@ def _index(settings, rows, histories, record) -> str:
               f"here {rows[0].seconds_per_image:.3f} s (median, {record['machine']['cores']} "
               f"cores, {h}x{w} input, {macs / 1e9:.2f} G multiply-accumulates).",
               "- Without pretrained backbones and with few synthetic images, these numbers are "
-              "not the patent's setting; see README, Limitations. With 2640 welds and the "
-              "backbones trained too (an extension), the README measured 97.31 % on its test "
+              "not the patent's setting; see the README's *Limitations*. With 2640 welds and "
+              "the backbones trained too (an extension), 97.31 % was measured on the test "
               "welds with the feature image and 97.61 % with the gray image: the gray image is "
-              "the input that reaches the patent's accuracy here (README, *Training the "
-              "backbones too*).", "",
+              "the input that reaches the patent's accuracy here (docs/experiments.md, "
+              "*Training the backbones too: 2640 welds*).", "",
               "## 5. The runs' weights", ""]
     for run in record["runs"]:
         size = f"{run['weight_bytes'] / 1e6:.0f} MB"

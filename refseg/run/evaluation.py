@@ -156,7 +156,7 @@ def write_predictions(run_dir, images, out, *, max_pixels: int | None = None) ->
             prediction = predict_image(model, config, rgb)
             folder = staging.folder(stem)
             imageio.write_png(folder / "label.png", LABEL_COLOURS[prediction.classes])
-            imageio.write_png(folder / "overlay.png", overlay(rgb, prediction.classes))
+            imageio.write_png(folder / "overlay.png", overlay_with_legend(rgb, prediction.classes))
             imageio.write_json(folder / "prediction.json", {
                 "image": str(path), "run": str(run_dir), "model": _run_label(config),
                 "input_size": list(config.input_hw), "seconds": prediction.seconds,
@@ -238,32 +238,101 @@ def comparison_panel(pairs, predictions, count: int = 4, titles=None) -> np.ndar
         return grid
     if len(titles) != len(widths):
         raise ValueError(f"comparison_panel: {len(titles)} titles for {len(widths)} columns")
-    canvas = Image.new("RGB", (grid.shape[1], grid.shape[0] + 2 * PANEL_TEXT_ROW), "white")
-    canvas.paste(Image.fromarray(grid), (0, PANEL_TEXT_ROW))
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    headings = [_fitted_title(measure, title, width) for title, width in zip(titles, widths)]
+    # one size for every column: the largest at which each title fits
+    smallest = min(size for size, _ in headings)
+    headings = [_fitted_title(measure, title, width, smallest)
+                for title, width in zip(titles, widths)]
+    title_row = max(PANEL_TEXT_ROW, *(len(lines) * (size + 6) + 8 for size, lines in headings))
+    legend = class_legend(grid.shape[1], 30)
+    canvas = Image.new("RGB", (grid.shape[1], grid.shape[0] + title_row + legend.shape[0]),
+                       "white")
+    canvas.paste(Image.fromarray(grid), (0, title_row))
     draw = ImageDraw.Draw(canvas)
-    font = _font(30)
-
-    def write(x, y_middle, text):
-        """``text`` starting at x, centred vertically on y_middle; returns where it ends."""
-        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
-        draw.text((x - left, y_middle - (top + bottom) // 2), text, fill=(0, 0, 0), font=font)
-        return x + right - left
-
     x = 0
-    for title, width in zip(titles, widths):
-        shown = title
-        while len(shown) > 4 and draw.textlength(shown, font=font) > width - 8:
-            shown = shown[:-2] + "…"  # a long run name: its start is what tells runs apart
-        write(x + (width - int(draw.textlength(shown, font=font))) // 2, PANEL_TEXT_ROW // 2,
-              shown)
+    for (size, lines), width in zip(headings, widths):
+        small = _font(size)
+        top = (title_row - len(lines) * (size + 6)) // 2
+        for i, line in enumerate(lines):
+            length = int(draw.textlength(line, font=small))
+            draw.text((x + max(0, (width - length) // 2), top + i * (size + 6)), line,
+                      fill=(0, 0, 0), font=small)
         x += width + 4
-    y = canvas.height - PANEL_TEXT_ROW // 2
-    x = write(4, y, "classes ([0263]):") + 12
-    for name, colour in zip(CLASS_NAMES, LABEL_COLOURS):
-        draw.rectangle([x, y - 13, x + 26, y + 13], fill=tuple(int(c) for c in colour),
-                       outline=(0, 0, 0))
-        x = write(x + 34, y, f"{name} {tuple(int(c) for c in colour)}") + 30
+    canvas.paste(Image.fromarray(legend), (0, canvas.height - legend.shape[0]))
     return np.asarray(canvas)
+
+
+@infrastructure("figures")
+def class_legend(width: int, size: int = 30) -> np.ndarray:
+    """A white band ``width`` pixels wide naming the class colours of [0263] beside their
+    swatches, in text at most ``size`` pixels high (smaller until it fits, down to the
+    smallest of :data:`TITLE_SIZES`, then on as many lines as it takes): (rows, width, 3)
+    uint8."""
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    entries = [f"{name} {tuple(int(c) for c in colour)}"
+               for name, colour in zip(CLASS_NAMES, LABEL_COLOURS)]
+    sizes = [s for s in TITLE_SIZES if s <= size] or [TITLE_SIZES[-1]]
+
+    def layout(s):
+        """[(x, line, swatch colour or None, text)] at size ``s``, and the lines used."""
+        font, half = _font(s), s * 13 // 30
+        placed, x, line = [], 4, 0
+        for colour, text in [(None, "classes ([0263]):")] + list(zip(LABEL_COLOURS, entries)):
+            span = (2 * half + s // 4 if colour is not None else 0) + int(
+                measure.textlength(text, font=font))
+            if x > 4 and x + span > width - 4:
+                x, line = 4, line + 1
+            placed.append((x, line, colour, text))
+            x += span + s
+        return placed, line + 1
+
+    size = next((s for s in sizes if layout(s)[1] == 1), sizes[-1])
+    placed, lines = layout(size)
+    row = int(size * 1.5)
+    band = Image.new("RGB", (width, row * lines), "white")
+    draw = ImageDraw.Draw(band)
+    font, half = _font(size), size * 13 // 30
+    for x, line, colour, text in placed:
+        y = line * row + row // 2
+        if colour is not None:
+            draw.rectangle([x, y - half, x + 2 * half, y + half],
+                           fill=tuple(int(c) for c in colour), outline=(0, 0, 0))
+            x += 2 * half + size // 4
+        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+        draw.text((x - left, y - (top + bottom) // 2), text, fill=(0, 0, 0), font=font)
+    return np.asarray(band)
+
+
+@infrastructure("figures")
+def overlay_with_legend(rgb: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """:func:`overlay` with the legend of the class colours below it (``overlay.png``)."""
+    shown = overlay(rgb, classes)
+    return np.concatenate([shown, class_legend(shown.shape[1], 30)], axis=0)
+
+
+#: Title sizes tried, largest first, until a column's title fits its width (in lines).
+TITLE_SIZES = (30, 24, 20, 16, 13, 11)
+
+
+def _fitted_title(draw, title: str, width: int, largest: int = TITLE_SIZES[0]
+                  ) -> tuple[int, list[str]]:
+    """The largest font size (at most ``largest``) and the lines (broken after hyphens, then
+    anywhere) in which ``title`` fits ``width`` pixels: a run's name shown whole, never cut."""
+    for size in (s for s in TITLE_SIZES if s <= largest):
+        font = _font(size)
+        if draw.textlength(title, font=font) <= width - 4:
+            return size, [title]
+        words = [w + "-" for w in title.split("-")[:-1]] + [title.split("-")[-1]]
+        if all(draw.textlength(w, font=font) <= width - 4 for w in words):
+            return size, words
+    font, lines, line = _font(TITLE_SIZES[-1]), [], ""
+    for char in title:
+        if line and draw.textlength(line + char, font=font) > width - 4:
+            lines.append(line)
+            line = ""
+        line += char
+    return TITLE_SIZES[-1], lines + [line]
 
 
 def _font(size: int):

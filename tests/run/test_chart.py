@@ -51,17 +51,33 @@ def chart(tiny_demo):
     return out / "index.html", (out / "index.html").read_text(encoding="utf-8")
 
 
-def test_the_chart_renders_in_chromium(chart):
-    """From file://: no console error, no exception, no failed request; every image has a
-    natural size; one section per claim element of the registry, in claim order, then the
-    demo's own sections; the screenshot is not blank."""
+#: For each claim of the contents, the number of columns its list item is laid out in.
+_CONTENTS_COLUMNS = """Array.from(document.querySelectorAll('nav ol.toc > li'))
+  .filter(li => li.querySelector('ol')).map(li =>
+  new Set(Array.from(li.querySelectorAll('li')).map(i => i.getBoundingClientRect().left)).size)"""
+
+
+def test_the_chart_renders_in_chromium_without_cjk_fonts_and_prints_short(chart):
+    """From file://, on a machine with no CJK font (a FONTCONFIG_FILE offering DejaVu only):
+    no console error, no exception, no failed request; every image has a natural size; one
+    section per claim element of the registry, in claim order, then the demo's own sections;
+    the screenshot is not blank; every character of the patent's Chinese text is drawn (the
+    probe finds one the embedded font lacks, so it can fail); printed on A4 it takes fewer
+    than 20 pages; each claim's entry in the contents stays in one column."""
     path, _ = chart
-    report = load_page(path)
+    # 800 pixels wide: without the contents' column rule, claim 1's items split there
+    report = load_page(path, width=800, no_cjk_fonts=True, pdf=True, glyphs="龘",
+                       evaluate={"contents": _CONTENTS_COLUMNS})
     assert problems(report, list(REGISTRY.elements) + TAIL) == []
     assert len(report.images) >= 30  # the claim-1 steps of two welds, curves, predictions
     assert not blank(report.screenshot)
     image = Image.open(io.BytesIO(report.screenshot))
-    assert image.size == (1280, 900)
+    assert image.size == (800, 900)
+    assert report.glyphs_checked > 150 and report.missing_glyphs == "龘"
+    assert report.pdf.startswith(b"%PDF") and 5 < report.pdf_pages < 20
+    claims = {e.claim for e in REGISTRY.elements.values()}
+    assert len(report.values["contents"]) == len(claims)
+    assert set(report.values["contents"]) == {1}
 
 
 def test_a_broken_page_fails_the_checks(chart, tmp_path):
@@ -97,6 +113,35 @@ def test_the_chart_is_self_contained(chart):
     assert not re.search(r'(src|href|url)\s*[=(]\s*"?(https?:)?//', page)
     assert "<script" not in page.lower()
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
+
+
+def test_links_are_links_and_each_functions_source_is_one_click_away(chart):
+    """No Markdown link is left raw in the page's text; each implementing function's entry
+    folds its source (the def or class line of that name) under its name and file:line; each
+    element's tests are folded; the embedded font covers the spec's Chinese text."""
+    from refseg import trace
+    from refseg.report.html import characters_without_glyph
+
+    _, page = chart
+    text = re.sub(r"<pre>.*?</pre>", "", page, flags=re.S)
+    assert not re.search(r"\[[^\]<>]+\]\([^)\s<>]+\)", text)
+    assert 'href="#R-cv"' in page
+    functions = trace.functions_by_element()
+    sections = dict(re.findall(r'<section id="([^"]+)" class="element">(.*?)</section>', page,
+                               re.S))
+    for element, body in sections.items():
+        for name, where in functions.get(element, []):
+            short = name.rsplit(".", 1)[-1]
+            source = re.search(
+                rf'<details class="source"><summary><code>{re.escape(name)}</code> '
+                rf'<span class="loc">{re.escape(where)}</span></summary><pre>(.*?)</pre>',
+                body, re.S)
+            assert source and re.search(rf"(def|class) {short}\b", source.group(1)), name
+        if "Tested by (0)" not in body:
+            assert re.search(r"Tested by \(\d+\)</h3><details><summary>", body), element
+    shipped = "".join(p.read_text(encoding="utf-8") for p in sorted(SPEC.iterdir())
+                      if p.suffix in (".txt", ".toml", ".md"))
+    assert characters_without_glyph(shipped) == ""  # else: python tools/build_cjk_font.py
 
 
 def test_each_element_shows_its_chinese_text_readings_code_and_tests(chart):

@@ -1,0 +1,388 @@
+"""Claim 1 taught on one's own image: ``refseg explain claim1 --image IMAGE --out DIR`` writes
+``DIR/<stem>/index.html``, one self-contained page (offline, like the claim chart).
+
+The page takes the image through claim 1 step by step. Each step shows the claim's Chinese
+text beside refseg's English rendering, the reading that fills the step's missing formula in
+one paragraph, the picture of the step on this image, and the step's numbers (thresholds and
+the rule that set them, pixel counts, the mean image, the σ/μ/V table, the weights beside
+[0213]'s, the vote). Then who decided each feature pixel: the combination of operators whose
+weights carried the vote, as a map and a table, said in words when one operator decides alone
+or when operators that found an edge were outvoted. Last, the alternative readings (those the
+sensitivity audit measures, :mod:`refseg.claim1.alternatives`) that would change this image's
+feature map most, with the pixels they change.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from refseg import imageio, trace
+from refseg._version import __version__
+from refseg.claim1 import alternatives, features
+from refseg.claim1.features import STEP_CLAIMS
+from refseg.claim1.operators import OPERATORS
+from refseg.report import html as h
+from refseg.report.who_decided import DecisionShares, decision_shares, decision_map
+
+INFRASTRUCTURE = "the claim-1 walkthrough"
+
+#: The page's file name in the image's folder.
+WALKTHROUGH = "index.html"
+#: The patent's operator weights for its weld image ([0213]).
+PATENT_WEIGHTS = {"canny": 0.4124, "sobel": 0.1316, "prewitt": 0.1339, "log": 0.3221}
+#: Display names of the operators.
+OPERATOR_NAMES = {"canny": "Canny", "sobel": "Sobel", "prewitt": "Prewitt", "log": "LoG"}
+#: How many alternative readings the page shows, those changing the most pixels.
+READINGS_SHOWN = 3
+#: Pictures wider than this are shown shrunk (an edge anywhere in a block stays visible).
+DISPLAY_WIDTH = 720
+#: The steps in claim order: the acquisition, then each intermediate of the extraction.
+STEPS = ("claim1.step1.acquire", *STEP_CLAIMS.values())
+#: Colours of the changes an alternative reading makes: kept by both, lost, gained.
+CHANGE_COLOURS = {"both": (235, 235, 235), "lost": (230, 40, 160), "gained": (30, 190, 80)}
+
+
+def write_walkthrough(image, out) -> Path:
+    """Write ``out/<stem>/index.html``, claim 1 step by step on the image file ``image``.
+
+    The output folder is checked before the work, and published whole or not at all; files
+    already in ``out/<stem>`` (``refseg edges``' outputs, say) are kept.
+
+    Returns
+    -------
+    Path
+        The page.
+    """
+    image, out = Path(image), Path(out)
+    imageio.check_output_folder(out)
+    loaded = imageio.read_image(image)
+    result = features.extract(loaded.pixels)
+    page = render_walkthrough(loaded, result)
+    with imageio.staged_folders(out) as staging:
+        folder = staging.folder(image.stem)
+        previous = staging.out / image.stem
+        if previous.is_dir():
+            shutil.copytree(previous, folder, symlinks=True, copy_function=os.link,
+                            dirs_exist_ok=True)
+        imageio.write_text(folder / WALKTHROUGH, page)
+    return out / image.stem / WALKTHROUGH
+
+
+def render_walkthrough(loaded: imageio.LoadedImage, result: features.FeatureResult) -> str:
+    """The walkthrough page of one image (see the module) as an HTML document."""
+    registry = trace.load_registry()
+    name = Path(loaded.path).name
+    shares = decision_shares(result)
+    moved = readings_that_move(loaded.pixels, result)
+    ids = list(STEPS) + ["who-decided", "readings"]
+    with h.link_targets(ids):
+        sections = [_step(registry, step, loaded, result) for step in STEPS]
+        body = [_header(name, loaded, result), _contents(registry), *sections,
+                _who_decided(result, shares), _readings(registry, result.feature_map, moved)]
+    text = "".join(span for step in STEPS for span in registry.elements[step].original)
+    body.insert(1, h.cjk_note(text))
+    return h.page(f"Claim 1 of CN114419081B on {name}", "\n".join(body))
+
+
+# ------------------------------------------------------------------------------ analysis
+def readings_that_move(rgb, result, count: int = READINGS_SHOWN) -> list[tuple]:
+    """The alternative readings that change the most pixels of this image's feature map:
+    [(Alternative, its feature map, pixels changed)], most first, unchanged ones left out."""
+    moved = []
+    for alternative in alternatives.ALTERNATIVES:
+        fm = alternatives.extract_variant(rgb, alternative.variant).feature_map
+        changed = int(np.count_nonzero(fm != result.feature_map))
+        if changed:
+            moved.append((alternative, fm, changed))
+    moved.sort(key=lambda m: -m[2])
+    return moved[:count]
+
+
+def change_map(chosen: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """RGB (M, N, 3) uint8: pixels both maps keep light grey, those only ``chosen`` keeps
+    (lost under ``other``) magenta, those only ``other`` keeps (gained) green, the rest
+    black."""
+    out = np.zeros(chosen.shape + (3,), np.uint8)
+    for key, mask in (("both", (chosen == 1) & (other == 1)),
+                      ("lost", (chosen == 1) & (other == 0)),
+                      ("gained", (chosen == 0) & (other == 1))):
+        out[mask] = CHANGE_COLOURS[key]
+    return out
+
+
+# ------------------------------------------------------------------------------ pictures
+def _shrunk(array: np.ndarray, binary: bool = False) -> np.ndarray:
+    """``array`` at most :data:`DISPLAY_WIDTH` wide: a map by the maximum over each block (a
+    one-pixel edge stays), an image by the block mean."""
+    factor = -(-array.shape[1] // DISPLAY_WIDTH)
+    if factor <= 1:
+        return array
+    rows, cols = (array.shape[0] // factor) * factor, (array.shape[1] // factor) * factor
+    if rows == 0:
+        return array[:, ::factor]
+    blocks = array[:rows, :cols].reshape(rows // factor, factor, cols // factor, factor,
+                                         *array.shape[2:])
+    if binary:
+        return blocks.max(axis=(1, 3))
+    return np.round(blocks.mean(axis=(1, 3))).astype(np.uint8)
+
+
+def _picture(array, alt, caption, binary=False) -> str:
+    return h.figure(h.png(_shrunk(np.asarray(array), binary), alt, "fit"), caption)
+
+
+# ------------------------------------------------------------------------------ the page
+def _header(name, loaded, result) -> str:
+    rows, cols = result.feature_map.shape
+    return (f"<header><h1>Claim 1 of CN114419081B, step by step, on <code>{h.escape(name)}"
+            f"</code></h1><p>The image ({rows} rows x {cols} columns, "
+            f"{h.escape(loaded.info().get('mode', ''))}) taken through the patent's feature "
+            "extraction: each step with the claim's Chinese text beside refseg's English "
+            "rendering, the reading that fills its missing formula, the picture of the step and "
+            "its numbers. Then <a href=\"#who-decided\">who decided each pixel</a> and <a "
+            "href=\"#readings\">the readings that would change this image's map most</a>.</p>"
+            f"<p class=\"where\">Written by <code>refseg explain claim1 --image "
+            f"{h.escape(loaded.path)}</code>, refseg {__version__}.</p></header>")
+
+
+def _contents(registry) -> str:
+    items = "".join(f'<li><a href="#{h.escape(s)}">{h.escape(registry.elements[s].title)}</a>'
+                    "</li>" for s in STEPS)
+    return (f'<nav><h2>Contents</h2><ol class="toc">{items}<li><a href="#who-decided">Who '
+            'decided each pixel</a></li><li><a href="#readings">The readings that move this '
+            "map</a></li></ol></nav>")
+
+
+def reading_paragraph(readings_text: str, reading_id: str) -> str:
+    """A reading in one paragraph: its first paragraph from "Reading:" on (the whole first
+    paragraph when it has no such word), without the rejected alternatives."""
+    lines = trace.markdown_section(readings_text, reading_id)[1:]
+    block = []
+    for line in lines:
+        if not line.strip():
+            if block:
+                break
+            continue
+        block.append(line.strip().removeprefix("- "))
+    text = " ".join(block)
+    if "Reading:" in text:
+        text = text[text.index("Reading:"):]
+    for stop in (" Rejected:", " Sensitivity:", " Evidence"):
+        text = text.split(stop)[0]
+    return text
+
+
+def _step(registry, step, loaded, result) -> str:
+    e = registry.elements[step]
+    number = STEPS.index(step) + 1
+    shown = [f'<p class="reading"><strong>{h.escape(r)}</strong>: '
+             f"{h.inline(reading_paragraph(registry.readings_text, r))}</p>" for r in e.readings]
+    readings = "".join(shown[:1])
+    if shown[1:]:
+        readings += (f"<details><summary>The step's other readings: "
+                     f"{h.escape(', '.join(e.readings[1:]))}</summary>{''.join(shown[1:])}"
+                     "</details>")
+    picture, numbers = _SHOWN[step](loaded, result) if step in _SHOWN else ("", "")
+    return (f'<section id="{h.escape(step)}"><h2>{number}. {h.escape(e.title)} '
+            f'<code class="where">{h.escape(step)}</code></h2>'
+            f'<div class="pair"><div class="zh" lang="zh-Hans"><h3>Patent (claim 1)</h3>'
+            + "".join(f"<p>{h.escape(span)}</p>" for span in e.original)
+            + f'</div><div class="en"><h3>refseg\'s rendering</h3><p>{h.inline(e.text)}</p>'
+            f"</div></div>{readings}"
+            f'<div class="steps"><div>{picture}</div><div class="numbers">{numbers}</div>'
+            "</div></section>")
+
+
+def _table(head, rows) -> str:
+    return ("<table><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+            + "</table>")
+
+
+def _acquire(loaded, result):
+    info = loaded.info()
+    rows = [(h.escape(k), h.escape(v)) for k, v in info.items() if k != "path"]
+    return (_picture(loaded.pixels, "the input image", "The input image"),
+            _table(("property", "value"), rows))
+
+
+def _gray(loaded, result):
+    g = result.gray
+    weights = ", ".join(f"{w:g}" for w in result.params["gray_weights"])
+    return (_picture(h.gray8(g), "gray", "The gray image (float64, rounded for display)"),
+            f"<p>gray = R, G, B weighted by {weights}.</p>"
+            + _table(("min", "mean", "max"), [(f"{g.min():.2f}", f"{g.mean():.2f}",
+                                               f"{g.max():.2f}")]))
+
+
+def _gauss(loaded, result):
+    kernel = result.params["gaussian_kernel"]
+    return (_picture(h.gray8(result.blurred), "blurred", "The gray image after the 3x3 Gaussian"),
+            f"<p>σ = {result.params['sigma']:g}, border {h.escape(result.params['border'])}; "
+            "the template:</p>"
+            + _table(("", "", ""), [[f"{v:.4f}" for v in row] for row in kernel]))
+
+
+def _edges(op):
+    def show(loaded, result):
+        edges, response = result.edges[op], result.responses[op]
+        pixels = int(edges.sum())
+        rule = result.params["threshold_rules"][op]
+        rule_text = {
+            "canny": f"low = Otsu's threshold of the Sobel magnitude, high = "
+                     f"{rule.get('high_ratio', '?')} x low",
+            "sobel": "T = Otsu's threshold of the gradient magnitude",
+            "prewitt": "T = Otsu's threshold of the gradient magnitude",
+            "log": f"a zero crossing counts where its jump exceeds "
+                   f"{rule.get('jump_ratio', '?')} x Otsu's threshold of |LoG|"}[op]
+        thresholds = [(h.escape(k), f"{v:.2f}") for k, v in result.thresholds[op].items()]
+        strength = np.abs(response)
+        strongest = "strongest |LoG|" if op == "log" else "strongest gradient magnitude"
+        rows = thresholds + [(strongest, f"{strength.max():.2f}"),
+                             ("edge pixels", f"{pixels} ({pixels / edges.size:.2%})"),
+                             ("weight w", f"{result.weights[op]:.4f}")]
+        automatic = "automatic" if rule.get("automatic") else "given"
+        note = ""
+        if op == "canny" and "high" in result.thresholds[op]:
+            high = result.thresholds[op]["high"]
+            above = int(np.count_nonzero(result.responses["sobel"] > high))
+            note = (f"<p>Canny keeps a chain of thinned Sobel edges only where it reaches the "
+                    f"high threshold {high:.2f}: {above} pixels of this image have a gradient "
+                    "magnitude above it. An edge whose strength stays below it is not "
+                    "Canny's, however clear it looks.</p>")
+        return (_picture(edges * np.uint8(255), OPERATOR_NAMES[op],
+                         f"{OPERATOR_NAMES[op]} edge map (white: edge)", binary=True),
+                f"<p>Thresholds ({automatic}; {h.escape(rule_text)}):</p>"
+                + _table(("", "value"), rows) + note)
+    return show
+
+
+def _mean_image(loaded, result):
+    levels = np.round(result.mean_image * 4).astype(int)
+    counts = np.bincount(levels.ravel(), minlength=5)
+    rows = [(f"{k} of 4 ({k / 4:g})", f"{counts[k]}", f"{counts[k] / levels.size:.2%}")
+            for k in range(5)]
+    return (_picture(h.gray8(result.mean_image * 255), "mean image",
+                     "Ē, the per-pixel mean of the four binary maps (black 0 to white 1)"),
+            "<p>How many operators mark each pixel:</p>"
+            + _table(("operators", "pixels", "share"), rows))
+
+
+def _statistics(keys):
+    labels = {"mean": "μ (pixel mean)", "std": "σ (about Ē)", "cv": "V = σ / μ"}
+
+    def show(loaded, result):
+        rows = [[OPERATOR_NAMES[op]] + [f"{getattr(result, k)[op]:.4f}" for k in keys]
+                for op in OPERATORS]
+        return "", _table(["operator"] + [labels[k] for k in keys], rows)
+    return show
+
+
+def _intermediate(loaded, result):
+    terms = " + ".join(f"{result.cv[op]:.4f}" for op in OPERATORS)
+    return "", f"<p>ΣV = {terms} = <strong>{result.intermediate_cv:.4f}</strong></p>"
+
+
+def _weights(loaded, result):
+    rows = []
+    for op in OPERATORS:
+        w, p = result.weights[op], PATENT_WEIGHTS[op]
+        rows.append([OPERATOR_NAMES[op],
+                     f'<div class="bar" style="width:{w * 100:.1f}%"></div>'
+                     f'<div class="bar patent" style="width:{p * 100:.1f}%"></div>',
+                     f"{w:.4f}", f"{p:.4f}"])
+    table = _table(("operator", "w (blue: here; grey: the patent's weld, [0213])", "here",
+                    "[0213]"), rows).replace("<table>", '<table class="weights">', 1)
+    heavy = [OPERATOR_NAMES[op] for op in OPERATORS if result.weights[op] >= 0.5]
+    note = (f"<p class=\"note\">{heavy[0]}'s weight is at least 0.5: it outvotes the other "
+            "three together.</p>" if heavy else "")
+    return "", table + note
+
+
+def _final_weight(loaded, result):
+    f = result.final_weight
+    return (_picture(h.final_weight_colours(f), "final weight",
+                     "F: blue below 0 (darkest: no operator), orange to yellow from 0 up"),
+            f"<p>F = Σ w<sub>i</sub> X<sub>i</sub> − {result.params['vote_offset']:g} "
+            f"(X = {result.params['edge_value']:g} on an edge of operator i, else "
+            f"{result.params['non_edge_value']:g}), from {f.min():.4f} to {f.max():.4f}: a "
+            "pixel is kept when the weights of the operators marking it sum to at least "
+            "0.5.</p>")
+
+
+def _decision(loaded, result):
+    fm = result.feature_map
+    return (_picture(fm * np.uint8(255), "feature map", "The feature-region image (white: F ≥ 0)",
+                     binary=True),
+            f"<p>{int(fm.sum())} feature pixels ({fm.mean():.2%} of the image); every pixel "
+            f"decided, at the input's resolution ({fm.shape[0]}x{fm.shape[1]}).</p>")
+
+
+_SHOWN = {
+    "claim1.step1.acquire": _acquire, "claim1.step2.gray": _gray, "claim1.step2.gauss": _gauss,
+    **{f"claim1.step2.edges.{op}": _edges(op) for op in OPERATORS},
+    "claim1.step2.mean_image": _mean_image,
+    "claim1.step2.std": _statistics(("mean", "std")),
+    "claim1.step2.cv": _statistics(("mean", "std", "cv")),
+    "claim1.step2.intermediate_cv": _intermediate, "claim1.step2.weights": _weights,
+    "claim1.step2.final_weight": _final_weight, "claim1.step2.decision": _decision,
+}
+
+
+def _who_decided(result, shares: DecisionShares) -> str:
+    rows = []
+    for row in shares.rows:
+        swatch = '<span class="swatch" style="background:rgb({},{},{})"></span>'.format(
+            *row.colour)
+        rows.append([swatch + h.escape(" + ".join(OPERATOR_NAMES[op] for op in row.operators)),
+                     f"{row.weight:.4f}", str(row.kept), f"{row.share:.2%}" if row.kept else "-",
+                     str(row.outvoted)])
+    table = _table(("operators marking the pixel", "Σw", "feature pixels",
+                    "share of the feature pixels", "outvoted pixels (Σw < 0.5)"), rows)
+    words = "".join(f"<p>{h.escape(s)}</p>" for s in shares.sentences(OPERATOR_NAMES))
+    return ('<section id="who-decided"><h2>Who decided each pixel</h2>'
+            "<p>A pixel is a feature pixel when the weights of the operators marking it sum to "
+            "at least 0.5. The map colours each feature pixel by that combination; dark grey "
+            "marks pixels some operator found but the vote dropped, black pixels no operator "
+            "marked.</p>"
+            + _picture(decision_map(result), "who decided",
+                       "Who decided each pixel (colours as in the table)", binary=True)
+            + f'{words}<div class="numbers">{table}</div></section>')
+
+
+def _readings(registry, chosen, moved) -> str:
+    if not moved:
+        return ('<section id="readings"><h2>The readings that move this map</h2><p>No '
+                "alternative reading the audit measures changes a pixel of this image's "
+                "feature map.</p></section>")
+    parts = []
+    for alternative, fm, changed in moved:
+        lost = int(np.count_nonzero((chosen == 1) & (fm == 0)))
+        parts.append(h.figure(
+            h.png(_shrunk(change_map(chosen, fm), True), alternative.name, "fit"),
+            f"<strong>{h.escape(alternative.name)}</strong> (instead of refseg's reading "
+            f"<a href=\"#{h.escape(_step_of(registry, alternative.reading))}\">"
+            f"{h.escape(alternative.reading)}</a>): {h.escape(alternative.text)}. {changed} "
+            f"pixels change ({changed / fm.size:.2%} of the image): {lost} lost, "
+            f"{changed - lost} gained."))
+    legend = " ".join(
+        f'<span class="swatch" style="background:rgb({r},{g},{b})"></span>{text}'
+        for (r, g, b), text in ((CHANGE_COLOURS["both"], "kept by both"),
+                                (CHANGE_COLOURS["lost"], "lost under the alternative"),
+                                (CHANGE_COLOURS["gained"], "gained under the alternative")))
+    return ('<section id="readings"><h2>The readings that move this map</h2>'
+            f"<p>Of the {len(alternatives.ALTERNATIVES)} alternative readings the sensitivity "
+            "audit measures (each one choice away from refseg's), "
+            + ("the one that changes pixels of this image's feature map" if len(moved) == 1 else
+               f"the {len(moved)} that change the most pixels of this image's feature map")
+            + ".</p>"
+            f'<p class="legend swatches">{legend}</p><div class="welds">{"".join(parts)}</div>'
+            "</section>")
+
+
+def _step_of(registry, reading: str) -> str:
+    """The first step whose element cites ``reading`` (the page's anchor for it)."""
+    return next((s for s in STEPS if reading in registry.elements[s].readings), STEPS[0])
