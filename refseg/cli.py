@@ -368,7 +368,7 @@ def _predict(args) -> str:
 
 
 def _evaluate(args) -> str:
-    from refseg.imageio import check_output_folder
+    from refseg.publish import check_output_folder
     from refseg.run.evaluation import evaluate_runs, format_table, write_evaluation
 
     if args.out is not None:

@@ -10,13 +10,15 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from refseg import imageio
+from refseg import publish
+from refseg.images import MAX_PIXELS, check_max_pixels, read_image
 from refseg._version import __version__
 from refseg.claim1 import features
 from refseg.claim1.features import STEP_CLAIMS, FeatureResult
 from refseg.claim1.operators import OPERATORS
 from refseg.errors import InputError
-from refseg.imageio import LoadedImage, write_json, write_npz, write_png
+from refseg.images import LoadedImage
+from refseg.publish import write_json, write_npz, write_png
 from refseg.trace import implements, infrastructure
 
 #: Display names of the operators in figures and reports.
@@ -218,7 +220,7 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     sigma : float or None
         Gaussian sigma; None for the default of :func:`~refseg.claim1.features.extract`.
     max_pixels : int or None
-        Refuse larger images (None: :data:`refseg.imageio.MAX_PIXELS`).
+        Refuse larger images (None: :data:`refseg.images.MAX_PIXELS`).
     arrays : {"all", "maps"}
         What each ``features.npz`` holds (:func:`write_outputs`).
 
@@ -237,14 +239,14 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     """
     images = [Path(p) for p in images]
     stems = _stems(images)
-    limit = imageio.MAX_PIXELS if max_pixels is None else imageio.check_max_pixels(max_pixels)
+    limit = MAX_PIXELS if max_pixels is None else check_max_pixels(max_pixels)
     _check_npz_contents(arrays)
-    out = imageio.check_output_folder(out)
-    imageio.check_replaceable(out, stems, OUTPUT_FILES, "refseg edges")
-    loaded = [imageio.read_image(p, limit) for p in images]
+    out = publish.check_output_folder(out)
+    publish.check_replaceable(out, stems, OUTPUT_FILES, "refseg edges")
+    loaded = [read_image(p, limit) for p in images]
     kwargs = {} if sigma is None else {"sigma": sigma}
     results = [features.extract(img.pixels, **kwargs) for img in loaded]
-    with imageio.staged_folders(out) as staging:
+    with publish.staged_folders(out) as staging:
         for stem, img, result in zip(stems, loaded, results):
             write_outputs(staging.folder(stem), img, result, arrays)
     return [Path(out) / s for s in stems]

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from refseg.errors import InputError
-from refseg.imageio import write_npz
+from refseg.publish import write_npz
 from refseg.models.registry import known_weight_shapes
 from refseg.models.weights import read_weight_file
 

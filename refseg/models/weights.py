@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from refseg.errors import InputError
-from refseg.imageio import check_npz_members
+from refseg.images import check_npz_members
 from refseg.trace import implements
 
 

@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from refseg import imageio, trace
+from refseg import publish, trace
+from refseg.images import read_image
 from refseg.backend import cpu_model
 from refseg._version import __version__
 from refseg.claim1.operators import OPERATORS
@@ -90,7 +91,7 @@ def write_chart(folder, shown_as=None, command: str | None = None) -> Path:
     """
     folder = Path(folder)
     page = render_chart(folder, shown_as, command)
-    imageio.write_text(folder / CHART, page)
+    publish.write_text(folder / CHART, page)
     return folder / CHART
 
 
@@ -168,7 +169,7 @@ class _Source:
             weld = {"stem": stem, "arrays": arrays, "report": _json(where / "report.json")}
             for key, sub in (("input", "images"), ("label", "labels")):
                 found = sorted((self.folder / "data" / sub).glob(f"{stem}.*"))
-                weld[key] = imageio.read_image(found[0]).pixels if found else None
+                weld[key] = read_image(found[0]).pixels if found else None
             welds.append(weld)
         return welds
 

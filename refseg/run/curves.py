@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw
 
-from refseg.imageio import write_png
+from refseg.publish import write_png
 
 INFRASTRUCTURE = "figures of training curves"
 

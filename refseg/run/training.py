@@ -31,7 +31,7 @@ import numpy as np
 
 from refseg import autograd as ag
 from refseg.errors import InputError
-from refseg.imageio import sweep_stale, write_json, write_npz, write_text
+from refseg.publish import sweep_stale, write_json, write_npz, write_text
 from refseg.data.inputs import prepare
 from refseg.models import ResMobileNet
 from refseg.models.weights import read_weight_file

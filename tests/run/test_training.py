@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refseg import imageio
+from refseg import publish
+from refseg.images import read_image
 from refseg.data import synthetic
 from refseg.cli import main
 from refseg.data.dataset import write_label
@@ -27,7 +28,7 @@ def data(tmp_path_factory):
     (root / "labels").mkdir()
     for i in range(10):
         sample = synthetic.weld_image(100 + i, shape=(48, 160))
-        imageio.write_png(root / "images" / f"weld_{i:02d}.png", sample.rgb)
+        publish.write_png(root / "images" / f"weld_{i:02d}.png", sample.rgb)
         write_label(root / "labels" / f"weld_{i:02d}.png", sample.classes)
     return root
 
@@ -286,7 +287,7 @@ def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys, monkeyp
     assert main(["predict", str(run), *map(str, images), "--out", str(tmp_path / "p")]) == 0
     for image in images:
         folder = tmp_path / "p" / image.stem
-        label = imageio.read_image(folder / "label.png").pixels
+        label = read_image(folder / "label.png").pixels
         assert label.shape == (48, 160, 3)
         colours = {tuple(c) for c in label.reshape(-1, 3).astype(int)}
         assert colours <= {(255, 0, 0), (0, 255, 0), (0, 0, 255)}
