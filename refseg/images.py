@@ -114,10 +114,12 @@ def read_bytes(path, what: str = "file") -> bytes:
 
 
 @infrastructure("decoding image files with one-line errors")
-def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS) -> Image.Image:
+def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS,
+                 raise_hint: str | None = "--max-pixels raises it; ") -> Image.Image:
     """A fully decoded Pillow image from a file's bytes; InputError naming ``path`` when the
     data is not an image, truncated, corrupt, or declares more than ``max_pixels`` pixels
-    (checked from the header, before decoding)."""
+    (checked from the header, before decoding); ``raise_hint`` says how the caller's user
+    raises the limit (None: they cannot)."""
     ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:
         with warnings.catch_warnings():
@@ -128,8 +130,8 @@ def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS) -> Image.Image
                 if rows * cols > max_pixels:
                     raise InputError(
                         f"{path}: {cols}x{rows} pixels is more than the limit of "
-                        f"{max_pixels:,} (--max-pixels raises it; about 120 bytes of memory "
-                        "per pixel are needed)")
+                        f"{max_pixels:,} ({raise_hint or ''}about 120 bytes of memory per "
+                        "pixel are needed)")
                 frames = getattr(im, "n_frames", 1)
                 if frames > 1:
                     raise InputError(
@@ -148,7 +150,8 @@ def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS) -> Image.Image
 
 
 @implements("claim1.step1.acquire", "claim5.acquisition_module")
-def read_image(path, max_pixels: int = MAX_PIXELS) -> LoadedImage:
+def read_image(path, max_pixels: int = MAX_PIXELS,
+               raise_hint: str | None = "--max-pixels raises it; ") -> LoadedImage:
     """Read an image file for claim-1 feature extraction.
 
     Parameters
@@ -157,6 +160,9 @@ def read_image(path, max_pixels: int = MAX_PIXELS) -> LoadedImage:
     max_pixels : int
         Refuse images with more pixels (rows x cols) than this, before decoding them
         (default :data:`MAX_PIXELS`).
+    raise_hint : str or None
+        How the user raises ``max_pixels``, for the message (None: a command without the
+        option).
 
     Returns
     -------
@@ -181,7 +187,7 @@ def read_image(path, max_pixels: int = MAX_PIXELS) -> LoadedImage:
     """
     p = Path(path)
     data = read_bytes(p, "image file")
-    image = decode_image(data, p, max_pixels)
+    image = decode_image(data, p, max_pixels, raise_hint)
     image, orientation = upright(image, p)
     cols, rows = image.size
     if rows < MIN_SIZE or cols < MIN_SIZE:

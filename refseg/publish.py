@@ -66,6 +66,7 @@ def default_mode(folder: bool = False) -> int:
     return (0o777 if folder else 0o666) & ~umask
 
 
+@infrastructure("the names refseg keeps for itself")
 def is_reserved(name: str) -> bool:
     """Whether ``name`` is one of the names refseg keeps for itself inside an output folder."""
     return name in (OUTPUT_MARKER, STAGING_MARKER, JOURNAL) or name.startswith(STAGING_PREFIX) \
@@ -145,7 +146,12 @@ def write_text(path, text: str) -> None:
 def write_json(path, data) -> None:
     """Write JSON (sorted keys, indented), atomically."""
     text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    _atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # a file name that is not UTF-8: kept exactly, as JSON escapes
+        encoded = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("ascii")
+    _atomic_write(Path(path), lambda f: f.write(encoded))
 
 
 def _written_by_refseg(path: Path) -> bool:

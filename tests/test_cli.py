@@ -259,7 +259,7 @@ def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_staging(tmp_path):
                              "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    staged = ".refseg-staging-*/images/*.png"
+    staged = "set/.refseg-staging-*/images/*.png"  # staged inside the target
     while time.monotonic() < deadline and not list(tmp_path.glob(staged)):
         time.sleep(0.05)
     assert list(tmp_path.glob(staged)), "synth never started writing"

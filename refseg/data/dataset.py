@@ -99,7 +99,7 @@ def _decode_png(path: Path) -> Image.Image:
     data = read_bytes(path, "label file")
     if not data.startswith(_PNG_SIGNATURE):
         raise InputError(f"{path}: not a PNG file; labels must be PNG (lossless, exact colours)")
-    image = decode_image(data, path)
+    image = decode_image(data, path, raise_hint=None)
     if len(data) >= 26 and data[12:16] == b"IHDR" and data[24] == 16:
         # Pillow would keep only the high byte of each 16-bit sample: 65280 would read as 255
         raise InputError(f"{path}: 16-bit PNG; labels must be 8-bit RGB in the colours of "
@@ -411,7 +411,7 @@ def _read_pair(sample: Sample):
     the label's problem together when both are bad."""
     errors, rgb, classes = [], None, None
     try:
-        rgb = _as_rgb(read_image(sample.image_path))
+        rgb = _as_rgb(read_image(sample.image_path, raise_hint=None))
     except InputError as exc:
         errors.append(str(exc))
     try:

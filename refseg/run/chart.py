@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import os
 import platform
 import re
@@ -44,6 +43,8 @@ from refseg.claim1.operators import OPERATORS
 from refseg.data.labels import CLASS_NAMES, LABEL_COLOURS
 from refseg.errors import InputError
 from refseg.trace import infrastructure
+from refseg.run import records
+from refseg.run.config import TrainConfig
 
 #: The chart's file name in the folder it reports on.
 CHART = "index.html"
@@ -90,7 +91,12 @@ def write_chart(folder, shown_as=None, command: str | None = None) -> Path:
         ``folder/index.html``.
     """
     folder = Path(folder)
-    page = render_chart(folder, shown_as, command)
+    try:
+        page = render_chart(folder, shown_as, command)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        # a record the checks above let through, in a way nothing foresaw: still one line
+        raise InputError(f"{folder}: a damaged refseg folder ({type(exc).__name__}: "
+                         f"{exc})") from None
     publish.write_text(folder / CHART, page)
     return folder / CHART
 
@@ -131,8 +137,10 @@ class _Source:
         else:
             raise InputError(f"{folder}: not a folder of refseg demo (scores.json and runs/) "
                              "or of refseg train (config.json and metrics.jsonl)")
-        self.record = _json(folder / "demo.json") if (folder / "demo.json").is_file() else {}
-        self.scores = _json(folder / "scores.json") if self.kind == "demo" else []
+        self.record = records.check_demo_record(folder / "demo.json", _json(
+            folder / "demo.json")) if (folder / "demo.json").is_file() else {}
+        self.scores = records.check_scores(folder / "scores.json", _json(
+            folder / "scores.json"), folder / "runs") if self.kind == "demo" else []
         if self.kind == "demo":
             recorded = {r["name"]: r for r in self.record.get("runs", [])}
             names = [r["run"] for r in self.scores]
@@ -142,11 +150,13 @@ class _Source:
         self.welds = self._welds() if self.kind == "demo" else []
 
     def _run(self, path: Path, name: str, recorded: dict) -> dict:
-        config = _json(path / "config.json") if (path / "config.json").is_file() else {}
-        history = [json.loads(line) for line in
-                   (path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-                   if line.strip()] if (path / "metrics.jsonl").is_file() else []
+        config = _config(path / "config.json") if (path / "config.json").is_file() else {}
+        history = records.read_history(path / "metrics.jsonl") \
+            if (path / "metrics.jsonl").is_file() else []
         pruned = _json(path / "pruned.json") if (path / "pruned.json").is_file() else None
+        if pruned is not None and (not isinstance(pruned, dict) or not isinstance(
+                pruned.get("bytes"), int) or pruned["bytes"] < 0):
+            raise InputError(f"{path / 'pruned.json'}: an object with a byte count expected")
         has_weights = (path / "checkpoint.npz").is_file()
         size = sum((path / f).stat().st_size for f in ("checkpoint.npz", "backbones.npz")
                    if (path / f).is_file())
@@ -181,10 +191,20 @@ class _Source:
 
 
 def _json(path: Path):
+    return records.read_json(path)
+
+
+def _config(path: Path) -> dict:
+    """A run's settings as recorded, after checking them as ``TrainConfig`` does."""
+    data = _json(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
+        TrainConfig.from_json(data).check()
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InputError(f"{path}: not the settings of a refseg run "
+                         f"({type(exc).__name__}: {exc})") from None
+    return data
 
 
 # ---------------------------------------------------------------------------- HTML pieces
