@@ -3,9 +3,9 @@ whole, never a mix, and what a killed command left is cleared by the next one.
 
 The kill points are injected by running the real CLI under a small wrapper that replaces one
 function of the installed refseg with one that kills the process (``os.kill(getpid(),
-SIGKILL)``) before or after calling the original: just before the first staged entry is moved
-into the output folder, just after the last, after the first of several, and during a
-checkpoint write. Random-time kills of ``synth`` complement
+SIGKILL)``) before or after calling the original: with every output staged but nothing
+published, just after the last entry is moved into the output folder, after the first of
+several, and during a checkpoint write. Random-time kills of ``synth`` complement
 them.
 """
 import hashlib
@@ -41,10 +41,11 @@ WRAPPER = textwrap.dedent("""
     sys.exit(main(sys.argv[1:]))
 """)
 
+# killed with every output staged, before their list is written: nothing was published
 BEFORE_SWAP = """
-def _move_in(staged, target, aside):
+def publish_nothing(self):
     die()
-publish._move_in = _move_in
+publish.StagedFolders.publish = publish_nothing
 """
 AFTER_SWAP = """
 original = publish.StagedFolders.publish
@@ -75,7 +76,8 @@ def tree_digest(folder: Path) -> dict:
     """{relative path: sha256} of every file under ``folder``, hidden refseg leftovers
     excluded."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+            for p in sorted(folder.rglob("*")) if p.is_file()
+            and not any(publish.is_reserved(part) for part in p.relative_to(folder).parts)}
 
 
 def assert_whole_synth_set(folder: Path, allowed_seeds):
