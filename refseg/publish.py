@@ -235,7 +235,7 @@ class FolderLock:
                 break
             os.close(fd)  # the folder was removed by the writer we waited for: start again
         self.fd, self.held, self.made_marker = fd, bool(taken), made
-        if made or os.fstat(fd).st_size == 0 or self.held:
+        if made or self.held:
             _write_holder(fd)
         return self
 
@@ -306,10 +306,17 @@ def _dead_staging(entry: Path) -> bool:
 def _move_in(staged: Path, target: Path, aside: Path) -> None:
     """Put ``staged`` at ``target``; an old ``target`` goes into ``aside`` first. Each state
     between the steps is one :func:`_roll_forward` completes."""
+    moved = None
     if target.is_dir() and not target.is_symlink():
         aside.mkdir(exist_ok=True)
-        os.rename(target, aside / target.name)
-    os.replace(staged, target)
+        moved = aside / target.name
+        os.rename(target, moved)
+    try:
+        os.replace(staged, target)
+    except OSError:
+        if moved is not None:
+            os.rename(moved, target)  # the old entry back in place
+        raise
 
 
 def _roll_forward(root: Path, out: Path) -> None:
@@ -321,11 +328,18 @@ def _roll_forward(root: Path, out: Path) -> None:
         names = json.loads(journal.read_text(encoding="utf-8"))["entries"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return
-    for name in names:
+    for name in names if isinstance(names, list) else []:
+        if not _plain_name(name):
+            continue
         staged = root / name
-        if isinstance(name, str) and "/" not in name and staged.exists() and \
-                not is_reserved(name):
+        if staged.exists() or staged.is_symlink():
             _move_in(staged, out / name, root / _ASIDE)
+
+
+def _plain_name(name) -> bool:
+    """A name of one entry in a folder, not refseg's own."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name \
+        and "\0" not in name and not is_reserved(name)
 
 
 @infrastructure("removing what killed refseg processes left behind")
@@ -434,7 +448,13 @@ class StagedFolders:
     def publish(self) -> None:
         root, out = self.root, self.out
         names = sorted(p.name for p in root.iterdir() if not is_reserved(p.name))
-        os.chmod(root, 0o700)
+        for name in names:
+            # a folder where a file is staged (or the reverse) is found before anything moves
+            target, folder = out / name, (root / name).is_dir()
+            if (target.exists() or target.is_symlink()) and \
+                    (target.is_dir() and not target.is_symlink()) != folder:
+                raise InputError(f"{target}: exists as a {'file' if folder else 'folder'}; "
+                                 f"refseg writes a {'folder' if folder else 'file'} there")
         write_json(root / JOURNAL, {"entries": names})
         for name in names:
             _move_in(root / name, out / name, root / _ASIDE)

@@ -271,9 +271,8 @@ def test_a_file_name_that_is_not_utf8(tmp_path, welds):
     assert report
 
 
-def test_train_into_its_own_data_set_is_refused(tmp_path):
-    data = tmp_path / "data"
-    assert run_refseg("synth", "--count", "2", "--out", data, "--size", SIZE).returncode == 0
+def test_train_into_its_own_data_set_is_refused(welds):
+    data = welds[0].parent.parent
     before = digest(data)
     for out in (data / "images" / "run", data):
         one_line_error(run_refseg("train", data, "--out", out, "--epochs", "1"),
@@ -281,11 +280,11 @@ def test_train_into_its_own_data_set_is_refused(tmp_path):
     assert digest(data) == before
 
 
-def test_negative_moving_variance_is_refused_at_load_naming_the_file(tmp_path):
+def test_negative_moving_variance_is_refused_at_load_naming_the_file(tmp_path, welds):
     from refseg.models import ResMobileNet
 
-    data = tmp_path / "data"
-    assert run_refseg("synth", "--count", "2", "--out", data, "--size", SIZE).returncode == 0
+    data = welds[0].parent.parent
+    before = digest(data)
     weights = tmp_path / "w.npz"
     model = ResMobileNet((32, 32), branches=("mobilenetv2",))
     arrays = {k: np.array(v) for k, v in model.weights().items()}
@@ -296,7 +295,7 @@ def test_negative_moving_variance_is_refused_at_load_naming_the_file(tmp_path):
     result = run_refseg("train", data, "--out", run, "--epochs", "1", "--input-size", "32x32",
                         "--branches", "mobilenetv2", "--weights", weights, "--jobs", "1")
     one_line_error(result, str(weights), "negative-variance", key)
-    assert not run.exists()
+    assert not run.exists() and digest(data) == before
 
 
 def test_hdf5_declaring_unwritten_datasets_is_refused_before_allocating(tmp_path):
@@ -333,3 +332,34 @@ def test_report_on_a_damaged_folder_is_one_line(tmp_path, name, content, fragmen
     result = run_refseg("report", folder)
     one_line_error(result, fragment)
     assert digest(tmp_path) == before
+
+
+def test_a_forged_list_in_a_dead_staging_moves_nothing_outside(tmp_path):
+    out = tmp_path / "o"
+    with staged_folders(out) as staging:
+        (staging.root / "a.txt").write_text("a")
+    (tmp_path / "outside.txt").write_text("mine")
+    dead = out / f"{STAGING_PREFIX}forged"
+    dead.mkdir()
+    (dead / STAGING_MARKER).write_bytes(b"")
+    (dead / ".refseg-publishing").write_text(json.dumps(
+        {"entries": ["..", ".", "../outside.txt", "", OUTPUT_MARKER, "b.txt"]}))
+    (dead / "b.txt").write_text("b")
+    before = digest(tmp_path)
+    assert sweep_stale(out) == [dead.name]
+    after = digest(tmp_path)
+    assert after.pop("o/b.txt") == hashlib.sha256(b"b").hexdigest()
+    assert after == {k: v for k, v in before.items() if not k.startswith(f"o/{dead.name}")}
+
+
+def test_a_file_staged_where_a_folder_is_published_is_refused_before_moving(tmp_path):
+    out = tmp_path / "o"
+    with staged_folders(out) as staging:
+        staging.folder("x")
+        (staging.root / "a.txt").write_text("old")
+    before = digest(out)
+    with pytest.raises(InputError, match="exists as a folder; refseg writes a file there"):
+        with staged_folders(out) as staging:
+            (staging.root / "a.txt").write_text("new")
+            (staging.root / "x").write_text("a file now")
+    assert digest(out) == before

@@ -750,9 +750,9 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
     if folder.exists():
         if not folder.is_dir():
             raise InputError(f"{folder}: exists and is not a folder")
-        others = sorted(p.name for p in folder.iterdir()
-                        if p.name not in BUNDLE_FILES and p.name != publish.OUTPUT_MARKER)
-        if others or (any(folder.iterdir()) and not (folder / MANIFEST).is_file()):
+        present = [p.name for p in folder.iterdir() if not publish.is_reserved(p.name)]
+        others = sorted(name for name in present if name not in BUNDLE_FILES)
+        if others or (present and not (folder / MANIFEST).is_file()):
             raise InputError(f"{folder}: exists and holds files that are not a golden bundle "
                              f"({', '.join(others[:3]) or 'no manifest.json'}); choose another "
                              "folder")

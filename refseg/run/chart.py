@@ -44,7 +44,6 @@ from refseg.data.labels import CLASS_NAMES, LABEL_COLOURS
 from refseg.errors import InputError
 from refseg.trace import infrastructure
 from refseg.run import records
-from refseg.run.config import TrainConfig
 
 #: The chart's file name in the folder it reports on.
 CHART = "index.html"
@@ -196,15 +195,8 @@ def _json(path: Path):
 
 def _config(path: Path) -> dict:
     """A run's settings as recorded, after checking them as ``TrainConfig`` does."""
-    data = _json(path)
-    try:
-        TrainConfig.from_json(data).check()
-    except InputError as exc:
-        raise InputError(f"{path}: {exc}") from None
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InputError(f"{path}: not the settings of a refseg run "
-                         f"({type(exc).__name__}: {exc})") from None
-    return data
+    records.read_run_config(path)
+    return _json(path)
 
 
 # ---------------------------------------------------------------------------- HTML pieces

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from refseg.errors import InputError
+from refseg.run.config import TrainConfig
 
 INFRASTRUCTURE = "reading the records of run and demo folders"
 
@@ -152,3 +153,18 @@ def check_demo_record(path: Path, record) -> dict:
             for s in images)):
         raise InputError(f"{path}: claim1_images must be a list of folder names")
     return record
+
+
+def read_run_config(path: Path) -> TrainConfig:
+    """A run's ``config.json`` as :class:`~refseg.run.config.TrainConfig`, its types and ranges
+    checked; InputError naming the file otherwise."""
+    data = read_json(path, "the settings of a refseg run")
+    try:
+        config = TrainConfig.from_json(data)
+        config.check()
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InputError(f"{path}: not the settings of a refseg run "
+                         f"({type(exc).__name__}: {exc})") from None
+    return config

@@ -42,7 +42,7 @@ from refseg.data import dataset
 from refseg.run import metrics
 from refseg.run.config import TrainConfig, check_range
 from refseg.run.curves import write_curves
-from refseg.run.records import read_json
+from refseg.run.records import read_json, read_run_config
 from refseg.trace import implements, infrastructure
 from refseg.threads import bits_independent_of_load, sized_to_load
 
@@ -108,20 +108,6 @@ def _checkpoint_arrays(model, optimizer, epoch, history) -> dict:
     return arrays
 
 
-def _read_config(path: Path) -> TrainConfig:
-    """A run's settings; InputError naming the file when it is not a run's config.json."""
-    data = read_json(path, "a run's settings")
-    try:
-        config = TrainConfig.from_json(data)
-        config.check()
-    except InputError as exc:
-        raise InputError(f"{path}: {exc}") from None
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InputError(f"{path}: not the settings of a refseg run "
-                         f"({type(exc).__name__}: {exc})") from None
-    return config
-
-
 def _read_checkpoint(path: Path):
     arrays = read_weight_file(path)
     for key in ("epoch", "history"):
@@ -156,13 +142,16 @@ def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
 def _run_config(run: Path, problem: str) -> TrainConfig:
     """The settings of a checkpointed run folder (else InputError: ``run: problem (...)``)."""
     if (run / PRUNED_RECORD).is_file() and not (run / "checkpoint.npz").is_file():
-        pruned = json.loads((run / PRUNED_RECORD).read_text(encoding="utf-8"))
+        pruned = read_json(run / PRUNED_RECORD, "a record of removed weights")
+        if not isinstance(pruned, dict) or not isinstance(pruned.get("bytes"), (int, float)) \
+                or not isinstance(pruned.get("keep_with"), str):
+            raise InputError(f"{run / PRUNED_RECORD}: a damaged record of removed weights")
         raise InputError(f"{run}: its weights were removed by refseg demo to save "
                          f"{pruned['bytes'] / 1e6:.0f} MB (metrics and curves kept); "
                          f"`{pruned['keep_with']}` keeps every run's")
     if not (run / "config.json").is_file() or not (run / "checkpoint.npz").is_file():
         raise InputError(f"{run}: {problem} (config.json and checkpoint.npz expected)")
-    return _read_config(run / "config.json")
+    return read_run_config(run / "config.json")
 
 
 def _restore(model, run: Path) -> int:
@@ -493,7 +482,7 @@ def _check_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | No
         return None
     if not (run / "config.json").is_file():
         raise InputError(f"{run}: nothing to resume (no config.json)")
-    saved = _read_config(run / "config.json")
+    saved = read_run_config(run / "config.json")
     extendable = {"epochs", "learning_rate_steps"}
     old, new = saved.to_json(), config.to_json()
     for name in old:
