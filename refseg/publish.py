@@ -186,6 +186,20 @@ def check_single_output(path, inputs=(), force: bool = False, option: str = "--f
     return path
 
 
+@contextlib.contextmanager
+@infrastructure("errors naming the file")
+def naming(path):
+    """An OSError raised in the block without a file name (a full disk inside a zip writer)
+    names ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
+                      str(path)) from None
+
+
 # ---------------------------------------------------------------- locks
 
 def _try_lock(fd: int, mode: int) -> bool | None:

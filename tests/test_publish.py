@@ -363,3 +363,32 @@ def test_a_file_staged_where_a_folder_is_published_is_refused_before_moving(tmp_
             (staging.root / "a.txt").write_text("new")
             (staging.root / "x").write_text("a file now")
     assert digest(out) == before
+
+
+def test_golden_write_on_a_full_disk_names_the_file(tmp_path):
+    """The bundle's computation is replaced by a stand-in (this is about how it is written);
+    files may grow to 50 kB only, as on a full disk."""
+    code = """
+import resource, signal, sys
+import numpy as np
+import refseg.golden.produce as produce
+produce.build_bundle = lambda threads=1, keep=(): (
+    {"arrays": {}, "network": {"input_hw": [32, 32], "seed": 0}},
+    {"x": np.random.default_rng(0).random(40_000)}, {})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+from refseg.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+    bundle = tmp_path / "bundle"
+    result = subprocess.run([sys.executable, "-P", "-c", code, "golden", "write", str(bundle)],
+                            capture_output=True, text=True, timeout=300)
+    one_line_error(result, f"{bundle / 'arrays.npz'}: could not be written")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_synth_sizes_stay_within_what_dataset_check_reads(tmp_path):
+    result = run_refseg("synth", "--count", "1", "--out", tmp_path / "set", "--size",
+                        "5024x5024")
+    one_line_error(result, "25,240,576 pixels, more than the 25,000,000")
+    assert "--max-pixels" not in result.stderr and not (tmp_path / "set").exists()

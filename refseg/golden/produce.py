@@ -763,15 +763,19 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
                if with_weights else None)
     with publish.staged_folders(folder) as staging:
         target = staging.root
-        write_deterministic_npz(target / ARRAYS, arrays)
-        (target / READINGS).write_bytes(readings.encode("utf-8"))
+        with publish.naming(target / ARRAYS):
+            write_deterministic_npz(target / ARRAYS, arrays)
+        with publish.naming(target / READINGS):
+            (target / READINGS).write_bytes(readings.encode("utf-8"))
         if weights is not None:
-            write_deterministic_npz(target / WEIGHTS, weights, compress=False)
+            with publish.naming(target / WEIGHTS):
+                write_deterministic_npz(target / WEIGHTS, weights, compress=False)
         manifest["files"] = {READINGS: hashlib.sha256(readings.encode("utf-8")).hexdigest()}
         manifest["arrays_file_sha256"] = hashlib.sha256(
             (target / ARRAYS).read_bytes()).hexdigest()
-        (target / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n",
-                                       encoding="utf-8")
+        with publish.naming(target / MANIFEST):
+            (target / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n",
+                                           encoding="utf-8")
     return WriteResult(folder, len(manifest["arrays"]), (folder / ARRAYS).stat().st_size,
                        time.perf_counter() - start, kept,
                        (folder / WEIGHTS).stat().st_size if with_weights else 0)
