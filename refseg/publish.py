@@ -237,7 +237,8 @@ class FolderLock:
                              default_mode())
                 made = True
             except FileExistsError:
-                fd, made = os.open(marker, os.O_RDWR | os.O_CLOEXEC), False
+                # never through a link: the marker is written, and a link could lead anywhere
+                fd, made = os.open(marker, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW), False
             taken = _try_lock(fd, fcntl.LOCK_EX)
             if taken is False:
                 holder = _read_holder(fd)
@@ -281,9 +282,10 @@ def _read_holder(fd: int) -> str:
     """`` (pid P on HOST)`` from a marker, for the waiting line only: never used to judge."""
     try:
         record = json.loads(os.pread(fd, 4096, 0))
-        return f" (pid {int(record['pid'])} on {record['host']})"
+        pid, host = int(record["pid"]), str(record["host"])[:64]
     except (ValueError, KeyError, TypeError, OSError):
         return ""
+    return f" (pid {pid} on {host})" if host.isprintable() else ""
 
 
 @contextlib.contextmanager
@@ -310,7 +312,7 @@ def _dead_staging(entry: Path) -> bool:
     marker = entry / STAGING_MARKER
     if marker.is_symlink() or not marker.is_file():
         return False
-    fd = os.open(marker, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(marker, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         return _try_lock(fd, fcntl.LOCK_EX) is True
     finally:

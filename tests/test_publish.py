@@ -392,3 +392,14 @@ def test_synth_sizes_stay_within_what_dataset_check_reads(tmp_path):
                         "5024x5024")
     one_line_error(result, "25,240,576 pixels, more than the 25,000,000")
     assert "--max-pixels" not in result.stderr and not (tmp_path / "set").exists()
+
+
+def test_a_marker_that_is_a_link_is_never_written_through(tmp_path, welds):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("a user's file")
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / OUTPUT_MARKER).symlink_to(precious)
+    one_line_error(run_refseg("edges", welds[0], "--out", out), str(out / OUTPUT_MARKER))
+    assert precious.read_text() == "a user's file"
+    assert sorted(p.name for p in out.iterdir()) == [OUTPUT_MARKER]

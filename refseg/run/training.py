@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +41,8 @@ from refseg.run import metrics
 from refseg.run.config import TrainConfig, check_range
 from refseg.run.curves import write_curves
 from refseg.run.records import read_json, read_run_config
+from refseg.run.resume import (PATH_SETTINGS, THREADS_RECORD, check_apart, clear_new_run,
+                               recorded_tiles, same_path, trained_epochs)
 from refseg.trace import implements, infrastructure
 from refseg.threads import bits_independent_of_load, sized_to_load
 
@@ -317,13 +317,13 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     if jobs is not None:
         check_range(jobs, "jobs")
     run = Path(run_dir)
-    _check_apart(run, Path(data_dir))
+    check_apart(run, Path(data_dir))
     fresh = not resume and not run.exists()
     saved = _check_run(run, config, resume)
     # one writer at a time; what a killed one left is swept under the lock
     with locked_folder(run):
         saved = _check_run(run, config, resume)
-        tiles = _recorded_tiles(run, log) if resume else None
+        tiles = recorded_tiles(run, log) if resume else None
         try:
             with bits_independent_of_load(tiles) as count:
                 if tiles is None:
@@ -332,53 +332,8 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
                               stop_after_epoch=stop_after_epoch, log=log, shown_as=shown_as)
         except Exception:
             if not resume and not (run / "checkpoint.npz").exists():
-                _clear_new_run(run, fresh)  # nothing to resume: the folder as it was
+                clear_new_run(run, fresh)  # nothing to resume: the folder as it was
             raise
-
-
-#: The run's record of the thread count its matrix products are cut into tiles for.
-THREADS_RECORD = "threads.json"
-
-
-def _recorded_tiles(run: Path, log) -> int | None:
-    """The tiling count a run started with (``threads.json``), which a resumed run must
-    keep for identical bits; None (with a line) for a run from before the record."""
-    path = run / THREADS_RECORD
-    if not path.is_file():
-        print(f"{path}: missing (a run from an older refseg); resuming with this machine's "
-              "thread layout, so the bits may differ from an uninterrupted run", file=log)
-        return None
-    try:
-        count = json.loads(path.read_text(encoding="utf-8"))["tiling_threads"]
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a thread layout record ({type(exc).__name__}: "
-                         f"{exc})") from None
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 4096:
-        raise InputError(f"{path}: tiling_threads must be an integer from 1 to 4096, got "
-                         f"{count!r}")
-    return count
-
-
-def _check_apart(run: Path, data: Path) -> None:
-    """The run folder and the data set are apart: neither inside the other."""
-    a, b = Path(os.path.realpath(run)), Path(os.path.realpath(data))
-    if a == b or b in a.parents:
-        raise InputError(f"{run}: is inside the data set {data}; choose a run folder outside it")
-    if a in b.parents:
-        raise InputError(f"{run}: holds the data set {data}; choose another run folder")
-
-
-def _clear_new_run(run: Path, fresh: bool) -> None:
-    """After a failed start: the run folder, new or empty before, as it was (refseg alone wrote
-    into it, under its lock)."""
-    if fresh:
-        shutil.rmtree(run, ignore_errors=True)
-        return
-    for entry in run.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
 
 
 def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, stop_after_epoch,
@@ -486,42 +441,17 @@ def _check_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | No
     extendable = {"epochs", "learning_rate_steps"}
     old, new = saved.to_json(), config.to_json()
     for name in old:
-        if name in _PATH_SETTINGS and _same_path(old[name], new[name]):
+        if name in PATH_SETTINGS and same_path(old[name], new[name]):
             continue
         if name not in extendable and old[name] != new[name]:
             raise InputError(f"{run}: --resume needs the run's own settings: {name} is "
                              f"{json.dumps(old[name])} in the run, {json.dumps(new[name])} now")
-    done = _trained_epochs(run / "checkpoint.npz")
+    done = trained_epochs(run / "checkpoint.npz")
     if done is not None and config.epochs < done:
         raise InputError(f"{run}: --epochs {config.epochs} is fewer than the {done} epochs "
                          "already trained; give the total to reach, at least "
                          f"{done}")
     return saved
-
-
-#: Settings naming files: the same file spelled another way (relative, absolute) is the same.
-_PATH_SETTINGS = ("weights", "init_from")
-
-
-def _same_path(a, b) -> bool:
-    if a is None or b is None or not isinstance(a, str) or not isinstance(b, str):
-        return a == b
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _trained_epochs(path: Path) -> int | None:
-    """The epoch of a run's checkpoint, read alone (None when there is none yet)."""
-    if not path.is_file():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            epoch = npz["epoch"]
-        if epoch.shape != () or epoch.dtype.kind not in "iu":
-            raise ValueError(f"epoch {epoch.dtype} {epoch.shape}, a scalar integer expected")
-        return int(epoch)
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: not a readable refseg checkpoint ({type(exc).__name__}: "
-                         f"{exc})") from None
 
 
 #: The run's record of the data set it trains on.
