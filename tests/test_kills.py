@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from checkout import run_refseg
+from checkout import run_refseg, synth_images
 from refseg import publish
 from refseg.images import read_image
 from refseg.data import dataset
@@ -134,10 +134,7 @@ def test_synth_killed_at_random_moments_never_mixes_two_sets(tmp_path):
 
 @pytest.fixture(scope="module")
 def three_images(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("images")
-    assert run_refseg("synth", "--count", "3", "--out", folder / "set",
-                      "--size", SIZE).returncode == 0
-    return sorted((folder / "set" / "images").iterdir())
+    return synth_images(tmp_path_factory.mktemp("images"), 3, SIZE)
 
 
 @pytest.mark.parametrize("patch, published", [(BEFORE_SWAP, False), (AFTER_SWAP, True)])

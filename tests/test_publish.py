@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from checkout import run_refseg
+from checkout import run_refseg, synth_images
 from refseg.errors import InputError
 from refseg.publish import (OUTPUT_MARKER, STAGING_MARKER, STAGING_PREFIX, FolderLock,
                             check_single_output, staged_folders, sweep_stale, write_json)
@@ -44,10 +44,7 @@ def one_line_error(result, *fragments):
 
 @pytest.fixture(scope="module")
 def welds(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("welds")
-    assert run_refseg("synth", "--count", "6", "--out", folder / "set",
-                      "--size", SIZE).returncode == 0
-    return sorted((folder / "set" / "images").iterdir())
+    return synth_images(tmp_path_factory.mktemp("welds"), 6, SIZE)
 
 
 def test_the_parent_of_out_is_never_swept(tmp_path, welds):
