@@ -393,7 +393,7 @@ def _audit(args) -> str:
 
 def _golden(args) -> tuple[str, int]:
     from refseg import golden
-    from refseg.publish import check_single_output
+    from refseg.publish import check_single_output, settle
 
     if args.golden_command == "write":
         done = golden.write_bundle(args.folder, with_weights=args.with_weights)
@@ -401,6 +401,8 @@ def _golden(args) -> tuple[str, int]:
                    if args.with_weights else "")
         return (f"{done.folder}: {done.arrays} arrays, {golden.ARRAYS} "
                 f"{done.npz_bytes / 1e6:.1f} MB{weights}, in {done.seconds:.1f} s"), 0
+    if args.golden_command != "write" and args.folder.is_dir():
+        settle(args.folder)  # a bundle whose publication a killed writer began is completed
     if args.golden_command == "weights":
         check_single_output(args.destination, [args.folder], args.force)
         digest = golden.export_weights(args.folder, args.destination)
