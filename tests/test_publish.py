@@ -400,3 +400,16 @@ def test_a_marker_that_is_a_link_is_never_written_through(tmp_path, welds):
     one_line_error(run_refseg("edges", welds[0], "--out", out), str(out / OUTPUT_MARKER))
     assert precious.read_text() == "a user's file"
     assert sorted(p.name for p in out.iterdir()) == [OUTPUT_MARKER]
+
+
+def test_dataset_check_sees_an_exif_turned_image_as_a_viewer_does(tmp_path):
+    """An image whose EXIF turns it 90 degrees no longer lines up with its label as stored:
+    the pair is refused instead of training on misaligned pixels."""
+    from refseg.data.dataset import load_dataset, write_label
+
+    (tmp_path / "images").mkdir()
+    (tmp_path / "labels").mkdir()
+    _exif_image(tmp_path / "images" / "a.png", np.zeros((40, 64, 3), np.uint8), 6)
+    write_label(tmp_path / "labels" / "a.png", np.zeros((40, 64), np.uint8))
+    with pytest.raises(InputError, match="40x64.*64x40|64x40.*40x64"):
+        load_dataset(tmp_path)
