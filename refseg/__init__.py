@@ -42,7 +42,7 @@ _keep_freed_memory()
 #: public name -> the module that defines it
 _PUBLIC = {
     "InputError": "refseg.errors",
-    "read_image": "refseg.imageio",
+    "read_image": "refseg.images",
     "to_gray": "refseg.claim1.preprocess",
     "gaussian_kernel": "refseg.claim1.preprocess",
     "gaussian_blur": "refseg.claim1.preprocess",

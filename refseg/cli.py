@@ -18,8 +18,8 @@
 ``refseg golden write DIR`` / ``golden check DIR CANDIDATE.npz``  golden-file bundles
 
 Bad input ends with one line on stderr naming the file and the problem, exit status 2, and no
-output left behind: the next state of an output folder is staged beside it and swapped into
-place in one step only when complete. Nothing in refseg imports this module.
+output left behind: outputs are staged inside their folder, under its lock, and moved into
+place only when complete (``refseg.publish``). Nothing in refseg imports this module.
 """
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
 
+_FORCE_HELP = ("replace an existing output file that refseg did not write (never an input of "
+               "the command)")
 _MAX_PIXELS_HELP = ("refuse larger images, before decoding them (default 25000000; about "
                     "120 bytes of memory per pixel)")
 
@@ -124,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     wc = wsub.add_parser("convert", help="Keras HDF5 weights (.h5, .weights.h5) to .npz")
     wc.add_argument("source", type=Path, help="Keras HDF5 weight or model file")
     wc.add_argument("destination", type=Path, help="the .npz weight file to write")
+    wc.add_argument("--force", action="store_true", help=_FORCE_HELP)
     wi = wsub.add_parser("inspect", help="keys, shapes and dtypes of an .npz weight file")
     wi.add_argument("path", type=Path, help="an .npz weight file")
 
@@ -239,6 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     gc.add_argument("folder", type=Path, help="bundle folder")
     gc.add_argument("candidate", type=Path, help=".npz keyed by the manifest's array names")
     gc.add_argument("--report", type=Path, default=None, help="write the rows as JSON here")
+    gc.add_argument("--force", action="store_true", help=_FORCE_HELP + " (--report)")
     gc.add_argument("--part", action="append", default=None, choices=("claim1", "net", "ops"),
                     help="check only this part of the bundle (repeatable; default: all)")
     gc.add_argument("--select", action="append", default=None, metavar="PATTERN",
@@ -250,6 +254,7 @@ def _parser() -> argparse.ArgumentParser:
     gx = gsub.add_parser("weights", help="regenerate the bundle's network weights as .npz")
     gx.add_argument("folder", type=Path, help="bundle folder")
     gx.add_argument("destination", type=Path, help="the .npz weight file to write")
+    gx.add_argument("--force", action="store_true", help=_FORCE_HELP)
     return p
 
 
@@ -329,7 +334,7 @@ def _weights(args) -> str:
     from refseg.models import h5
 
     if args.weights_command == "convert":
-        return h5.convert_h5(args.source, args.destination).text()
+        return h5.convert_h5(args.source, args.destination, force=args.force).text()
     return h5.inspect_npz(args.path).text()
 
 
@@ -387,7 +392,7 @@ def _predict(args) -> str:
 
 
 def _evaluate(args) -> str:
-    from refseg.imageio import check_output_folder
+    from refseg.publish import check_output_folder
     from refseg.run.evaluation import evaluate_runs, format_table, write_evaluation
 
     if args.out is not None:
@@ -407,6 +412,7 @@ def _audit(args) -> str:
 
 def _golden(args) -> tuple[str, int]:
     from refseg import golden
+    from refseg.publish import check_single_output, settle
 
     if args.golden_command == "write":
         done = golden.write_bundle(args.folder, with_weights=args.with_weights)
@@ -414,9 +420,14 @@ def _golden(args) -> tuple[str, int]:
                    if args.with_weights else "")
         return (f"{done.folder}: {done.arrays} arrays, {golden.ARRAYS} "
                 f"{done.npz_bytes / 1e6:.1f} MB{weights}, in {done.seconds:.1f} s"), 0
+    if args.golden_command != "write" and args.folder.is_dir():
+        settle(args.folder)  # a bundle whose publication a killed writer began is completed
     if args.golden_command == "weights":
+        check_single_output(args.destination, [args.folder], args.force)
         digest = golden.export_weights(args.folder, args.destination)
         return f"{args.destination}: network weights, sha256 {digest}", 0
+    if args.report is not None:
+        check_single_output(args.report, [args.folder, args.candidate], args.force, "--force")
     report = golden.check_bundle(args.folder, args.candidate, args.select, args.part,
                                  args.allow_extra)
     if args.report is not None:
@@ -441,6 +452,10 @@ def _terminate(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``refseg`` console script; returns the exit status."""
+    for stream in (sys.stdout, sys.stderr):
+        # file names that are not UTF-8 are printed as the bytes they are
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
     args = _parser().parse_args(argv)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None

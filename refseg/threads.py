@@ -316,14 +316,16 @@ SIZINGS: collections.Counter = collections.Counter()
 
 
 @contextlib.contextmanager
-def bits_independent_of_load():
+def bits_independent_of_load(tiles: int | None = None):
     """Within the block (or the function it decorates), the machine's load changes no result:
     every matrix product is cut into the tiles of OpenMP's count at the block's start
     (``tiling_threads``), whichever count ``sized_to_load`` then runs it on. The compiled
     kernels give each element the same bits on any count; the tiles were what the count
     changed. For work whose results must not depend on the load: training, whose resumed runs
     end bit for bit where uninterrupted ones do, beside other processes or none. A block
-    inside another keeps the outer block's count. Yields that count.
+    inside another keeps the outer block's count. Yields that count. ``tiles`` gives the count
+    instead of OpenMP's: a resumed training cuts for the count its run started with, and so
+    ends bit for bit where the uninterrupted run does, whatever count it runs on now.
 
     On fewer threads than its tiles were cut for, a product repacks an operand once per extra
     tile: measured on 2 cores, a prediction on 1 thread took 3-5 % longer with the 2-thread
@@ -332,7 +334,7 @@ def bits_independent_of_load():
 
     outer = _TILING[0]
     if outer is None:
-        _TILING[0] = openmp_threads()
+        _TILING[0] = openmp_threads() if tiles is None else int(tiles)
     try:
         yield _TILING[0]
     finally:

@@ -13,3 +13,10 @@ def run_refseg(*args, cwd=None, env=None, **kwargs) -> subprocess.CompletedProce
     be the checkout, is not put on the import path), output captured as text."""
     return subprocess.run([sys.executable, "-P", "-m", "refseg", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd, env=env, **kwargs)
+
+
+def synth_images(folder: Path, count: int, size: str) -> list:
+    """The images of a ``refseg synth`` set written into ``folder/set``, sorted."""
+    result = run_refseg("synth", "--count", count, "--out", folder / "set", "--size", size)
+    assert result.returncode == 0, result.stderr
+    return sorted((folder / "set" / "images").iterdir())

@@ -309,9 +309,9 @@ def test_a_full_disk_names_the_file_and_publishes_nothing(tmp_path, world, argv,
 
 
 def test_a_missing_output_folder_is_named_itself(tmp_path):
-    from refseg import imageio
+    from refseg import publish
 
     with pytest.raises(OSError) as info:
-        imageio.write_json(tmp_path / "nowhere" / "x.json", {})
+        publish.write_json(tmp_path / "nowhere" / "x.json", {})
     assert info.value.filename == str(tmp_path / "nowhere")
     assert "output folder does not exist" in info.value.strerror

@@ -12,7 +12,7 @@ from refseg.claim1 import features
 from refseg.cli import main
 from refseg.claim1.operators import OPERATORS
 from refseg.data.synthetic import weld_image
-from refseg.imageio import OUTPUT_MARKER
+from refseg.publish import OUTPUT_MARKER
 from checkout import run_refseg
 
 NPZ_KEYS = {"gray", "blurred", "canny", "sobel", "prewitt", "log", "mean_image", "final_weight",
@@ -47,7 +47,7 @@ def test_edges_writes_every_output(tmp_path, weld_png, capsys):
     assert report["weights"] == expected.weights and report["claims"]["cv"] == "claim1.step2.cv"
     assert report["params"]["sigma"] == 0.8 and report["source"]["rows"] == 156
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [OUTPUT_MARKER]
-    from refseg.imageio import default_mode  # readable like any new file, not 0600 temporaries
+    from refseg.publish import default_mode  # readable like any new file, not 0600 temporaries
     assert (folder / "panel.png").stat().st_mode & 0o777 == default_mode()
     assert folder.stat().st_mode & 0o777 == default_mode(folder=True)
 
@@ -264,7 +264,7 @@ def test_sigterm_unwinds_like_ctrl_c_and_leaves_no_staging(tmp_path):
                              "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    staged = ".refseg-staging-*/images/*.png"
+    staged = "set/.refseg-staging-*/images/*.png"  # staged inside the target
     while time.monotonic() < deadline and not list(tmp_path.glob(staged)):
         time.sleep(0.05)
     assert list(tmp_path.glob(staged)), "synth never started writing"

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import scipy
 
-from refseg import imageio, trace
+from refseg import publish, trace
 from refseg._version import __version__
 from refseg.backend import cpu_model
 from refseg.claim1.alternatives import ALTERNATIVES, BY_NAME, Variant, extract_variant, \
@@ -504,7 +504,7 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
 
     checkout = trace.checkout_folder()
     if out is not None:
-        out = imageio.check_output_folder(out)
+        out = publish.check_output_folder(out)
     elif quick and downstream:
         raise InputError("audit readings: --quick --downstream needs --out (quick trainings "
                          "do not belong in spec/sensitivity.md)")
@@ -544,11 +544,11 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
     if target is not None:
         if previous == text:
             return f"{target}: up to date"
-        imageio.write_text(target, text)
+        publish.write_text(target, text)
         return f"wrote {target}"
-    with imageio.staged_folders(out) as staging:
-        imageio.write_text(staging.root / SENSITIVITY_FILE, text)
-        imageio.write_json(staging.root / NUMBERS_FILE, {
+    with publish.staged_folders(out) as staging:
+        publish.write_text(staging.root / SENSITIVITY_FILE, text)
+        publish.write_json(staging.root / NUMBERS_FILE, {
             "corpus": [im.name for im in images], "quick": quick, "commit": commit,
             "machine": _machine(),
             "alternatives": {a.name: {"reading": a.reading, "text": a.text,

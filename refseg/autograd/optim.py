@@ -118,7 +118,7 @@ class Adam:
 
     def save(self, path):
         """Write the state to an .npz file, atomically."""
-        from refseg.imageio import write_npz
+        from refseg.publish import write_npz
 
         write_npz(Path(path), **self.state_dict())
 

@@ -8,18 +8,21 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from refseg import imageio
+from refseg import publish
+from refseg.images import MAX_PIXELS, check_max_pixels, read_image
 from refseg._version import __version__
 from refseg.claim1 import features
 from refseg.claim1.features import STEP_CLAIMS, FeatureResult
 from refseg.claim1.operators import OPERATORS
 from refseg.errors import InputError
-from refseg.imageio import LoadedImage, write_json, write_npz, write_png
+from refseg.images import LoadedImage
+from refseg.publish import write_json, write_npz, write_png
 from refseg.trace import implements, infrastructure
 
 #: Display names of the operators in figures and reports.
@@ -220,6 +223,9 @@ def write_outputs(folder, loaded: LoadedImage, result: FeatureResult,
 #: The files :func:`write_outputs` writes into an image's folder.
 OUTPUT_FILES = frozenset({*(f"{k}.png" for k in OPERATORS), "mean_image.png", "feature_map.png",
                           "panel.png", "features.npz", "report.json"})
+#: The page ``refseg explain claim1 --image`` writes into an image's folder: ``refseg edges``
+#: keeps it when it writes that folder again (and the walkthrough keeps edges' files).
+WALKTHROUGH_PAGE = "index.html"
 
 
 def _stems(paths: list[Path]) -> list[str]:
@@ -248,7 +254,7 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     sigma : float or None
         Gaussian sigma; None for the default of :func:`~refseg.claim1.features.extract`.
     max_pixels : int or None
-        Refuse larger images (None: :data:`refseg.imageio.MAX_PIXELS`).
+        Refuse larger images (None: :data:`refseg.images.MAX_PIXELS`).
     arrays : {"all", "maps"}
         What each ``features.npz`` holds (:func:`write_outputs`).
 
@@ -267,14 +273,18 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     """
     images = [Path(p) for p in images]
     stems = _stems(images)
-    limit = imageio.MAX_PIXELS if max_pixels is None else imageio.check_max_pixels(max_pixels)
+    limit = MAX_PIXELS if max_pixels is None else check_max_pixels(max_pixels)
     _check_npz_contents(arrays)
-    out = imageio.check_output_folder(out)
-    imageio.check_replaceable(out, stems, OUTPUT_FILES, "refseg edges")
-    loaded = [imageio.read_image(p, limit) for p in images]
+    out = publish.check_output_folder(out)
+    publish.check_replaceable(out, stems, OUTPUT_FILES | {WALKTHROUGH_PAGE}, "refseg edges")
+    loaded = [read_image(p, limit) for p in images]
     kwargs = {} if sigma is None else {"sigma": sigma}
     results = [features.extract(img.pixels, **kwargs) for img in loaded]
-    with imageio.staged_folders(out) as staging:
+    with publish.staged_folders(out) as staging:
         for stem, img, result in zip(stems, loaded, results):
-            write_outputs(staging.folder(stem), img, result, arrays)
+            folder = staging.folder(stem)
+            page = Path(out) / stem / WALKTHROUGH_PAGE
+            if page.is_file() and not page.is_symlink():
+                os.link(page, folder / WALKTHROUGH_PAGE)
+            write_outputs(folder, img, result, arrays)
     return [Path(out) / s for s in stems]

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from refseg import imageio
+from refseg import publish
+from refseg.images import LoadedImage, decode_image, read_bytes, read_image
 from refseg.errors import InputError
 from refseg.data.labels import CLASS_NAMES, CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE
 from refseg.trace import implements, infrastructure
@@ -93,12 +94,12 @@ class Dataset(Sequence):
 # ------------------------------------------------------------------------------ labels
 def _decode_png(path: Path) -> Image.Image:
     """Open and fully decode a label file; InputError naming it otherwise. The file checks
-    are :func:`refseg.imageio.read_bytes`'s, but labels must be PNG and their alpha
+    are :func:`refseg.images.read_bytes`'s, but labels must be PNG and their alpha
     and palette are examined here, not dropped."""
-    data = imageio.read_bytes(path, "label file")
+    data = read_bytes(path, "label file")
     if not data.startswith(_PNG_SIGNATURE):
         raise InputError(f"{path}: not a PNG file; labels must be PNG (lossless, exact colours)")
-    image = imageio.decode_image(data, path)
+    image = decode_image(data, path, raise_hint=None)
     if len(data) >= 26 and data[12:16] == b"IHDR" and data[24] == 16:
         # Pillow would keep only the high byte of each 16-bit sample: 65280 would read as 255
         raise InputError(f"{path}: 16-bit PNG; labels must be 8-bit RGB in the colours of "
@@ -246,7 +247,7 @@ def write_label(path, classes) -> None:
     classes : ndarray of shape (H, W), integer
         0 contour, 1 inside, 2 outside.
     """
-    imageio.write_png(path, label_to_rgb(classes))
+    publish.write_png(path, label_to_rgb(classes))
 
 
 # ----------------------------------------------------------------------------- data set
@@ -338,7 +339,7 @@ def load_dataset(folder, *, check: bool = True) -> Dataset:
     Notes
     -----
     Hidden files (names starting with ".") are ignored. Sizes are width x height, as Pillow
-    and :mod:`refseg.imageio` report them.
+    and :mod:`refseg.images` report them.
 
     References
     ----------
@@ -348,6 +349,8 @@ def load_dataset(folder, *, check: bool = True) -> Dataset:
     root = Path(folder)
     if not root.exists():
         raise InputError(f"{root}: no such folder")
+    if root.is_dir():
+        publish.settle(root)  # a set published by refseg synth: never read half-moved
     if not root.is_dir():
         raise InputError(f"{root}: is not a folder (a data set is a folder with "
                          f"{IMAGES_DIR}/ and {LABELS_DIR}/)")
@@ -408,7 +411,7 @@ def _read_pair(sample: Sample):
     the label's problem together when both are bad."""
     errors, rgb, classes = [], None, None
     try:
-        rgb = _as_rgb(imageio.read_image(sample.image_path))
+        rgb = _as_rgb(read_image(sample.image_path, raise_hint=None))
     except InputError as exc:
         errors.append(str(exc))
     try:
@@ -423,7 +426,7 @@ def _read_pair(sample: Sample):
     return rgb, classes
 
 
-def _as_rgb(loaded: imageio.LoadedImage) -> np.ndarray:
+def _as_rgb(loaded: LoadedImage) -> np.ndarray:
     """(H, W, 3) uint8 from what read_image gives: gray repeated in three channels; 16-bit gray
     (already divided by 257) rounded to the nearest integer."""
     pixels = loaded.pixels
@@ -445,7 +448,7 @@ def load_pair(sample: Sample) -> tuple[np.ndarray, np.ndarray]:
     Returns
     -------
     rgb : ndarray of shape (H, W, 3), uint8
-        The image as claim 1 step 1 reads it (:func:`refseg.imageio.read_image`); gray images
+        The image as claim 1 step 1 reads it (:func:`refseg.images.read_image`); gray images
         repeated in three channels, 16-bit gray rounded from the 0-255 scale.
     classes : ndarray of shape (H, W), uint8
         0 contour, 1 inside, 2 outside (:func:`read_label`).

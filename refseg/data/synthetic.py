@@ -12,13 +12,14 @@ say that edge operators lose it. Labels use the colours of [0263].
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from scipy import ndimage
 
-from refseg import imageio
+from refseg import publish
 from refseg._version import __version__
 from refseg.data import dataset
 from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE, class_table, colour_table
@@ -465,22 +466,35 @@ def write_synthetic_dataset(out, count, seed=0, size="156x550", *, stem: str = "
     count, seed, (rows, cols) = check_synthetic_options(out, count, seed, size)
     if not (isinstance(stem, str) and stem and all(c.isalnum() or c in "_-" for c in stem)):
         raise InputError(f"stem: letters, digits, _ and - only, got {stem!r}")
-    out = imageio.check_output_folder(out)
+    out = publish.check_output_folder(out)
+    publish.check_replaceable(out, [dataset.IMAGES_DIR, dataset.LABELS_DIR], _drawn(out),
+                              "refseg synth")
     digits = max(5, len(str(count - 1)))
     records = []
-    with imageio.staged_folders(out) as staging:
+    with publish.staged_folders(out) as staging:
         images = staging.folder(dataset.IMAGES_DIR)
         labels = staging.folder(dataset.LABELS_DIR)
         for i in range(count):
             sample = weld_image(seed + i, (rows, cols))
             name = f"{stem}_{i:0{digits}d}"
-            imageio.write_png(images / f"{name}.png", sample.rgb)
+            publish.write_png(images / f"{name}.png", sample.rgb)
             dataset.write_label(labels / f"{name}.png", sample.classes)
             records.append({"stem": name, "seed": seed + i, "params": sample.params})
         # inside the staged folder: images, labels and their description appear together
-        imageio.write_json(staging.root / SYNTH_MANIFEST, {
+        publish.write_json(staging.root / SYNTH_MANIFEST, {
             "generator": "refseg.data.synthetic.weld_image", "refseg_version": __version__,
             "count": count, "seed": seed, "size": {"rows": rows, "cols": cols},
             "classes": class_table(), "label_colours": colour_table(),
             "contour_half_width": CONTOUR_HALF_WIDTH, "samples": records})
     return out
+
+
+def _drawn(out: Path) -> set:
+    """The file names an earlier ``refseg synth`` drew into ``out`` (from its synth.json):
+    only those may be replaced; any other file in images/ or labels/ is the user's."""
+    try:
+        samples = json.loads((Path(out) / SYNTH_MANIFEST).read_text(encoding="utf-8"))["samples"]
+        return {f"{record['stem']}.png" for record in samples
+                if isinstance(record.get("stem"), str)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return set()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import imageio
+from refseg import publish
 from refseg.errors import InputError
 from refseg.golden.format import (PARTS, array_sha256, block_sums, part_of, read_bundle,
                                   read_npz, summary_statistics)
@@ -117,7 +117,7 @@ class CheckReport:
 
     def write_json(self, path) -> None:
         """Write :meth:`as_dict` as JSON, atomically."""
-        imageio.write_json(path, self.as_dict())
+        publish.write_json(path, self.as_dict())
 
     def text(self, verbose: bool = False) -> str:
         """Failures by group in pipeline order (each group's root causes marked), the keys

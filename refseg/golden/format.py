@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import imageio
+from refseg.images import check_npz_members
 from refseg.errors import InputError
 from refseg.trace import load_registry
 
@@ -492,7 +492,7 @@ def read_npz(path: Path, what: str) -> dict:
         head = f.read(4)
     if head != b"PK\x03\x04":
         raise InputError(f"{path}: not an .npz archive ({what})")
-    imageio.check_npz_members(path, objects_ok=True)
+    check_npz_members(path, objects_ok=True)
     arrays = {}
     try:
         with np.load(path, allow_pickle=False) as npz:

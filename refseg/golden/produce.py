@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from refseg import autograd as ag
-from refseg import imageio
+from refseg import publish
+from refseg.images import read_image
 from refseg._version import __version__
 from refseg.autograd import Tensor, no_grad
 from refseg.autograd.optim import Adam
@@ -57,7 +58,7 @@ def _photos():
     images, provenance = {}, {}
     for name in PHOTOS:
         path = PHOTO_FOLDER / f"{name}.png"
-        rgb = imageio.read_image(path).pixels
+        rgb = read_image(path).pixels
         record = dict(records[name])
         if array_sha256(rgb) != record.pop("crop_sha256"):
             raise InputError(f"{path}: the photograph differs from the one photos.json "
@@ -749,9 +750,9 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
     if folder.exists():
         if not folder.is_dir():
             raise InputError(f"{folder}: exists and is not a folder")
-        others = sorted(p.name for p in folder.iterdir()
-                        if p.name not in BUNDLE_FILES and p.name != imageio.OUTPUT_MARKER)
-        if others or (any(folder.iterdir()) and not (folder / MANIFEST).is_file()):
+        present = [p.name for p in folder.iterdir() if not publish.is_reserved(p.name)]
+        others = sorted(name for name in present if name not in BUNDLE_FILES)
+        if others or (present and not (folder / MANIFEST).is_file()):
             raise InputError(f"{folder}: exists and holds files that are not a golden bundle "
                              f"({', '.join(others[:3]) or 'no manifest.json'}); choose another "
                              "folder")
@@ -760,17 +761,21 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
     weights = (ResMobileNet(tuple(manifest["network"]["input_hw"]),
                             seed=manifest["network"]["seed"]).weights()
                if with_weights else None)
-    with imageio.staged_folders(folder) as staging:
+    with publish.staged_folders(folder) as staging:
         target = staging.root
-        write_deterministic_npz(target / ARRAYS, arrays)
-        (target / READINGS).write_bytes(readings.encode("utf-8"))
+        with publish.naming(target / ARRAYS):
+            write_deterministic_npz(target / ARRAYS, arrays)
+        with publish.naming(target / READINGS):
+            (target / READINGS).write_bytes(readings.encode("utf-8"))
         if weights is not None:
-            write_deterministic_npz(target / WEIGHTS, weights, compress=False)
+            with publish.naming(target / WEIGHTS):
+                write_deterministic_npz(target / WEIGHTS, weights, compress=False)
         manifest["files"] = {READINGS: hashlib.sha256(readings.encode("utf-8")).hexdigest()}
         manifest["arrays_file_sha256"] = hashlib.sha256(
             (target / ARRAYS).read_bytes()).hexdigest()
-        (target / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n",
-                                       encoding="utf-8")
+        with publish.naming(target / MANIFEST):
+            (target / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n",
+                                           encoding="utf-8")
     return WriteResult(folder, len(manifest["arrays"]), (folder / ARRAYS).stat().st_size,
                        time.perf_counter() - start, kept,
                        (folder / WEIGHTS).stat().st_size if with_weights else 0)
@@ -810,5 +815,5 @@ def export_weights(folder, out) -> str:
         raise InputError(f"{folder}: the regenerated weights hash to {digest[:16]}..., the "
                          f"manifest says {net['weights_sha256'][:16]}...; this refseg does "
                          "not regenerate them")
-    imageio.write_npz(Path(out), **{k: np.ascontiguousarray(v) for k, v in weights.items()})
+    publish.write_npz(Path(out), **{k: np.ascontiguousarray(v) for k, v in weights.items()})
     return digest

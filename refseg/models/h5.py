@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from refseg.errors import InputError
-from refseg.imageio import write_npz
+from refseg.publish import check_single_output, write_npz
 from refseg.models.registry import known_weight_shapes
 from refseg.models.weights import read_weight_file
 
@@ -49,6 +49,9 @@ INFRASTRUCTURE = "conversion and inspection of Keras weight files"
 #: The largest array a weight file's dataset may declare: the biggest backbone weight
 #: (ResNet50V2's 3x3x512x512 float32 kernels, 9.4 MB) many times over.
 MAX_WEIGHT_BYTES = 256 * 2 ** 20
+#: The most the converted weights of one file may come to, together: both backbones hold
+#: some 104 MB of float32 weights.
+MAX_FILE_BYTES = 2 * MAX_WEIGHT_BYTES
 
 #: Keras 3 ``.weights.h5``: the names of a layer's variables ``vars/0``, ``vars/1``, ... by layer
 #: type (Keras' snake-cased class name, the group name without its ``_<n>`` suffix) and number
@@ -232,6 +235,10 @@ def _read_array(dataset, h5py) -> np.ndarray:
         raise _Bad(f"{dataset.name}: declares {dataset.shape} {dataset.dtype} "
                    f"({declared:,} bytes), more than any backbone weight "
                    f"({MAX_WEIGHT_BYTES:,}); refused before reading")
+    if declared and dataset.id.get_storage_size() == 0:
+        # never written: reading would allocate the declared size of fill values
+        raise _Bad(f"{dataset.name}: declares {dataset.shape} {dataset.dtype} but holds no "
+                   "data (never written); refused before reading")
     return np.asarray(dataset[()])
 
 
@@ -285,6 +292,7 @@ class _Collector:
         self.arrays: dict[str, np.ndarray] = {}
         self.origin: dict[str, str] = {}
         self.used: set = set()
+        self.total = 0
 
     def add(self, key: str, array: np.ndarray, dataset) -> None:
         if key in self.arrays:
@@ -292,6 +300,10 @@ class _Collector:
         self.arrays[key] = array
         self.origin[key] = dataset.name
         self.used.add(dataset.id)
+        self.total += array.nbytes
+        if self.total > MAX_FILE_BYTES:
+            raise _Bad(f"its weights come to more than {MAX_FILE_BYTES:,} bytes (at "
+                       f"{dataset.name}), far more than both backbones; refused")
 
 
 def _read_legacy(root, classes: dict[str, str], h5py, out: _Collector, skipped: list,
@@ -409,7 +421,7 @@ def _import_h5py():
     return h5py
 
 
-def convert_h5(src, dst) -> ConversionReport:
+def convert_h5(src, dst, force: bool = False) -> ConversionReport:
     """Convert a Keras HDF5 weight file to a refseg ``.npz`` weight file.
 
     Parameters
@@ -419,7 +431,10 @@ def convert_h5(src, dst) -> ConversionReport:
         ``*_weights_tf_dim_ordering_tf_kernels_notop.h5`` files, a full-model ``.h5``, or a
         Keras 3 ``.weights.h5``.
     dst : str or Path
-        The ``.npz`` to write (its folder must exist; an existing file is replaced).
+        The ``.npz`` to write (its folder must exist). An existing file is replaced only
+        when refseg wrote it or ``force`` is given (:func:`refseg.publish.check_single_output`).
+    force : bool
+        Replace an existing ``dst`` that refseg did not write.
 
     Returns
     -------
@@ -453,12 +468,7 @@ def convert_h5(src, dst) -> ConversionReport:
     head = _check_file(src, "an HDF5 file")
     if dst.suffix != ".npz":
         raise InputError(f"{dst}: expected an output file name ending in .npz")
-    if dst.is_dir():
-        raise InputError(f"{dst}: is a folder; expected an output .npz file name")
-    if not dst.parent.is_dir():
-        raise InputError(f"{dst}: folder {dst.parent} does not exist")
-    if dst.exists() and dst.resolve() == src.resolve():
-        raise InputError(f"{dst}: is the input file; choose another output name")
+    check_single_output(dst, [src], force)
     if not head.startswith(_HDF5_SIGNATURE):
         hint = (" (a zip archive: a .keras file holds model.weights.h5 inside; extract it)"
                 if head.startswith(_ZIP_SIGNATURE) else "")

@@ -11,7 +11,7 @@ import numpy as np
 
 from refseg.autograd.tensor import Tensor, no_grad
 from refseg.errors import InputError
-from refseg.imageio import write_npz
+from refseg.publish import write_npz
 from refseg.models import mobilenetv2 as mnv2
 from refseg.models import resnet50v2 as rn50
 from refseg.autograd import layers

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from refseg.errors import InputError
-from refseg.imageio import check_npz_members
+from refseg.images import check_npz_members
 from refseg.trace import implements
 
 
@@ -76,9 +76,11 @@ class LoadReport:
     misshaped: list[str] = field(default_factory=list)
     not_float: list[str] = field(default_factory=list)
     non_finite: list[str] = field(default_factory=list)
+    negative_variance: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
-    PROBLEMS = ("missing", "unexpected", "misshaped", "not_float", "non_finite")
+    PROBLEMS = ("missing", "unexpected", "misshaped", "not_float", "non_finite",
+                "negative_variance")
 
     @property
     def problems(self) -> dict[str, list[str]]:
@@ -132,6 +134,9 @@ def match_weights(path, arrays: dict[str, np.ndarray], expected: dict[str, tuple
             report.not_float.append(f"{key} ({array.dtype})")
         elif not np.isfinite(array).all():
             report.non_finite.append(key)
+        elif key.endswith("moving_variance") and (array < 0).any():
+            # batch norm divides by sqrt(variance + epsilon): NaN from the first step
+            report.negative_variance.append(key)
         else:
             report.loaded.append(key)
     report.missing = [key for key in expected if key not in arrays]

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import imageio, trace
+from refseg import images, publish, trace
 from refseg._version import __version__
 from refseg.claim1 import alternatives, features
 from refseg.claim1.features import STEP_CLAIMS
+from refseg.claim1.outputs import WALKTHROUGH_PAGE
 from refseg.claim1.operators import OPERATORS
 from refseg.report import html as h
 from refseg.report.who_decided import DecisionShares, decision_shares, decision_map
@@ -30,7 +31,7 @@ from refseg.report.who_decided import DecisionShares, decision_shares, decision_
 INFRASTRUCTURE = "the claim-1 walkthrough"
 
 #: The page's file name in the image's folder.
-WALKTHROUGH = "index.html"
+WALKTHROUGH = WALKTHROUGH_PAGE
 #: The patent's operator weights for its weld image ([0213]).
 PATENT_WEIGHTS = {"canny": 0.4124, "sobel": 0.1316, "prewitt": 0.1339, "log": 0.3221}
 #: Display names of the operators.
@@ -57,21 +58,21 @@ def write_walkthrough(image, out) -> Path:
         The page.
     """
     image, out = Path(image), Path(out)
-    imageio.check_output_folder(out)
-    loaded = imageio.read_image(image)
+    publish.check_output_folder(out)
+    loaded = images.read_image(image)
     result = features.extract(loaded.pixels)
     page = render_walkthrough(loaded, result)
-    with imageio.staged_folders(out) as staging:
+    with publish.staged_folders(out) as staging:
         folder = staging.folder(image.stem)
         previous = staging.out / image.stem
         if previous.is_dir():
             shutil.copytree(previous, folder, symlinks=True, copy_function=os.link,
                             dirs_exist_ok=True)
-        imageio.write_text(folder / WALKTHROUGH, page)
+        publish.write_text(folder / WALKTHROUGH, page)
     return out / image.stem / WALKTHROUGH
 
 
-def render_walkthrough(loaded: imageio.LoadedImage, result: features.FeatureResult) -> str:
+def render_walkthrough(loaded: images.LoadedImage, result: features.FeatureResult) -> str:
     """The walkthrough page of one image (see the module) as an HTML document."""
     registry = trace.load_registry()
     name = Path(loaded.path).name

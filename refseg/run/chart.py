@@ -26,7 +26,6 @@ Everything is read from the folder's files (``demo.json``, ``scores.json``, ``cl
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -36,7 +35,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from refseg import imageio, trace
+from refseg import publish, trace
+from refseg.images import read_image
 from refseg.backend import cpu_model
 from refseg._version import __version__
 from refseg.claim1.operators import OPERATORS
@@ -45,6 +45,7 @@ from refseg.errors import InputError
 from refseg.report import html as h
 from refseg.report.walkthrough import OPERATOR_NAMES, PATENT_WEIGHTS
 from refseg.trace import infrastructure
+from refseg.run import records
 
 #: The chart's file name in the folder it reports on.
 CHART = "index.html"
@@ -88,8 +89,13 @@ def write_chart(folder, shown_as=None, command: str | None = None) -> Path:
         ``folder/index.html``.
     """
     folder = Path(folder)
-    page = render_chart(folder, shown_as, command)
-    imageio.write_text(folder / CHART, page)
+    try:
+        page = render_chart(folder, shown_as, command)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        # a record the checks above let through, in a way nothing foresaw: still one line
+        raise InputError(f"{folder}: a damaged refseg folder ({type(exc).__name__}: "
+                         f"{exc})") from None
+    publish.write_text(folder / CHART, page)
     return folder / CHART
 
 
@@ -143,8 +149,10 @@ class _Source:
         else:
             raise InputError(f"{folder}: not a folder of refseg demo (scores.json and runs/) "
                              "or of refseg train (config.json and metrics.jsonl)")
-        self.record = _json(folder / "demo.json") if (folder / "demo.json").is_file() else {}
-        self.scores = _json(folder / "scores.json") if self.kind == "demo" else []
+        self.record = records.check_demo_record(folder / "demo.json", _json(
+            folder / "demo.json")) if (folder / "demo.json").is_file() else {}
+        self.scores = records.check_scores(folder / "scores.json", _json(
+            folder / "scores.json"), folder / "runs") if self.kind == "demo" else []
         if self.kind == "demo":
             recorded = {r["name"]: r for r in self.record.get("runs", [])}
             names = [r["run"] for r in self.scores]
@@ -154,11 +162,13 @@ class _Source:
         self.welds = self._welds() if self.kind == "demo" else []
 
     def _run(self, path: Path, name: str, recorded: dict) -> dict:
-        config = _json(path / "config.json") if (path / "config.json").is_file() else {}
-        history = [json.loads(line) for line in
-                   (path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-                   if line.strip()] if (path / "metrics.jsonl").is_file() else []
+        config = _config(path / "config.json") if (path / "config.json").is_file() else {}
+        history = records.read_history(path / "metrics.jsonl") \
+            if (path / "metrics.jsonl").is_file() else []
         pruned = _json(path / "pruned.json") if (path / "pruned.json").is_file() else None
+        if pruned is not None and (not isinstance(pruned, dict) or not isinstance(
+                pruned.get("bytes"), int) or pruned["bytes"] < 0):
+            raise InputError(f"{path / 'pruned.json'}: an object with a byte count expected")
         has_weights = (path / "checkpoint.npz").is_file()
         size = sum((path / f).stat().st_size for f in ("checkpoint.npz", "backbones.npz")
                    if (path / f).is_file())
@@ -181,7 +191,7 @@ class _Source:
             weld = {"stem": stem, "arrays": arrays, "report": _json(where / "report.json")}
             for key, sub in (("input", "images"), ("label", "labels")):
                 found = sorted((self.folder / "data" / sub).glob(f"{stem}.*"))
-                weld[key] = imageio.read_image(found[0]).pixels if found else None
+                weld[key] = read_image(found[0]).pixels if found else None
             welds.append(weld)
         return welds
 
@@ -193,10 +203,13 @@ class _Source:
 
 
 def _json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
+    return records.read_json(path)
+
+
+def _config(path: Path) -> dict:
+    """A run's settings as recorded, after checking them as ``TrainConfig`` does."""
+    records.read_run_config(path)
+    return _json(path)
 
 
 # ---------------------------------------------------------------------------- HTML pieces

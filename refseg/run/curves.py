@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from refseg.imageio import write_png
+from refseg.publish import write_png
 
 INFRASTRUCTURE = "figures of training curves"
 

@@ -21,7 +21,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from refseg import imageio
+from refseg import publish
+from refseg.images import read_image
 from refseg._version import __version__
 from refseg.claim1 import features, outputs
 from refseg.data import dataset
@@ -84,7 +85,7 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
     started, clock = time.perf_counter(), datetime.now().astimezone()
     log = sys.stderr if log is None else log  # the stderr of the call, not of the import
     out = Path(out)
-    with imageio.staged_folders(out) as staging:
+    with publish.staged_folders(out) as staging:
         root = staging.root
         print("1/4 synthetic weld-seam data", file=log)
         write_synthetic_dataset(root / "data", settings.count, settings.seed)
@@ -95,7 +96,7 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
         claim1 = staging.folder("claim1")
         shown = list(dataset.load_dataset(root / "data"))[:2]
         for sample in shown:
-            loaded = imageio.read_image(sample.image_path)
+            loaded = read_image(sample.image_path)
             # the report names the image where it will be, not where it was staged
             loaded = dataclasses.replace(
                 loaded, path=str(out / sample.image_path.relative_to(root)))
@@ -121,16 +122,16 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
         rows, pairs, predictions = evaluate_runs(root / "test", run_dirs)
         for row, (name, _, _) in zip(rows, settings.runs):
             row.name = name
-        imageio.write_png(root / "predictions.png", comparison_panel(
+        publish.write_png(root / "predictions.png", comparison_panel(
             pairs, predictions, titles=["image", "label", *(r.name for r in rows)]))
         shutil.copyfile(run_dirs[0] / "curves.png", root / "curves.png")
-        imageio.write_json(root / "scores.json", [r.as_dict() for r in rows])
+        publish.write_json(root / "scores.json", [r.as_dict() for r in rows])
         summary = summarize(ResMobileNet(settings.input_hw), settings.input_hw)
         kept = _prune(settings, rows, run_dirs, out)
         record = _record(settings, out, clock, time.perf_counter() - started, shown, coverage,
                          timings, kept, summary)
-        imageio.write_json(root / RECORD, record)
-        imageio.write_text(root / "index.md", _index(settings, rows, histories, record))
+        publish.write_json(root / RECORD, record)
+        publish.write_text(root / "index.md", _index(settings, rows, histories, record))
         chart.write_chart(root, shown_as=out)
     print(f"demo done in {time.perf_counter() - started:.0f} s: {out / 'index.html'} "
           f"(the claim chart; open it in a browser), {out / 'index.md'}", file=log)
@@ -148,7 +149,7 @@ def _prune(settings, rows, run_dirs, out) -> dict:
         keep = settings.keep_checkpoints or row.name in (rows[0].name, best)
         kept[row.name] = {"weight_bytes": size, "kept": keep}
         if not keep:
-            imageio.write_json(run / PRUNED_RECORD, {
+            publish.write_json(run / PRUNED_RECORD, {
                 "removed": list(WEIGHT_FILES), "bytes": size,
                 "keep_with": _keep_command(settings, out)})
             for name in WEIGHT_FILES:

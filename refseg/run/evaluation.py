@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from refseg import imageio
+from refseg import publish
+from refseg.images import MAX_PIXELS, check_max_pixels, read_image
 from refseg.data import dataset
 from refseg.run import metrics
 from refseg.errors import InputError
@@ -139,25 +140,25 @@ def write_predictions(run_dir, images, out, *, max_pixels: int | None = None) ->
     list of (Path, float)
         Each output folder and the image's prediction time in seconds.
     """
-    limit = imageio.MAX_PIXELS if max_pixels is None else imageio.check_max_pixels(max_pixels)
-    out = imageio.check_output_folder(out)
+    limit = MAX_PIXELS if max_pixels is None else check_max_pixels(max_pixels)
+    out = publish.check_output_folder(out)
     stems = [Path(p).stem for p in images]
     if len(set(stems)) != len(stems):
         raise InputError("two images share a name stem; their outputs would collide")
-    imageio.check_replaceable(out, stems, PREDICTION_FILES, "refseg predict")
+    publish.check_replaceable(out, stems, PREDICTION_FILES, "refseg predict")
     model, config = load_run(run_dir)
-    loaded = [imageio.read_image(p, limit) for p in images]
+    loaded = [read_image(p, limit) for p in images]
     done = []
-    with imageio.staged_folders(out) as staging:
+    with publish.staged_folders(out) as staging:
         for stem, path, image in zip(stems, images, loaded):
             rgb = image.pixels if image.pixels.ndim == 3 else np.repeat(
                 image.pixels[:, :, None], 3, axis=2)
             rgb = np.clip(rgb + 0.5, 0, 255).astype(np.uint8)
             prediction = predict_image(model, config, rgb)
             folder = staging.folder(stem)
-            imageio.write_png(folder / "label.png", LABEL_COLOURS[prediction.classes])
-            imageio.write_png(folder / "overlay.png", overlay_with_legend(rgb, prediction.classes))
-            imageio.write_json(folder / "prediction.json", {
+            publish.write_png(folder / "label.png", LABEL_COLOURS[prediction.classes])
+            publish.write_png(folder / "overlay.png", overlay_with_legend(rgb, prediction.classes))
+            publish.write_json(folder / "prediction.json", {
                 "image": str(path), "run": str(run_dir), "model": _run_label(config),
                 "input_size": list(config.input_hw), "seconds": prediction.seconds,
                 "class_shares": {name: float((prediction.classes == i).mean())
@@ -354,9 +355,9 @@ def write_evaluation(out, rows: list[RunScores], pairs, predictions) -> Path:
     Path
         The folder written.
     """
-    with imageio.staged_folders(out) as staging:
-        imageio.write_text(staging.root / "table.md", format_table(rows) + "\n")
-        imageio.write_json(staging.root / "scores.json", [r.as_dict() for r in rows])
-        imageio.write_png(staging.root / "panel.png", comparison_panel(
+    with publish.staged_folders(out) as staging:
+        publish.write_text(staging.root / "table.md", format_table(rows) + "\n")
+        publish.write_json(staging.root / "scores.json", [r.as_dict() for r in rows])
+        publish.write_png(staging.root / "panel.png", comparison_panel(
             pairs, predictions, titles=["image", "label", *(r.name for r in rows)]))
     return Path(out)

@@ -31,7 +31,7 @@ import numpy as np
 
 from refseg import autograd as ag
 from refseg.errors import InputError
-from refseg.imageio import sweep_stale, write_json, write_npz, write_text
+from refseg.publish import is_reserved, locked_folder, write_json, write_npz, write_text
 from refseg.data.inputs import prepare
 from refseg.models import ResMobileNet
 from refseg.models.weights import read_weight_file
@@ -40,6 +40,9 @@ from refseg.data import dataset
 from refseg.run import metrics
 from refseg.run.config import TrainConfig, check_range
 from refseg.run.curves import write_curves
+from refseg.run.records import read_json, read_run_config
+from refseg.run.resume import (PATH_SETTINGS, THREADS_RECORD, check_apart, clear_new_run,
+                               recorded_tiles, same_path, trained_epochs)
 from refseg.trace import implements, infrastructure
 from refseg.threads import bits_independent_of_load, sized_to_load
 
@@ -105,15 +108,6 @@ def _checkpoint_arrays(model, optimizer, epoch, history) -> dict:
     return arrays
 
 
-def _read_config(path: Path) -> TrainConfig:
-    """A run's settings; InputError naming the file when it is not a run's config.json."""
-    try:
-        return TrainConfig.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InputError(f"{path}: not the settings of a refseg run "
-                         f"({type(exc).__name__}: {exc})") from None
-
-
 def _read_checkpoint(path: Path):
     arrays = read_weight_file(path)
     for key in ("epoch", "history"):
@@ -148,13 +142,16 @@ def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
 def _run_config(run: Path, problem: str) -> TrainConfig:
     """The settings of a checkpointed run folder (else InputError: ``run: problem (...)``)."""
     if (run / PRUNED_RECORD).is_file() and not (run / "checkpoint.npz").is_file():
-        pruned = json.loads((run / PRUNED_RECORD).read_text(encoding="utf-8"))
+        pruned = read_json(run / PRUNED_RECORD, "a record of removed weights")
+        if not isinstance(pruned, dict) or not isinstance(pruned.get("bytes"), (int, float)) \
+                or not isinstance(pruned.get("keep_with"), str):
+            raise InputError(f"{run / PRUNED_RECORD}: a damaged record of removed weights")
         raise InputError(f"{run}: its weights were removed by refseg demo to save "
                          f"{pruned['bytes'] / 1e6:.0f} MB (metrics and curves kept); "
                          f"`{pruned['keep_with']}` keeps every run's")
     if not (run / "config.json").is_file() or not (run / "checkpoint.npz").is_file():
         raise InputError(f"{run}: {problem} (config.json and checkpoint.npz expected)")
-    return _read_config(run / "config.json")
+    return read_run_config(run / "config.json")
 
 
 def _restore(model, run: Path) -> int:
@@ -255,7 +252,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-@bits_independent_of_load()
 @implements("claim1.step3.train", "claim4.propagation", "claim4.update",
             "claim5.training_module")
 def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
@@ -321,10 +317,29 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     if jobs is not None:
         check_range(jobs, "jobs")
     run = Path(run_dir)
-    started = time.perf_counter()
+    check_apart(run, Path(data_dir))
+    fresh = not resume and not run.exists()
     saved = _check_run(run, config, resume)
-    if resume:
-        sweep_stale(run)  # a killed run's half-written checkpoint
+    # one writer at a time; what a killed one left is swept under the lock
+    with locked_folder(run):
+        saved = _check_run(run, config, resume)
+        tiles = recorded_tiles(run, log) if resume else None
+        try:
+            with bits_independent_of_load(tiles) as count:
+                if tiles is None:
+                    write_json(run / THREADS_RECORD, {"tiling_threads": count})
+                return _train(data_dir, run, config, saved, resume=resume, jobs=jobs,
+                              stop_after_epoch=stop_after_epoch, log=log, shown_as=shown_as)
+        except Exception:
+            if not resume and not (run / "checkpoint.npz").exists():
+                clear_new_run(run, fresh)  # nothing to resume: the folder as it was
+            raise
+
+
+def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, stop_after_epoch,
+           log, shown_as) -> list[dict]:
+    """:func:`train` in its locked run folder."""
+    started = time.perf_counter()
     data = dataset.load_dataset(data_dir)
     identity = data_identity(data)
     if resume:
@@ -414,19 +429,28 @@ def _check_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | No
     """Check the run folder against the resume policy: a resumed run keeps its settings
     (only more epochs and later learning-rate steps may be added), a new run starts in an
     empty folder. Returns the saved settings of a resumed run; writes nothing."""
+    if run.exists() and not run.is_dir():
+        raise InputError(f"{run}: exists and is not a folder")
     if not resume:
-        if run.exists() and (not run.is_dir() or any(run.iterdir())):
+        if run.exists() and any(not is_reserved(e.name) for e in run.iterdir()):
             raise InputError(f"{run}: run folder exists and is not empty (use --resume)")
         return None
     if not (run / "config.json").is_file():
         raise InputError(f"{run}: nothing to resume (no config.json)")
-    saved = _read_config(run / "config.json")
+    saved = read_run_config(run / "config.json")
     extendable = {"epochs", "learning_rate_steps"}
     old, new = saved.to_json(), config.to_json()
     for name in old:
+        if name in PATH_SETTINGS and same_path(old[name], new[name]):
+            continue
         if name not in extendable and old[name] != new[name]:
             raise InputError(f"{run}: --resume needs the run's own settings: {name} is "
                              f"{json.dumps(old[name])} in the run, {json.dumps(new[name])} now")
+    done = trained_epochs(run / "checkpoint.npz")
+    if done is not None and config.epochs < done:
+        raise InputError(f"{run}: --epochs {config.epochs} is fewer than the {done} epochs "
+                         "already trained; give the total to reach, at least "
+                         f"{done}")
     return saved
 
 

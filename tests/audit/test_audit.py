@@ -12,7 +12,7 @@ from refseg.claim1 import alternatives as al
 from refseg.cli import main
 from refseg.data.inputs import network_input, prepare
 from refseg.data.synthetic import weld_image
-from refseg.imageio import OUTPUT_MARKER
+from refseg.publish import OUTPUT_MARKER
 from refseg.errors import InputError
 from refseg.run import evaluation
 from refseg.run.config import DemoSettings, TrainConfig

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from refseg import imageio
+from refseg import publish
 from refseg.data import dataset
 from refseg.cli import main
 from refseg.errors import InputError
-from refseg.imageio import OUTPUT_MARKER
+from refseg.publish import OUTPUT_MARKER
 from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE
 from refseg.data.synthetic import CONTOUR_HALF_WIDTH, weld_image
 from strategies import LABEL_PALETTE, label_maps, off_palette_colours
@@ -35,7 +35,7 @@ def make_dataset(root: Path, sizes, label_sizes=None, seed=0) -> Path:
     (root / "labels").mkdir()
     for i, shape in enumerate(sizes):
         lshape = shape if label_sizes is None else label_sizes[i]
-        imageio.write_png(root / "images" / f"s{i}.png",
+        publish.write_png(root / "images" / f"s{i}.png",
                           rng.integers(0, 256, (*shape, 3), dtype=np.uint8))
         dataset.write_label(root / "labels" / f"s{i}.png",
                             rng.integers(0, 3, lshape, dtype=np.uint8))
@@ -275,7 +275,7 @@ def test_split_depends_on_the_seed_and_refuses_bad_arguments():
 def test_generator_is_deterministic_to_the_byte(tmp_path):
     for name, seed in (("a", 11), ("b", 11), ("c", 12)):
         sample = weld_image(seed, (48, 96))
-        imageio.write_png(tmp_path / f"{name}.png", sample.rgb)
+        publish.write_png(tmp_path / f"{name}.png", sample.rgb)
         dataset.write_label(tmp_path / f"{name}_label.png", sample.classes)
     read = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     assert read["a.png"] == read["b.png"] and read["a_label.png"] == read["b_label.png"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from refseg import cli, golden
-from refseg.imageio import OUTPUT_MARKER
+from refseg.publish import OUTPUT_MARKER
 from anchors import require
 
 from checkout import ROOT

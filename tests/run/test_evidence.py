@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import refseg
-from refseg import imageio
+from refseg import publish
 from refseg.data import synthetic
 from refseg.data.dataset import write_label
 
@@ -27,7 +27,7 @@ def write_set(root, classes_list, images=None):
     (root / "labels").mkdir()
     for i, classes in enumerate(classes_list):
         rgb = np.zeros(classes.shape + (3,), np.uint8) if images is None else images[i]
-        imageio.write_png(root / "images" / f"w{i}.png", rgb)
+        publish.write_png(root / "images" / f"w{i}.png", rgb)
         write_label(root / "labels" / f"w{i}.png", classes)
     return root
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refseg import imageio
+from refseg import publish
+from refseg.images import read_image
 from refseg.data import synthetic
 from refseg.cli import main
 from refseg.data.dataset import write_label
@@ -27,7 +28,7 @@ def data(tmp_path_factory):
     (root / "labels").mkdir()
     for i in range(10):
         sample = synthetic.weld_image(100 + i, shape=(48, 160))
-        imageio.write_png(root / "images" / f"weld_{i:02d}.png", sample.rgb)
+        publish.write_png(root / "images" / f"weld_{i:02d}.png", sample.rgb)
         write_label(root / "labels" / f"weld_{i:02d}.png", sample.classes)
     return root
 
@@ -279,6 +280,63 @@ def test_runs_refuse_to_overwrite_or_to_resume_with_other_settings(tmp_path, dat
         TrainConfig(input_kind="rgb").check()
 
 
+def _tree(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.claim("claim5.training_module")
+def test_resume_refuses_fewer_epochs_than_trained_and_changes_nothing(data, straight):
+    run = straight[0]
+    before = _tree(run)
+    with pytest.raises(InputError, match=r"--epochs 1 is fewer than the 2 epochs already "
+                                         r"trained"):
+        quiet_train(data, run, TrainConfig(**{**SMALL, "epochs": 1}), resume=True)
+    assert _tree(run) == before
+
+
+@pytest.mark.claim("claim5.training_module")
+def test_resume_takes_a_weight_file_spelled_relative_or_absolute(tmp_path, monkeypatch):
+    from refseg.run.training import _check_run
+
+    (tmp_path / "w.npz").write_bytes(b"")
+    run = tmp_path / "run"
+    run.mkdir()
+    started = TrainConfig(**{**SMALL, "weights": str(tmp_path / "w.npz")})
+    (run / "config.json").write_text(json.dumps(started.to_json()))
+    monkeypatch.chdir(tmp_path)
+    assert _check_run(run, TrainConfig(**{**SMALL, "weights": "w.npz"}), True) == started
+    with pytest.raises(InputError, match="own settings: weights"):
+        _check_run(run, TrainConfig(**{**SMALL, "weights": "other.npz"}), True)
+
+
+@pytest.mark.claim("claim1.step3.train", "claim5.training_module")
+def test_resume_on_another_thread_count_keeps_the_runs_tiles_and_its_bits(tmp_path, data,
+                                                                           straight):
+    """The run records the thread count its products are cut for; resumed on one thread, it
+    cuts for that count again and ends bit for bit where the uninterrupted run did."""
+    from refseg.threads import limit_threads
+
+    recorded = json.loads((straight[0] / "threads.json").read_text())["tiling_threads"]
+    run = tmp_path / "resumed"
+    quiet_train(data, run, TrainConfig(**SMALL), stop_after_epoch=1)
+    assert json.loads((run / "threads.json").read_text())["tiling_threads"] == recorded
+    with limit_threads(1):
+        quiet_train(data, run, TrainConfig(**SMALL), resume=True)
+    expected = checkpoint_arrays(straight[0])
+    for key, value in checkpoint_arrays(run).items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=key)
+
+
+@pytest.mark.claim("claim5.training_module")
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_folder(tmp_path, data):
+    weights = tmp_path / "bad.npz"
+    np.savez(weights, x=np.zeros(3, np.float32))
+    run = tmp_path / "run"
+    with pytest.raises(InputError, match="bad.npz"):
+        quiet_train(data, run, TrainConfig(**{**SMALL, "weights": str(weights)}))
+    assert not run.exists()
+
+
 @pytest.mark.claim("claim1.step4.predict", "claim5.output_module")
 def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys, monkeypatch):
     run = straight[0]
@@ -286,7 +344,7 @@ def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys, monkeyp
     assert main(["predict", str(run), *map(str, images), "--out", str(tmp_path / "p")]) == 0
     for image in images:
         folder = tmp_path / "p" / image.stem
-        label = imageio.read_image(folder / "label.png").pixels
+        label = read_image(folder / "label.png").pixels
         assert label.shape == (48, 160, 3)
         colours = {tuple(c) for c in label.reshape(-1, 3).astype(int)}
         assert colours <= {(255, 0, 0), (0, 255, 0), (0, 0, 255)}

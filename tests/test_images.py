@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from refseg.errors import InputError
-from refseg.imageio import read_image, write_json, write_npz, write_png
+from refseg.images import read_image
+from refseg.publish import write_json, write_npz, write_png
 
 
 RNG = np.random.default_rng(7)
@@ -127,7 +128,7 @@ def test_writes_are_atomic_and_leave_no_temporary_files(tmp_path):
         f.write(b"partial")
         raise Boom
 
-    from refseg.imageio import _atomic_write
+    from refseg.publish import _atomic_write
     with pytest.raises(Boom):
         _atomic_write(tmp_path / "b.bin", explode)
     assert not (tmp_path / "b.bin").exists()
@@ -165,44 +166,13 @@ def test_zero_size_png_is_refused(tmp_path):
 
 
 @pytest.mark.infrastructure
-def test_what_a_killed_process_left_is_swept_and_a_live_ones_kept(tmp_path):
-    """Staging folders and temporary files carry their writer's pid: the next command that
-    publishes beside them removes those of dead processes, never those of live ones, and keeps
-    what the user put into a folder refseg wrote."""
-    import os
-    import subprocess
-
-    from refseg.data.synthetic import write_synthetic_dataset
-    from refseg.imageio import OUTPUT_MARKER, sweep_stale
-
-    finished = subprocess.Popen(["true"])
-    finished.wait()
-    dead = finished.pid
-    out = tmp_path / "set"
-    write_synthetic_dataset(out, 1, size="48x96")
-    (out / f".refseg-staging-{dead}-abc123").mkdir()
-    (out / f".refseg-staging-{dead}-abc123" / "weld_00000.png").write_bytes(b"half")
-    (out / f".synth.json.{dead}.q1w2e3.tmp").write_bytes(b"half")
-    (tmp_path / f".refseg-staging-{dead}-sibling").mkdir()
-    live = tmp_path / f".refseg-staging-{os.getpid()}-keepme"
-    live.mkdir()
-    (out / ".notes.tmp").write_text("a user's file")
-    write_synthetic_dataset(out, 1, size="48x96")
-    names = sorted(p.name for p in out.iterdir())
-    assert names == [".notes.tmp", OUTPUT_MARKER, "images", "labels", "synth.json"]
-    assert (out / ".notes.tmp").read_text() == "a user's file"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "set"]
-    assert sweep_stale(out) == [] and sweep_stale(tmp_path) == []
-
-
-@pytest.mark.infrastructure
 def test_npz_members_are_checked_from_their_headers_against_a_limit(tmp_path):
     """A consistent archive whose arrays together declare more than the limit is refused
     before loading (the CLI's limit is 2 GiB; a small one here keeps the file small), and so
     is one whose header declares more than its member holds."""
     import zipfile
 
-    from refseg.imageio import check_npz_members
+    from refseg.images import check_npz_members
 
     np.savez_compressed(tmp_path / "a.npz", x=np.zeros(3000, np.float32),
                         y=np.zeros(3000, np.float32))

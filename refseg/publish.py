@@ -1,0 +1,568 @@
+"""Publishing outputs: a command's files appear whole or not at all, and a user's never change.
+
+The rules, in one place (the guide's "publishing contract"):
+
+1. Every output folder refseg publishes holds :data:`OUTPUT_MARKER`. The marker is also the
+   folder's lock: a writer holds an exclusive ``flock`` on it from before it stages anything
+   until its outputs are in place. A second writer into the same folder waits (saying so on
+   stderr); a lock dies with its process, so liveness never depends on pids or names.
+2. A command stages its outputs in a folder *inside* the target (``.refseg-staging-*``, made
+   with ``mkdtemp``), which holds :data:`STAGING_MARKER`, created with ``O_CREAT|O_EXCL`` and
+   locked by the writer. Nothing is ever created, renamed or removed in the target's parent
+   but the target itself (made when it does not exist, removed again when a failed command
+   made it and left it empty).
+3. Publishing moves the staged entries into the target one by one, after writing their list
+   (:data:`JOURNAL`) into the staging folder. Only the entries a command writes are replaced;
+   every other entry of the target stays.
+4. Under the target's lock, a staging folder that holds :data:`STAGING_MARKER` whose lock no
+   process holds is dead: the sweeper completes its publication when its list was written
+   (roll forward) and removes it. Nothing else is ever swept.
+5. A single-file output (:func:`check_single_output`) never replaces an input of the same
+   command, and replaces an existing file only when refseg wrote it (recorded in an extended
+   attribute, where the file system keeps one) or the user passes ``--force``.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from refseg.errors import InputError
+from refseg.trace import infrastructure
+
+#: Every output folder refseg publishes holds this file; it is also the folder's lock.
+OUTPUT_MARKER = ".refseg-output"
+#: Staging folders are made inside the target, named with this prefix.
+STAGING_PREFIX = ".refseg-staging-"
+#: Inside a staging folder: locked by its live writer; proves the folder is refseg's.
+STAGING_MARKER = ".refseg-staging"
+#: Inside a staging folder: the entries to move into the target, written when all are staged.
+JOURNAL = ".refseg-publishing"
+#: Temporary files of atomic writes: ``.<name>.refseg-<random>.tmp`` beside the file.
+TEMP_TAG = ".refseg-"
+#: The extended attribute recording that refseg wrote a single-file output.
+WRITTEN_ATTRIBUTE = "user.refseg.written"
+_ASIDE = ".refseg-replaced"
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+@infrastructure("file permissions of outputs")
+def default_mode(folder: bool = False) -> int:
+    """Permissions an ordinary new file (folder) gets under the current umask; temporary
+    files start private (0600/0700) and are given these before they are renamed into place."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if folder else 0o666) & ~umask
+
+
+@infrastructure("the names refseg keeps for itself")
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is one of the names refseg keeps for itself inside an output folder."""
+    return name in (OUTPUT_MARKER, STAGING_MARKER, JOURNAL) or name.startswith(STAGING_PREFIX) \
+        or (name.startswith(".") and TEMP_TAG in name and name.endswith(".tmp"))
+
+
+# ---------------------------------------------------------------- single files, atomically
+
+def _atomic_write(path: Path, write) -> None:
+    """Call ``write(file_object)`` on a temporary file beside ``path``, then rename it."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_TAG}", suffix=".tmp",
+                                   dir=path.parent)
+    except OSError as exc:
+        if not path.parent.is_dir():
+            raise OSError(exc.errno, "the output folder does not exist",
+                          str(path.parent)) from None
+        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
+                      str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, default_mode())
+        with contextlib.suppress(OSError):
+            os.setxattr(tmp, WRITTEN_ATTRIBUTE, b"1")
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        # named by the file the user asked for, not by its temporary name
+        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
+                      str(path)) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@infrastructure("atomic output files")
+def write_png(path, array) -> None:
+    """Write a uint8 (M, N) or (M, N, 3) array as PNG, atomically."""
+    image = Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8))
+    _atomic_write(Path(path), lambda f: image.save(f, format="PNG"))
+
+
+@infrastructure("atomic output files")
+def write_npz(path, compressed: bool = False, **arrays) -> None:
+    """Write arrays to an .npz, atomically (no pickled objects); with ``compressed``, the
+    integer and boolean arrays are deflated."""
+    if not compressed:
+        _atomic_write(Path(path), lambda f: np.savez(f, **arrays))
+        return
+
+    def save(f):
+        with zipfile.ZipFile(f, "w") as archive:
+            for name, value in arrays.items():
+                value = np.asanyarray(value)
+                # integer maps deflate 50-fold in moments; float planes hardly shrink and take
+                # seconds per megapixel, so they are stored
+                method = zipfile.ZIP_STORED if value.dtype.kind in "fc" else zipfile.ZIP_DEFLATED
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = method
+                with archive.open(info, "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, value, allow_pickle=False)
+    _atomic_write(Path(path), save)
+
+
+@infrastructure("atomic output files")
+def write_text(path, text: str) -> None:
+    """Write UTF-8 text, atomically."""
+    data = text.encode("utf-8")
+    _atomic_write(Path(path), lambda f: f.write(data))
+
+
+@infrastructure("atomic output files")
+def write_json(path, data) -> None:
+    """Write JSON (sorted keys, indented), atomically."""
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # a file name that is not UTF-8: kept exactly, as JSON escapes
+        encoded = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("ascii")
+    _atomic_write(Path(path), lambda f: f.write(encoded))
+
+
+def _written_by_refseg(path: Path) -> bool:
+    try:
+        return os.getxattr(path, WRITTEN_ATTRIBUTE, follow_symlinks=False) == b"1"
+    except OSError:
+        return False
+
+
+@infrastructure("checking an output file before the work that fills it")
+def check_single_output(path, inputs=(), force: bool = False, option: str = "--force") -> Path:
+    """``path`` as a Path, after checking that a command may write that one file: it is not
+    one of the command's ``inputs`` nor inside an input folder (never, not even with
+    ``force``), not a folder, its folder exists and is writable, and it does not exist, or
+    refseg wrote it, or ``force`` is given. InputError naming the file otherwise."""
+    path = Path(path)
+    real = Path(os.path.realpath(path))
+    for given in inputs:
+        source = Path(os.path.realpath(given))
+        if real == source or source in real.parents:
+            raise InputError(f"{path}: is an input of this command ({given}); "
+                             "choose another output file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; expected a file name")
+    folder = real.parent
+    if not folder.is_dir():
+        raise InputError(f"{path}: its folder {path.parent} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{path}: its folder {path.parent} is not writable")
+    if (path.exists() or path.is_symlink()) and not force and not _written_by_refseg(path):
+        raise InputError(f"{path}: exists and refseg did not write it; {option} replaces it")
+    return path
+
+
+@contextlib.contextmanager
+@infrastructure("errors naming the file")
+def naming(path):
+    """An OSError raised in the block without a file name (a full disk inside a zip writer)
+    names ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
+                      str(path)) from None
+
+
+# ---------------------------------------------------------------- locks
+
+def _try_lock(fd: int, mode: int) -> bool | None:
+    """True when the lock is taken, False when another process holds it, None when the file
+    system keeps no locks."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in _NO_LOCKS:
+            return None
+        raise
+
+
+class FolderLock:
+    """The exclusive lock of an output folder: ``flock`` on its :data:`OUTPUT_MARKER`, taken
+    by :meth:`acquire` (creating the folder and the marker when missing; waiting, with a line
+    on stderr, while another process holds it) and released by :meth:`release` or by the
+    process's end. ``held`` is False on a file system that keeps no locks."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.fd: int | None = None
+        self.held = False
+        self.made_marker = False
+
+    def acquire(self) -> "FolderLock":
+        marker = self.folder / OUTPUT_MARKER
+        while True:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=default_mode(folder=True))
+            try:
+                fd = os.open(marker, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             default_mode())
+                made = True
+            except FileExistsError:
+                # never through a link: the marker is written, and a link could lead anywhere
+                fd, made = os.open(marker, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW), False
+            taken = _try_lock(fd, fcntl.LOCK_EX)
+            if taken is False:
+                holder = _read_holder(fd)
+                print(f"refseg: {self.folder}: another refseg command{holder} is writing "
+                      "here; waiting for it to finish", file=sys.stderr, flush=True)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                taken = True
+            if _same_file(fd, marker):
+                break
+            os.close(fd)  # the folder was removed by the writer we waited for: start again
+        self.fd, self.held, self.made_marker = fd, bool(taken), made
+        if made or self.held:
+            _write_holder(fd)
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _write_holder(fd: int) -> None:
+    from refseg._version import __version__
+
+    record = {"written_by": "refseg", "version": __version__, "pid": os.getpid(),
+              "host": socket.gethostname()}
+    data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def _read_holder(fd: int) -> str:
+    """`` (pid P on HOST)`` from a marker, for the waiting line only: never used to judge."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0))
+        pid, host = int(record["pid"]), str(record["host"])[:64]
+    except (ValueError, KeyError, TypeError, OSError):
+        return ""
+    return f" (pid {pid} on {host})" if host.isprintable() else ""
+
+
+@contextlib.contextmanager
+@infrastructure("serialising writers into one folder")
+def locked_folder(folder):
+    """Hold ``folder``'s lock (created with its marker when missing) for the block, after
+    sweeping what dead writers left in it (:func:`sweep_stale`); for commands that write
+    into their folder directly, like ``refseg train`` into its run folder."""
+    lock = FolderLock(Path(folder)).acquire()
+    try:
+        if lock.held:
+            sweep_stale(folder)
+        yield lock
+    finally:
+        lock.release()
+
+
+# ---------------------------------------------------------------- sweeping and publishing
+
+def _dead_staging(entry: Path) -> bool:
+    """Whether ``entry`` is a refseg staging folder that no live process holds."""
+    if not entry.name.startswith(STAGING_PREFIX) or entry.is_symlink() or not entry.is_dir():
+        return False
+    marker = entry / STAGING_MARKER
+    if marker.is_symlink() or not marker.is_file():
+        return False
+    fd = os.open(marker, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        return _try_lock(fd, fcntl.LOCK_EX) is True
+    finally:
+        os.close(fd)
+
+
+def _move_in(staged: Path, target: Path, aside: Path) -> None:
+    """Put ``staged`` at ``target``; an old ``target`` goes into ``aside`` first. Each state
+    between the steps is one :func:`_roll_forward` completes."""
+    moved = None
+    if target.is_dir() and not target.is_symlink():
+        aside.mkdir(exist_ok=True)
+        moved = aside / target.name
+        os.rename(target, moved)
+    try:
+        os.replace(staged, target)
+    except OSError:
+        if moved is not None:
+            os.rename(moved, target)  # the old entry back in place
+        raise
+
+
+def _roll_forward(root: Path, out: Path) -> None:
+    """Finish the publication of a dead writer's staging folder whose list was written."""
+    journal = root / JOURNAL
+    if not journal.is_file():
+        return
+    try:
+        names = json.loads(journal.read_text(encoding="utf-8"))["entries"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return
+    for name in names if isinstance(names, list) else []:
+        if not _plain_name(name):
+            continue
+        staged = root / name
+        if staged.exists() or staged.is_symlink():
+            _move_in(staged, out / name, root / _ASIDE)
+
+
+def _plain_name(name) -> bool:
+    """A name of one entry in a folder, not refseg's own."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name \
+        and "\0" not in name and not is_reserved(name)
+
+
+@infrastructure("removing what killed refseg processes left behind")
+def sweep_stale(folder) -> list[str]:
+    """In a folder whose lock the caller holds: complete the publications that a killed
+    refseg process had begun, then remove its staging folders and the temporary files of its
+    atomic writes. Only staging folders holding :data:`STAGING_MARKER` unlocked count as dead;
+    temporary files count as dead because the caller holds the folder's lock. Returns the
+    names removed."""
+    folder = Path(folder)
+    removed = []
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if _dead_staging(entry):
+            _roll_forward(entry, folder)
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+        elif entry.name.startswith(".") and TEMP_TAG in entry.name and \
+                entry.name.endswith(".tmp") and entry.is_file() and not entry.is_symlink():
+            entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed
+
+
+def _foreign(out: Path) -> list[str]:
+    return sorted(e.name for e in out.iterdir() if not is_reserved(e.name))
+
+
+def _check_writable(out: Path) -> None:
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{out}: cannot write into {existing} (permission denied)")
+
+
+@infrastructure("checking an output folder before the work that fills it")
+def check_output_folder(out) -> Path:
+    """``out`` as a Path, after checking that a refseg command may publish there: it does not
+    exist yet (and its nearest existing folder is writable), or it is a writable folder that
+    is empty or holds :data:`OUTPUT_MARKER`. Call it before heavy work, so that a wrong
+    ``--out`` fails at once."""
+    out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise InputError(f"{out}: is a link to nothing")
+    if out.exists():
+        if not out.is_dir():
+            raise InputError(f"{out}: exists and is not a folder")
+        if not (out / OUTPUT_MARKER).is_file() and _foreign(out):
+            others = _foreign(out)
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise InputError(f"{out}: holds files that refseg did not write ({shown}); "
+                             "choose a new or empty folder")
+    _check_writable(Path(os.path.realpath(out)))
+    return out
+
+
+@infrastructure("checking an output folder before the work that fills it")
+def check_replaceable(out: Path, names, files, command: str) -> None:
+    """Each existing ``out/<name>`` that a command is about to replace holds nothing but the
+    ``files`` that ``command`` writes there, and can be moved: a file of the user's is never
+    deleted, and a permission problem is found before the work."""
+    for name in names:
+        if is_reserved(name):
+            raise InputError(f"{Path(out) / name}: the name {name!r} is refseg's own; "
+                             "rename the input")
+        folder = Path(out) / name
+        if not folder.exists() and not folder.is_symlink():
+            continue
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in files) \
+            if folder.is_dir() and not folder.is_symlink() else [folder.name]
+        if foreign:
+            raise InputError(f"{folder}: exists and holds files {command} did not write "
+                             f"({', '.join(foreign[:3])}); choose another --out")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise InputError(f"{folder}: cannot be replaced (permission denied)")
+
+
+@infrastructure("all-or-nothing output folders")
+class StagedFolders:
+    """The staging of one command's outputs inside its output folder ``out`` (see the module
+    notes): :attr:`root` is the staging folder; :meth:`folder` makes a folder in it."""
+
+    def __init__(self, out: Path):
+        out = check_output_folder(out)
+        # a link to a folder: its target receives the outputs, the link stays
+        self.out = Path(os.path.realpath(out))
+        missing = [p for p in (self.out, *self.out.parents) if not p.exists()]
+        self.created = missing[-1] if missing else None
+        self.lock = FolderLock(self.out).acquire()
+        self.root = None
+        try:
+            check_output_folder(self.out)  # again: another writer may have gone first
+            if self.lock.held:
+                sweep_stale(self.out)
+            self.root = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.out))
+            self._marker = os.open(self.root / STAGING_MARKER,
+                                   os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            _try_lock(self._marker, fcntl.LOCK_EX)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def folder(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(mode=default_mode(folder=True))
+        return path
+
+    def publish(self) -> None:
+        root, out = self.root, self.out
+        names = sorted(p.name for p in root.iterdir() if not is_reserved(p.name))
+        for name in names:
+            # a folder where a file is staged (or the reverse) is found before anything moves
+            target, folder = out / name, (root / name).is_dir()
+            if (target.exists() or target.is_symlink()) and \
+                    (target.is_dir() and not target.is_symlink()) != folder:
+                raise InputError(f"{target}: exists as a {'file' if folder else 'folder'}; "
+                                 f"refseg writes a {'folder' if folder else 'file'} there")
+        write_json(root / JOURNAL, {"entries": names})
+        for name in names:
+            _move_in(root / name, out / name, root / _ASIDE)
+        self._close()
+        shutil.rmtree(root)
+
+    def _close(self) -> None:
+        if getattr(self, "_marker", None) is not None:
+            os.close(self._marker)
+            self._marker = None
+
+    def abandon(self) -> None:
+        self._close()
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if self.lock.made_marker and self.lock.fd is not None and \
+                not _foreign(self.out):
+            # nothing was ever published here: the folder is as the command found it
+            (self.out / OUTPUT_MARKER).unlink(missing_ok=True)
+        self.lock.release()
+        if self.created is not None:
+            # folders made only to hold ``out``, emptied again
+            for folder in (self.out, *self.out.parents):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+                if folder == self.created:
+                    break
+
+    def finish(self) -> None:
+        self.lock.release()
+
+
+def _named_for_the_user(exc: OSError, staging: StagedFolders) -> OSError:
+    where = Path(exc.filename) if exc.filename else None
+    if where is None:
+        return OSError(exc.errno, exc.strerror or str(exc), str(staging.out))
+    if staging.root is not None and where.is_relative_to(staging.root) and \
+            where != staging.root:
+        # named where the user will look for it, not by the staging folder's name
+        return OSError(exc.errno, exc.strerror, str(staging.out / where.relative_to(
+            staging.root)))
+    return exc
+
+
+@contextlib.contextmanager
+@infrastructure("all-or-nothing output folders")
+def staged_folders(out):
+    """Stage outputs inside the folder ``out`` and publish them, or nothing.
+
+    ``with staged_folders(out) as staging:`` yields a :class:`StagedFolders`: what the block
+    writes into ``staging.root`` (or folders made with ``staging.folder(name)``) is moved into
+    ``out`` when the block ends normally, replacing the entries of those names; every other
+    entry of ``out`` stays. When the block raises (or is interrupted) the staging is removed
+    and ``out`` is as it was. ``out`` must be new, empty or a folder refseg published
+    (:func:`check_output_folder`); another writer into it is waited for.
+    """
+    staging = StagedFolders(Path(out))
+    try:
+        yield staging
+        staging.publish()
+    except OSError as exc:
+        staging.abandon()
+        raise _named_for_the_user(exc, staging) from None
+    except BaseException:
+        staging.abandon()
+        raise
+    staging.finish()
+
+
+@infrastructure("reading a folder refseg publishes")
+def settle(folder) -> None:
+    """Before reading a folder refseg published: wait for a writer into it to finish, and
+    complete a publication a killed writer began, so that a reader never takes a half-moved
+    set for a whole one. A folder without :data:`OUTPUT_MARKER` is left alone."""
+    folder = Path(folder)
+    marker = folder / OUTPUT_MARKER
+    if not marker.is_file() or not any(_dead_or_live_staging(e) for e in folder.iterdir()):
+        return
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{folder}: holds a publication that was cut short, and this "
+                         "folder is not writable to complete it")
+    with locked_folder(folder):
+        pass
+
+
+def _dead_or_live_staging(entry: Path) -> bool:
+    return entry.name.startswith(STAGING_PREFIX) and (entry / STAGING_MARKER).is_file()
+
+
+__all__ = ["OUTPUT_MARKER", "STAGING_PREFIX", "FolderLock", "StagedFolders", "check_output_folder",
+           "check_replaceable", "check_single_output", "default_mode", "locked_folder",
+           "settle", "staged_folders", "sweep_stale", "write_json", "write_npz", "write_png",
+           "write_text"]
