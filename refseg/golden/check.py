@@ -22,6 +22,7 @@ import numpy as np
 
 from refseg import imageio
 from refseg.errors import InputError
+from refseg.golden.flagged import diagnose, diagnosis_lines
 from refseg.golden.format import (PARTS, array_sha256, block_sums, part_of, read_bundle,
                                   read_npz, summary_statistics)
 
@@ -93,6 +94,7 @@ class CheckReport:
     parts: tuple = PARTS
     allow_extra: bool = False
     sizes: dict = field(default_factory=dict)
+    diagnosis: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -113,7 +115,7 @@ class CheckReport:
                 "failed": sum(r.status not in ("pass", "extra") for r in self.rows),
                 "parts": {p: self.part_summary(p) for p in self.parts},
                 "unexpected": self.unexpected, "allow_extra": self.allow_extra,
-                "rows": [r.as_dict() for r in self.rows]}
+                "diagnosis": self.diagnosis, "rows": [r.as_dict() for r in self.rows]}
 
     def write_json(self, path) -> None:
         """Write :meth:`as_dict` as JSON, atomically."""
@@ -146,10 +148,13 @@ class CheckReport:
             for r in (rows if verbose else bad):
                 lines.append("  " + _row_line(r, width))
         extras = [r for r in self.rows if r.status == "extra"]
-        if extras:
-            lines.append(f"candidate keys that name no array of the bundle"
-                         f"{' (allowed by --allow-extra)' if self.allow_extra else ''}:")
+        if extras and self.allow_extra:
+            lines.append(f"{len(extras)} candidate key{'s' * (len(extras) > 1)} that name no "
+                         "array of the bundle, allowed by --allow-extra")
+        elif extras:
+            lines.append("candidate keys that name no array of the bundle:")
             lines += [f"  {r.status:<7}  {r.name}: {r.reason}" for r in extras]
+        lines += diagnosis_lines(self.diagnosis, self.rows)
         for part in PARTS:
             if part not in self.parts:
                 lines.append(f"part {part}: not checked")
@@ -176,7 +181,8 @@ class CheckReport:
         failed = sum(r.status != "pass" for r in checked)
         lines.append(f"{'PASS' if self.passed else 'FAIL'}: {len(checked)} arrays checked, "
                      f"{len(checked) - failed} passed, {failed} failed or missing"
-                     + (f", {len(extras)} unexpected keys" if extras else ""))
+                     + (f", {len(extras)} unexpected keys" if extras and not self.allow_extra
+                        else ""))
         return "\n".join(lines)
 
 
@@ -413,8 +419,11 @@ def check_bundle(folder, candidate, select=None, parts=None,
             continue
         rows.append(_check_one(name, entry, stored, values[name]))
     _link_causes(rows, entries)
+    flagged = manifest.get("flagged")
+    diagnosis = (diagnose(flagged["vectors"], flagged["notes"], stored, rows, values, entries)
+                 if flagged else [])
     unexpected = sorted(set(values) - set(entries))
     rows += [_extra_row(key, list(entries)) for key in unexpected]
     sizes = {p: sum(part_of(n) == p for n in entries) for p in PARTS}
     return CheckReport(Path(folder), Path(candidate), rows, unexpected, parts, allow_extra,
-                       sizes)
+                       sizes, diagnosis)

@@ -173,10 +173,12 @@ class BundleBuilder:
     kept: dict = field(default_factory=dict)       # copies of summary-stored arrays
 
     def add(self, name, array, tolerance, *, claim, function, meaning, paragraphs=None,
-            params=None, role="output", note="", also=(), readings=(), computed_from=()):
+            params=None, role="output", note="", also=(), readings=(), computed_from=(),
+            whole=False):
         """Add one array, after those it is computed from; ``paragraphs`` defaults to the
         registry's for ``claim``, and the readings of ``claim`` and ``also`` are cited with
-        ``readings``."""
+        ``readings``; ``whole``: stored in full whatever its size (the input images, which
+        outside implementations start from)."""
         array = np.asarray(array)
         if paragraphs is None:
             paragraphs = element_paragraphs(claim)
@@ -201,7 +203,7 @@ class BundleBuilder:
             entry["params"] = params
         if note:
             entry["note"] = note
-        if array.size <= FULL_LIMIT:
+        if array.size <= FULL_LIMIT or whole:
             entry["storage"] = "full"
             self.arrays[name] = _canonical(array)
         else:
@@ -250,12 +252,12 @@ def _corner_slices(shape):
     return [first, last]
 
 
-def sample_positions(name: str, size: int) -> np.ndarray:
-    """:data:`SAMPLE_COUNT` distinct C-order positions of an array of ``size`` elements,
-    sorted, drawn with a generator seeded by :data:`SAMPLE_SEED` and the CRC-32 of ``name``
-    (uint32; the bundle stores them, so a reader need not redraw them)."""
+def sample_positions(name: str, size: int, count: int = SAMPLE_COUNT) -> np.ndarray:
+    """``count`` (default :data:`SAMPLE_COUNT`) distinct C-order positions of an array of
+    ``size`` elements, sorted, drawn with a generator seeded by :data:`SAMPLE_SEED` and the
+    CRC-32 of ``name`` (uint32; the bundle stores them, so a reader need not redraw them)."""
     rng = np.random.default_rng([SAMPLE_SEED, zlib.crc32(name.encode())])
-    count = min(SAMPLE_COUNT, size)
+    count = min(count, size)
     return np.sort(rng.choice(size, count, replace=False)).astype("<u4")
 
 

@@ -26,6 +26,7 @@ from refseg.claim1.features import STEP_CLAIMS
 from refseg.claim1.operators import OPERATORS
 from refseg.data import inputs, synthetic
 from refseg.errors import InputError
+from refseg.golden.flagged import flagged_section
 from refseg.golden.format import (ARRAYS, BUNDLE_FILES, FORMAT, FORMAT_VERSION, HASH_RULE,
                                   MANIFEST, READINGS, TOLERANCES, WEIGHTS, BundleBuilder,
                                   array_sha256, read_bundle, read_weights, tolerance,
@@ -610,7 +611,8 @@ def readings_text(ids) -> str:
             f"{__version__}'s spec/readings.md -->\n" + preamble + body)
 
 
-def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, dict]:
+def build_bundle(network_threads: int | None = 1, keep=(),
+                 extra: dict | None = None) -> tuple[dict, dict, dict]:
     """Compute every golden array and the manifest, in memory.
 
     Parameters
@@ -620,6 +622,9 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
     keep : sequence of str
         Shell patterns: copies of the matching arrays stored as slices are returned whole
         (for checking refseg against its own bundle).
+    extra : dict or None
+        More images, {name: ((rows, cols, 3) uint8 array, provenance dict)}: their claim-1
+        arrays and flagged vectors join those of the bundle's own images.
 
     Returns
     -------
@@ -646,6 +651,8 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
        the resize, the ten taps, every decoder layer, the prediction, the loss, the decoder
        gradients, Adam after :data:`ADAM_STEPS` steps.
     4. Each autograd op on small float64 tensors: inputs, output, gradients.
+    5. The flagged vectors of every alternative reading on every image
+       (:func:`refseg.golden.flagged.flagged_section`).
 
     Entries are in pipeline order; each names the arrays it is computed from.
 
@@ -658,14 +665,22 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
     provenance.update(weld_provenance)
     bundle = BundleBuilder(keep=tuple(keep))
     images = {**photos, **{name: s.rgb for name, s in welds.items()}}
+    functions = {name: "skimage.data" if name in photos else "refseg.data.synthetic.weld_image"
+                 for name in images}
+    for name, (rgb, record) in (extra or {}).items():
+        if name in images:
+            raise InputError(f"{record.get('file', name)}: the image name {name!r} is one of "
+                             "the bundle's own images; rename the file")
+        images[name], provenance[name] = rgb, record
+        functions[name] = "refseg.imageio.read_image"
     for name, rgb in images.items():
         bundle.add(f"input/{name}", rgb, tolerance("exact"), claim="claim1.step1.acquire",
-                   function=("skimage.data" if name in photos
-                             else "refseg.data.synthetic.weld_image"),
-                   role="input", params=provenance[name],
+                   function=functions[name], role="input", params=provenance[name],
                    meaning="the RGB image (rows, cols, 3) uint8 that claim 1 starts from",
-                   also=("claim5.acquisition_module",))
+                   also=("claim5.acquisition_module",), whole=True)
         _claim1(bundle, name, rgb)
+    flagged_table, flagged_members = flagged_section(images)
+    bundle.arrays.update(flagged_members)
     if network_threads is None:
         network = _network(bundle, welds)
     else:
@@ -709,6 +724,7 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
                      "shape and dtype; a key that names no array fails the check",
         "inputs": provenance, "network": network,
         "arrays": dict(bundle.entries),
+        "flagged": flagged_table,
     }
     return manifest, bundle.arrays, bundle.kept
 
