@@ -275,30 +275,46 @@ def match_kind(step_kind: str, dtype) -> str:
     return "float64" if step_kind == "exact" and np.dtype(dtype).kind == "f" else step_kind
 
 
-def vector_matches(entry: dict, members: dict, value, kind: str) -> bool:
-    """Whether a candidate array is within tolerance ``kind`` of a flagged vector's array
-    (see the section's ``match``)."""
+#: A binary candidate map that is not an alternative's exactly still matches it when it is at
+#: least this many times closer to it (pixels apart) than to refseg's map: OpenCV's Canny,
+#: on gradients rounded to int16, moves a few pixels of a chain of hundreds.
+NEAR_FACTOR = 4
+
+
+def vector_matches(entry: dict, members: dict, value, kind: str,
+                   from_golden: int | None = None) -> int | None:
+    """Whether a candidate array is within tolerance ``kind`` of a flagged vector's array (see
+    the section's ``match``): None if not, else the elements apart (0: a match within the
+    tolerance; more: a binary map :data:`NEAR_FACTOR` times closer to the vector than to
+    refseg's, which is ``from_golden`` elements away)."""
     value = np.asarray(value)
     if list(value.shape) != list(entry["shape"]) or value.dtype.kind not in "biuf":
-        return False
+        return None
     kind = match_kind(kind, entry["dtype"])
     if entry["storage"] == "full":
-        return difference(value, members[entry["member"]], kind)[0] == 0
+        apart = difference(value, members[entry["member"]], kind)[0]
+        near = (kind == "exact" and from_golden is not None
+                and apart * NEAR_FACTOR <= from_golden)
+        return apart if apart == 0 or near else None
     rtol = TOLERANCES[kind]["rtol"]
     scale = entry["stats"]["max_abs"] or 1.0
     index = members[entry["sample"]["index"]].astype(np.int64)
     sampled = value.reshape(-1)[index].astype(np.float64)
     if np.any(np.abs(sampled - members[entry["sample"]["value"]]) > rtol * scale):
-        return False
+        return None
     golden = members[entry["blocks"]["member"]]
     limit = rtol * np.maximum(golden[:, 1], scale)
     blocks = block_sums(value, entry["blocks"]["length"])
-    return bool(blocks.shape == golden.shape and np.all(np.abs(blocks - golden)
-                                                        <= limit[:, None]))
+    ok = blocks.shape == golden.shape and np.all(np.abs(blocks - golden) <= limit[:, None])
+    return 0 if ok else None
 
 
 def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict) -> list:
     """The alternatives a candidate matches, root cause first.
+
+    An alternative matches an image when the first of its arrays that the candidate gives
+    fails the bundle and matches the alternative's (:func:`vector_matches`), and no earlier
+    claim-1 step of that image fails.
 
     Parameters
     ----------
@@ -320,7 +336,8 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     list of dict
         Per matched (alternative, image): ``array`` (the earliest failing array of the
         alternative's, where it matches), ``reading``, ``alternative``, ``result``, ``image``,
-        ``does``, ``root_cause`` (whether that array is a root cause of the check),
+        ``does``, ``apart`` and ``from_golden`` (elements from the alternative's array and
+        from refseg's; ``apart`` is 0 for a match within the tolerance), ``root_cause`` (whether that array is a root cause of the check),
         ``also_matches`` (later failing arrays that match too) and ``differs_at`` (arrays
         the alternative changes where the candidate does not follow it), ordered by the
         array's place in the pipeline.
@@ -332,23 +349,35 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
         names = sorted((n for n in vector["arrays"] if n in status), key=order.__getitem__)
         supplied = [n for n in names if not isinstance(values.get(n), (Exception, type(None)))]
         failing = [n for n in supplied if status[n].status == "fail"]
-        if not failing:
-            continue
+        if not failing or failing[0] != supplied[0]:
+            continue  # the candidate does not follow the alternative at its first step
+        steps = (f"claim1/{vector['image']}/{step}" for step in STEPS)
+        if any(status[n].status == "fail" for n in steps
+               if n in status and order[n] < order[failing[0]]):
+            continue  # an earlier step fails that the alternative leaves as it is
 
-        def matches(name):
+        def apart(name):
             kind = entries[name]["tolerance"]["name"]
-            return vector_matches(vector["arrays"][name], members, values[name], kind)
+            return vector_matches(vector["arrays"][name], members, values[name], kind,
+                                  status[name].count)
 
-        if not matches(failing[0]):
+        first = apart(failing[0])
+        if first is None:
             continue
-        also = [n for n in failing[1:] if matches(n)]
+        also = [n for n in failing[1:] if apart(n) is not None]
         reading, name = vector["flags"]
         found.append({"array": failing[0], "reading": reading, "alternative": name,
                       "result": vector["result"], "image": vector["image"],
-                      "does": notes[name]["does"],
+                      "does": notes[name]["does"], "apart": first,
+                      "from_golden": status[failing[0]].count,
                       "root_cause": status[failing[0]].root_cause, "also_matches": also,
                       "differs_at": [n for n in supplied if n not in also
                                      and n != failing[0]]})
+    # of the alternatives matching one array, the closest (a sparse map is near several)
+    closest = {}
+    for d in found:
+        closest[d["array"]] = min(closest.get(d["array"], d["apart"]), d["apart"])
+    found = [d for d in found if d["apart"] == closest[d["array"]]]
     found.sort(key=lambda d: (not d["root_cause"], order[d["array"]]))
     return found
 
@@ -381,7 +410,9 @@ def diagnosis_lines(diagnosis: list, rows) -> list[str]:
     """``diagnosis:`` lines: one per match, then one per image whose root cause no known
     reading matches."""
     lines = [f"diagnosis: {d['array']}: matches {d['reading']} {d['alternative']} "
-             f"({d['does']}; {d['result']})" for d in diagnosis]
+             f"({d['does']}; {d['result']}"
+             + (f"; {d['apart']} elements apart, {d['from_golden']} from refseg's"
+                if d["apart"] else "") + ")" for d in diagnosis]
     matched = {d["image"] for d in diagnosis}
     roots: dict[str, list] = {}
     for r in rows:
