@@ -14,7 +14,9 @@
 ``refseg train DATA --out RUN [...]``  train the fusion network on a data set (claims 1, 4)
 ``refseg predict RUN IMAGE... --out DIR``  label and overlay PNGs of images, and their times
 ``refseg evaluate RUN DATA [--compare RUN...]``  scores on a data set, runs side by side
-``refseg golden write DIR`` / ``golden check DIR CANDIDATE.npz``  golden-file bundles
+``refseg golden write DIR`` / ``golden candidate DIR OUT.npz`` / ``golden check DIR OUT.npz``
+                                      golden-file bundles (and ``golden reference``,
+                                      ``golden compare`` for image folders)
 
 Bad input ends with one line on stderr naming the file and the problem, exit status 2, and no
 output left behind: the next state of an output folder is staged beside it and swapped into
@@ -227,6 +229,13 @@ def _parser() -> argparse.ArgumentParser:
     gw.add_argument("--with-weights", action="store_true",
                     help="also write the network's weights into the bundle (weights.npz, "
                          "about 195 MB)")
+    gw.add_argument("--images", nargs="+", type=Path, default=(), metavar="IMAGE",
+                    help="also the claim-1 arrays and flagged vectors of these image files")
+    gw.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
+    gd = gsub.add_parser("candidate", help="write refseg's own candidate for a bundle (every "
+                                           "array, whole): the self-check")
+    gd.add_argument("folder", type=Path, help="bundle folder")
+    gd.add_argument("destination", type=Path, help="the candidate .npz to write")
     gc = gsub.add_parser("check", help="compare a candidate .npz with a bundle")
     gc.add_argument("folder", type=Path, help="bundle folder")
     gc.add_argument("candidate", type=Path, help=".npz keyed by the manifest's array names")
@@ -390,11 +399,20 @@ def _golden(args) -> tuple[str, int]:
     from refseg import golden
 
     if args.golden_command == "write":
-        done = golden.write_bundle(args.folder, with_weights=args.with_weights)
+        done = golden.write_bundle(args.folder, with_weights=args.with_weights,
+                                   images=args.images, max_pixels=args.max_pixels)
         weights = (f", {golden.WEIGHTS} {done.weights_bytes / 1e6:.1f} MB"
                    if args.with_weights else "")
         return (f"{done.folder}: {done.arrays} arrays, {golden.ARRAYS} "
                 f"{done.npz_bytes / 1e6:.1f} MB{weights}, in {done.seconds:.1f} s"), 0
+    if args.golden_command == "candidate":
+        from refseg.golden.own import own_candidate
+
+        count, missing = own_candidate(args.folder, args.destination)
+        note = (f"; this refseg does not compute {len(missing)} of the bundle's arrays "
+                f"({missing[0]} ...)" if missing else "")
+        return (f"{args.destination}: refseg's candidate, {count} arrays{note}; check it with "
+                f"`refseg golden check {args.folder} {args.destination}`"), 0
     if args.golden_command == "weights":
         digest = golden.export_weights(args.folder, args.destination)
         return f"{args.destination}: network weights, sha256 {digest}", 0

@@ -27,7 +27,10 @@ from refseg.claim1.operators import OPERATORS
 from refseg.data import inputs, synthetic
 from refseg.errors import InputError
 from refseg.golden.flagged import flagged_section
-from refseg.golden.format import (ARRAYS, BUNDLE_FILES, FORMAT, FORMAT_VERSION, HASH_RULE,
+from refseg.golden.own import read_user_images
+from refseg.golden.schema import SCHEMA, schema, schema_bytes
+from refseg.golden.format import (ARRAYS, BUNDLE_FILES, FORMAT, FORMAT_MINOR, FORMAT_VERSION,
+                                  HASH_RULE,
                                   MANIFEST, READINGS, TOLERANCES, WEIGHTS, BundleBuilder,
                                   array_sha256, read_bundle, read_weights, tolerance,
                                   weights_sha256, write_deterministic_npz)
@@ -690,7 +693,8 @@ def build_bundle(network_threads: int | None = 1, keep=(),
     _ops(bundle)
     cited = sorted({r for e in bundle.entries.values() for r in e["readings"]})
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "format": FORMAT, "format_version": FORMAT_VERSION, "format_minor": FORMAT_MINOR,
+        "schema": f"{SCHEMA}: the JSON Schema of this manifest ({schema()['$id']})",
         "arrays_file": ARRAYS, "versions": _versions(), "hash_rule": HASH_RULE,
         "readings_file": (f"{READINGS}: the text of the spec readings the entries cite "
                           f"({', '.join(cited)})"),
@@ -730,9 +734,10 @@ def build_bundle(network_threads: int | None = 1, keep=(),
 
 
 def write_bundle(folder, network_threads: int | None = 1, keep=(),
-                 with_weights: bool = False) -> WriteResult:
-    """Write a golden bundle (``manifest.json``, ``arrays.npz``, ``readings.md``, and with
-    ``with_weights`` ``weights.npz``) into ``folder``.
+                 with_weights: bool = False, images=(),
+                 max_pixels: int | None = None) -> WriteResult:
+    """Write a golden bundle (``manifest.json``, ``manifest.schema.json``, ``arrays.npz``,
+    ``readings.md``, and with ``with_weights`` ``weights.npz``) into ``folder``.
 
     Parameters
     ----------
@@ -743,6 +748,12 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
         See :func:`build_bundle`.
     with_weights : bool
         Also write the network's weights (``weights.npz``, about 195 MB).
+    images : sequence of str or Path
+        Image files (any that ``refseg edges`` reads): their claim-1 arrays and flagged
+        vectors are added, and the manifest records each file's and pixels' SHA-256
+        (:func:`refseg.golden.own.read_user_images`).
+    max_pixels : int or None
+        Refuse larger images (None: :data:`refseg.imageio.MAX_PIXELS`).
 
     Returns
     -------
@@ -771,7 +782,8 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
             raise InputError(f"{folder}: exists and holds files that are not a golden bundle "
                              f"({', '.join(others[:3]) or 'no manifest.json'}); choose another "
                              "folder")
-    manifest, arrays, kept = build_bundle(network_threads, keep)
+    extra = read_user_images(images, max_pixels) if images else None
+    manifest, arrays, kept = build_bundle(network_threads, keep, extra)
     readings = readings_text(r for e in manifest["arrays"].values() for r in e["readings"])
     weights = (ResMobileNet(tuple(manifest["network"]["input_hw"]),
                             seed=manifest["network"]["seed"]).weights()
@@ -782,7 +794,9 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
         (target / READINGS).write_bytes(readings.encode("utf-8"))
         if weights is not None:
             write_deterministic_npz(target / WEIGHTS, weights, compress=False)
-        manifest["files"] = {READINGS: hashlib.sha256(readings.encode("utf-8")).hexdigest()}
+        (target / SCHEMA).write_bytes(schema_bytes())
+        manifest["files"] = {READINGS: hashlib.sha256(readings.encode("utf-8")).hexdigest(),
+                             SCHEMA: hashlib.sha256(schema_bytes()).hexdigest()}
         manifest["arrays_file_sha256"] = hashlib.sha256(
             (target / ARRAYS).read_bytes()).hexdigest()
         (target / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n",
