@@ -248,6 +248,22 @@ def _parser() -> argparse.ArgumentParser:
                     help="candidate keys that name no array of the bundle do not fail")
     gc.add_argument("--verbose", action="store_true",
                     help="list the passing arrays too, not only the failures")
+    gr = gsub.add_parser("reference", help="refseg's claim-1 arrays of image files, one "
+                                           "OUT/<image>.npz each, under the bundle's names")
+    gr.add_argument("images", nargs="+", type=Path,
+                    help="image files, or folders of them (any format `refseg edges` reads)")
+    gr.add_argument("--out", type=Path, required=True, help="reference folder")
+    gr.add_argument("--jobs", type=int, default=None,
+                    help="processes (default: one per core)")
+    gr.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
+    gm = gsub.add_parser("compare", help="compare a folder of candidate .npz files with a "
+                                         "reference folder, image by image")
+    gm.add_argument("reference", type=Path, help="folder of `refseg golden reference`")
+    gm.add_argument("candidate", type=Path, help="folder of <image>.npz, the same keys")
+    gm.add_argument("--jobs", type=int, default=None,
+                    help="processes (default: one per core)")
+    gm.add_argument("--report", type=Path, default=None,
+                    help="write the summary and each failing image as JSON here")
     gx = gsub.add_parser("weights", help="regenerate the bundle's network weights as .npz")
     gx.add_argument("folder", type=Path, help="bundle folder")
     gx.add_argument("destination", type=Path, help="the .npz weight file to write")
@@ -396,7 +412,7 @@ def _audit(args) -> str:
 
 
 def _golden(args) -> tuple[str, int]:
-    from refseg import golden
+    from refseg import golden, imageio
 
     if args.golden_command == "write":
         done = golden.write_bundle(args.folder, with_weights=args.with_weights,
@@ -413,6 +429,17 @@ def _golden(args) -> tuple[str, int]:
                 f"({missing[0]} ...)" if missing else "")
         return (f"{args.destination}: refseg's candidate, {count} arrays{note}; check it with "
                 f"`refseg golden check {args.folder} {args.destination}`"), 0
+    if args.golden_command in ("reference", "compare"):
+        from refseg.golden import scale
+
+        if args.golden_command == "reference":
+            names = scale.write_references(args.images, args.out, args.jobs, args.max_pixels)
+            return f"{args.out}: reference arrays of {len(names)} images", 0
+        summary = scale.summarize(scale.compare_folders(args.reference, args.candidate,
+                                                        args.jobs))
+        if args.report is not None:
+            imageio.write_json(args.report, summary)
+        return scale.summary_text(summary), 0 if summary["passed"] == summary["images"] else 1
     if args.golden_command == "weights":
         digest = golden.export_weights(args.folder, args.destination)
         return f"{args.destination}: network weights, sha256 {digest}", 0

@@ -192,7 +192,18 @@ _EDGE_MEANING = {
 }
 
 
-def _claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray):
+def add_input(bundle: BundleBuilder, name: str, rgb: np.ndarray, function: str,
+              provenance: dict) -> None:
+    """Add an image, ``input/<name>``, stored whole."""
+    bundle.add(f"input/{name}", rgb, tolerance("exact"), claim="claim1.step1.acquire",
+               function=function, role="input", params=provenance,
+               meaning="the RGB image (rows, cols, 3) uint8 that claim 1 starts from",
+               also=("claim5.acquisition_module",), whole=True)
+
+
+def add_claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray):
+    """Add the claim-1 arrays of one image (``claim1/<name>/<step>``) to a bundle, after its
+    ``input/<name>``."""
     r = features.extract(rgb)
     fn = "refseg.claim1.features.extract"
     steps = _claim1_params(r)
@@ -677,11 +688,8 @@ def build_bundle(network_threads: int | None = 1, keep=(),
         images[name], provenance[name] = rgb, record
         functions[name] = "refseg.imageio.read_image"
     for name, rgb in images.items():
-        bundle.add(f"input/{name}", rgb, tolerance("exact"), claim="claim1.step1.acquire",
-                   function=functions[name], role="input", params=provenance[name],
-                   meaning="the RGB image (rows, cols, 3) uint8 that claim 1 starts from",
-                   also=("claim5.acquisition_module",), whole=True)
-        _claim1(bundle, name, rgb)
+        add_input(bundle, name, rgb, functions[name], provenance[name])
+        add_claim1(bundle, name, rgb)
     flagged_table, flagged_members = flagged_section(images)
     bundle.arrays.update(flagged_members)
     if network_threads is None:
