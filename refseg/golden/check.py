@@ -379,14 +379,16 @@ def check_bundle(folder, candidate, select=None, parts=None,
         Check only the arrays of these parts (:data:`~refseg.golden.format.PARTS`); None:
         every part.
     allow_extra : bool
-        Candidate keys that name no array of the bundle are reported but do not fail.
+        Candidate keys that name no array of the bundle do not fail (and are only counted).
 
     Returns
     -------
     CheckReport
         One row per checked array, in the manifest's (pipeline) order, then one per
-        unexpected key; ``passed`` is False on any failure, missing output or (unless
-        ``allow_extra``) unexpected key.
+        unexpected key (a key of a part not checked is not one); ``passed`` is False on any
+        failure, missing output or (unless ``allow_extra``) unexpected key; ``diagnosis``:
+        the alternative readings the failing claim-1 arrays match
+        (:func:`refseg.golden.flagged.diagnose`).
 
     Notes
     -----
@@ -422,7 +424,9 @@ def check_bundle(folder, candidate, select=None, parts=None,
     flagged = manifest.get("flagged")
     diagnosis = (diagnose(flagged["vectors"], flagged["notes"], stored, rows, values, entries)
                  if flagged else [])
-    unexpected = sorted(set(values) - set(entries))
+    # keys of parts not checked are another check's business
+    unexpected = sorted(k for k in set(values) - set(entries)
+                        if part_of(k) in parts or part_of(k) not in PARTS)
     rows += [_extra_row(key, list(entries)) for key in unexpected]
     sizes = {p: sum(part_of(n) == p for n in entries) for p in PARTS}
     return CheckReport(Path(folder), Path(candidate), rows, unexpected, parts, allow_extra,
