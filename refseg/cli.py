@@ -253,15 +253,14 @@ def _parser() -> argparse.ArgumentParser:
     gr.add_argument("images", nargs="+", type=Path,
                     help="image files, or folders of them (any format `refseg edges` reads)")
     gr.add_argument("--out", type=Path, required=True, help="reference folder")
-    gr.add_argument("--jobs", type=int, default=None,
-                    help="processes (default: one per core)")
-    gr.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
     gm = gsub.add_parser("compare", help="compare a folder of candidate .npz files with a "
                                          "reference folder, image by image")
+    for sub_parser in (gr, gm):
+        sub_parser.add_argument("--jobs", type=int, default=None,
+                                help="processes (default: one per core)")
+    gr.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
     gm.add_argument("reference", type=Path, help="folder of `refseg golden reference`")
     gm.add_argument("candidate", type=Path, help="folder of <image>.npz, the same keys")
-    gm.add_argument("--jobs", type=int, default=None,
-                    help="processes (default: one per core)")
     gm.add_argument("--report", type=Path, default=None,
                     help="write the summary and each failing image as JSON here")
     gx = gsub.add_parser("weights", help="regenerate the bundle's network weights as .npz")

@@ -218,6 +218,7 @@ def test_a_key_that_names_no_array_fails_and_names_the_likely_one(bundle, tmp_pa
     status, report = _check(folder, tmp_path, {"claim1/coffe/gray": arrays["claim1/coffe/gray"]},
                             f"{IMAGE}/blurred", options=["--allow-extra"])
     assert status == 1  # blurred, an output, is missing; the extra key alone would pass
+    capsys.readouterr()
     status, report = _check(folder, tmp_path, {"claim1/coffe/gray": arrays["claim1/coffe/gray"],
                                                f"{IMAGE}/gray": stored[f"{IMAGE}/gray"]},
                             f"{IMAGE}/gray", options=["--allow-extra"])
@@ -225,7 +226,7 @@ def test_a_key_that_names_no_array_fails_and_names_the_likely_one(bundle, tmp_pa
     out = capsys.readouterr().out
     # what --allow-extra allows is counted, not listed
     assert "1 candidate key that name no array of the bundle, allowed by --allow-extra" in out
-    assert "coffe" not in out and "unexpected" not in out
+    assert "coffe/" not in out and "unexpected" not in out
 
 
 @pytest.mark.infrastructure
