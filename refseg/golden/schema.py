@@ -4,8 +4,8 @@
 bundle). :func:`validate` checks a document against it with the subset of JSON Schema the
 schema uses (``type``, ``const``, ``enum``, ``properties``, ``required``,
 ``additionalProperties``, ``propertyNames``, ``minProperties``, ``items``, ``minItems``,
-``maxItems``, ``minimum``, ``maximum``, ``minLength``, ``maxLength``, ``pattern``, local
-``$ref``), so that the runtime needs no JSON Schema library; :func:`load_manifest` reads the
+``maxItems``, ``minimum``, ``maximum``, ``multipleOf``, ``minLength``, ``maxLength``,
+``pattern``, local ``$ref``), so that the runtime needs no JSON Schema library; :func:`load_manifest` reads the
 JSON refusing NaN, infinities and nesting deeper than a manifest has; :func:`check_manifest`
 adds what a schema cannot say (tolerances equal the format's, references between entries,
 storage fields, flagged vectors naming arrays of the manifest).
@@ -162,6 +162,8 @@ def validate(value, node: dict, root: dict | None = None, path: tuple = ()) -> s
     if _is(value, "number"):
         if value < node.get("minimum", -math.inf) or value > node.get("maximum", math.inf):
             return f"{where} {value} is out of range"
+        if "multipleOf" in node and value % node["multipleOf"]:
+            return f"{where} {value} is not a multiple of {node['multipleOf']}"
     return None
 
 

@@ -2,9 +2,8 @@
 (examples/opencv_claim1.py, no refseg code) that each implement one alternative reading are
 diagnosed by the alternative's name on every image of the bundle; a misreading no
 alternative covers is said to match no known reading."""
+import importlib.util
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -22,20 +21,27 @@ DIAGNOSED = [("R-gray", "gray-average"), ("R-gray", "gray-maximum"),
              ("R-weights", "weights-equal"), ("R-final", "offset-1.7")]
 
 
-def _outside_candidate(folder, tmp_path, reading):
+@pytest.fixture(scope="module")
+def example():
+    """examples/opencv_claim1.py as a module (its code only: it imports no refseg)."""
+    require("cv2")
+    spec = importlib.util.spec_from_file_location("opencv_claim1",
+                                                  ROOT / "examples" / "opencv_claim1.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _outside_candidate(example, folder, tmp_path, reading, capsys):
     """The OpenCV example's candidate under ``reading``, checked (claim 1) through the CLI:
     (exit status, the --report JSON, the printed text)."""
-    require("cv2")
     candidate = tmp_path / f"{reading}.npz"
-    r = subprocess.run([sys.executable, str(ROOT / "examples" / "opencv_claim1.py"),
-                        str(folder), str(candidate), "--reading", reading],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    example.main(folder, candidate, reading)
     report = tmp_path / f"{reading}.json"
-    r = subprocess.run([sys.executable, "-P", "-m", "refseg", "golden", "check", str(folder),
-                        str(candidate), "--part", "claim1", "--report", str(report)],
-                       capture_output=True, text=True)
-    return r.returncode, json.loads(report.read_text()), r.stdout
+    capsys.readouterr()
+    status = cli.main(["golden", "check", str(folder), str(candidate), "--part", "claim1",
+                       "--report", str(report)])
+    return status, json.loads(report.read_text()), capsys.readouterr().out
 
 
 def _images(manifest):
@@ -54,9 +60,9 @@ def test_the_outside_example_imports_no_refseg():
 @pytest.mark.infrastructure
 @pytest.mark.parametrize("reading, alternative", DIAGNOSED)
 def test_an_outside_alternative_is_diagnosed_by_name_on_every_image(
-        golden_bundle, tmp_path, reading, alternative):
+        golden_bundle, example, tmp_path, capsys, reading, alternative):
     folder, manifest = golden_bundle[:2]
-    status, report, text = _outside_candidate(folder, tmp_path, alternative)
+    status, report, text = _outside_candidate(example, folder, tmp_path, alternative, capsys)
     assert status == 1 and not report["passed"]
     found = report["diagnosis"]
     assert {(d["reading"], d["alternative"]) for d in found} == {(reading, alternative)}
@@ -71,11 +77,12 @@ def test_an_outside_alternative_is_diagnosed_by_name_on_every_image(
 
 
 @pytest.mark.infrastructure
-def test_a_misreading_no_alternative_covers_matches_no_known_reading(golden_bundle, tmp_path):
+def test_a_misreading_no_alternative_covers_matches_no_known_reading(golden_bundle, example,
+                                                                     tmp_path, capsys):
     """The BT.601 weights applied in BGR order: gray fails on every image, no flagged vector
     matches, and the check says so image by image."""
     folder, manifest = golden_bundle[:2]
-    status, report, text = _outside_candidate(folder, tmp_path, "gray-bgr")
+    status, report, text = _outside_candidate(example, folder, tmp_path, "gray-bgr", capsys)
     assert status == 1 and report["diagnosis"] == []
     for image in _images(manifest):
         assert (f"diagnosis: claim1/{image}: no known reading matches (root cause "
@@ -83,8 +90,10 @@ def test_a_misreading_no_alternative_covers_matches_no_known_reading(golden_bund
 
 
 @pytest.mark.infrastructure
-def test_refseg_s_reading_from_outside_passes_without_a_diagnosis(golden_bundle, tmp_path):
-    status, report, text = _outside_candidate(golden_bundle[0], tmp_path, "refseg")
+def test_refseg_s_reading_from_outside_passes_without_a_diagnosis(golden_bundle, example,
+                                                                   tmp_path, capsys):
+    status, report, text = _outside_candidate(example, golden_bundle[0], tmp_path, "refseg",
+                                              capsys)
     assert status == 0 and report["diagnosis"] == [] and "diagnosis:" not in text
 
 
