@@ -310,7 +310,10 @@ def _check_summary(name, entry, stored, value, tolerance, identical):
     return CheckRow(name, "pass", "", max_abs, max_abs / scale, None, identical, count=0)
 
 
-def _check_one(name, entry, stored, value) -> CheckRow:
+def check_array(name, entry, stored, value) -> CheckRow:
+    """One candidate array against its manifest entry and the stored arrays: dtype, shape,
+    finite values, then the entry's tolerance (whole arrays, or the summary's slices, sample,
+    blocks and statistics)."""
     if isinstance(value, Exception):
         return CheckRow(name, "fail", f"unreadable without pickles ({value})")
     shape, dtype = tuple(entry["shape"]), np.dtype(entry["dtype"])
@@ -333,7 +336,7 @@ def _check_one(name, entry, stored, value) -> CheckRow:
     return _check_summary(name, entry, stored, value, entry["tolerance"], identical)
 
 
-def _link_causes(rows: list, entries: dict) -> None:
+def link_causes(rows: list, entries: dict) -> None:
     """Set each failing row's ``follows``: the root causes among the failing arrays it is
     computed from (transitively); a failure none of whose sources fails is a root cause."""
     status = {r.name: r for r in rows}
@@ -419,8 +422,8 @@ def check_bundle(folder, candidate, select=None, parts=None,
             if entry["role"] == "output":
                 rows.append(CheckRow(name, "missing", "not in the candidate"))
             continue
-        rows.append(_check_one(name, entry, stored, values[name]))
-    _link_causes(rows, entries)
+        rows.append(check_array(name, entry, stored, values[name]))
+    link_causes(rows, entries)
     flagged = manifest.get("flagged")
     diagnosis = (diagnose(flagged["vectors"], flagged["notes"], stored, rows, values, entries)
                  if flagged else [])

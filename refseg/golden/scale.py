@@ -25,7 +25,7 @@ import numpy as np
 
 from refseg import imageio
 from refseg.errors import InputError
-from refseg.golden.check import CheckRow, _check_one, _link_causes
+from refseg.golden.check import CheckRow, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
 from refseg.golden.format import BundleBuilder, array_sha256, read_npz
 from refseg.golden.own import as_rgb, image_name
@@ -129,10 +129,10 @@ def compare_image(reference, candidate) -> dict:
     rows = []
     for key, entry in entries.items():
         if key in values:
-            rows.append(_check_one(key, entry, stored, values[key]))
+            rows.append(check_array(key, entry, stored, values[key]))
         elif entry["role"] == "output":
             rows.append(CheckRow(key, "missing", "not in the candidate"))
-    _link_causes(rows, entries)
+    link_causes(rows, entries)
     failed = [r for r in rows if r.status != "pass"]
     out.update(checked=len(rows), failed=len(failed),
                first_failing=[r.name.split("/", 2)[2] for r in rows if r.root_cause])
