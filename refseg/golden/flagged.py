@@ -20,6 +20,8 @@ References: [0077]-[0119]; spec ``readings.md``, ``sensitivity.md``.
 """
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from refseg.claim1 import alternatives
@@ -132,6 +134,7 @@ class _Store:
         if index_key not in self.members:
             self.members[index_key] = fingerprint_positions(name, array.size)
         index = self.members[index_key].astype(np.int64)
+        key = f"{key}:{zlib.crc32(name.encode()):08x}"  # the sample depends on the name
         length = -(-array.size // FINGERPRINT_BLOCKS)
         self.members.setdefault(f"{key}@sample_value", np.ascontiguousarray(
             array.reshape(-1)[index]))
