@@ -230,14 +230,16 @@ def summary_text(summary: dict, shown: int = 10) -> str:
     lines = [f"images: {summary['images']}, passed {summary['passed']}, failed "
              f"{summary['failed']}, missing {summary['missing']}, unreadable "
              f"{summary['errors']}"]
+    width = max([len(k) for k in (*summary["first_failing_step"], *summary["diagnosis"])]
+                + [len("no known reading matches")])
     if summary["first_failing_step"]:
-        lines += ["", "first failing step   images"]
-        lines += [f"  {step:<18} {count:>6}" for step, count in
+        lines += ["", f"{'first failing step':<{width + 2}} images"]
+        lines += [f"  {step:<{width}} {count:>6}" for step, count in
                   summary["first_failing_step"].items()]
     if summary["failed"]:
-        lines += ["", "diagnosis                                images"]
-        lines += [f"  {d:<38} {count:>6}" for d, count in summary["diagnosis"].items()]
-        lines.append(f"  {'no known reading matches':<38} {summary['no_known_reading']:>6}")
+        lines += ["", f"{'diagnosis':<{width + 2}} images"]
+        lines += [f"  {d:<{width}} {count:>6}" for d, count in summary["diagnosis"].items()]
+        lines.append(f"  {'no known reading matches':<{width}} {summary['no_known_reading']:>6}")
     failing = summary["failing_images"]
     if failing:
         lines += ["", f"failing images (first {min(shown, len(failing))} of {len(failing)}):"]
