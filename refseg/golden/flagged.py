@@ -376,11 +376,16 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
                       "root_cause": status[failing[0]].root_cause, "also_matches": also,
                       "differs_at": [n for n in supplied if n not in also
                                      and n != failing[0]]})
-    # of the alternatives matching one array, the closest (a sparse map is near several)
+    # of the alternatives matching one array, the closest (a sparse map is near several), and
+    # of those the ones the candidate follows furthest (continuous-literal and -graded share
+    # their edge maps and part at the vote)
+    def rank(d):
+        return d["apart"], len(d["differs_at"])
+
     closest = {}
     for d in found:
-        closest[d["array"]] = min(closest.get(d["array"], d["apart"]), d["apart"])
-    found = [d for d in found if d["apart"] == closest[d["array"]]]
+        closest[d["array"]] = min(closest.get(d["array"], rank(d)), rank(d))
+    found = [d for d in found if rank(d) == closest[d["array"]]]
     found.sort(key=lambda d: (not d["root_cause"], order[d["array"]]))
     return found
 
