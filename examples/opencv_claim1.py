@@ -7,16 +7,50 @@ Follows the readings of refseg's spec/readings.md: gray (299 R + 587 G + 114 B) 
 crossings whose jump exceeds 2 Otsu(|LoG|); mean image, RMS deviation from it, CV = std / mean,
 weights = CV / sum(CV); F = sum w X - 1.5 with X = 2 on an edge, 1 elsewhere; feature = F >= 0.
 
-Usage: python examples/opencv_claim1.py BUNDLE_DIR candidate.npz
+``--reading NAME`` implements one alternative reading instead (the names of refseg's
+spec/sensitivity.md, e.g. gray-average), or ``gray-bgr``, a misreading no alternative covers
+(the BT.601 weights applied to the channels in BGR order): candidates for the diagnosis of
+``refseg golden check``. ``--folder`` reads per-image reference files (``refseg golden
+reference``) instead of a bundle and writes one candidate file per image into the output
+folder, for ``refseg golden compare``.
+
+Usage: python examples/opencv_claim1.py BUNDLE_DIR candidate.npz [--reading NAME]
+       python examples/opencv_claim1.py --folder REFERENCE_DIR CANDIDATE_DIR [--reading NAME]
 """
+import argparse
 import json
-import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
 
-B = cv2.BORDER_REFLECT_101
 OPS = ("canny", "sobel", "prewitt", "log")
+BORDERS = {"reflect101": cv2.BORDER_REFLECT_101, "replicate": cv2.BORDER_REPLICATE,
+           "zero": cv2.BORDER_CONSTANT}
+LAPLACE_8 = np.array([[1, 1, 1], [1, -8, 1], [1, 1, 1]], np.float64)
+#: Each reading: the choices it changes from the defaults of ``claim1``.
+READINGS = {
+    "refseg": {},
+    "gray-average": {"gray": "average"}, "gray-green": {"gray": "green"},
+    "gray-maximum": {"gray": "maximum"}, "gray-bt709": {"gray": "bt709"},
+    "gray-bgr": {"gray": "bgr"},
+    "border-replicate": {"border": "replicate"}, "border-zero": {"border": "zero"},
+    "gauss-sigma-1": {"sigma": 1.0}, "gauss-sigma-1.5": {"sigma": 1.5},
+    "gauss-binomial": {"sigma": 0.0},
+    "canny-ratio-1.5": {"canny_ratio": 1.5}, "canny-ratio-3": {"canny_ratio": 3.0},
+    "canny-otsu-high": {"canny_otsu": "high"},
+    "log-ratio-1": {"log_ratio": 1.0}, "log-ratio-3": {"log_ratio": 3.0},
+    "log-laplace8": {"laplacian": LAPLACE_8}, "log-positive": {"log_side": "positive"},
+    "std-own-mean": {"std": "own"}, "cv-mean-image": {"cv": "mean_image"},
+    "weights-equal": {"weights": "equal"}, "weights-inverse": {"weights": "inverse"},
+    "offset-1.45": {"offset": 1.45}, "offset-1.6": {"offset": 1.6},
+    "offset-1.7": {"offset": 1.7},
+}
+DEFAULTS = {"gray": "bt601", "border": "reflect101", "sigma": 0.8, "canny_ratio": 2.0,
+            "canny_otsu": "low", "log_ratio": 2.0, "laplacian": None, "log_side": "negative",
+            "std": "mean_image", "cv": "own", "weights": "share", "offset": 1.5}
+GRAY_WEIGHTS = {"bt601": [0.299, 0.587, 0.114], "bt709": [0.2126, 0.7152, 0.0722],
+                "bgr": [0.114, 0.587, 0.299]}
 
 
 def otsu(values, bins=256):
@@ -47,11 +81,35 @@ def zero_crossings(r, t):
     return (neg | zero).astype(np.uint8)
 
 
-def claim1(rgb):
-    out = {}
+def to_gray(rgb, rule):
     rgbf = rgb.astype(np.float64)
-    gray = cv2.transform(rgbf, np.array([[0.299, 0.587, 0.114]]))  # RGB order (not BGR)
-    blurred = cv2.GaussianBlur(gray, (3, 3), 0.8, borderType=B)
+    if rule == "average":
+        return rgbf.sum(axis=2) / 3
+    if rule == "green":
+        return rgbf[:, :, 1].copy()
+    if rule == "maximum":
+        return rgbf.max(axis=2)
+    return cv2.transform(rgbf, np.array([GRAY_WEIGHTS[rule]]))  # RGB order (not BGR)
+
+
+def weights_of(std, mean, mean_image, c):
+    cv = np.divide(std, mean, out=np.zeros(4), where=mean > 0)
+    if c["cv"] == "mean_image":
+        cv = std / mean_image.mean()
+    if c["weights"] == "equal":
+        return cv, np.full(4, 0.25)
+    share = cv
+    if c["weights"] == "inverse":
+        share = np.divide(1.0, cv, out=np.zeros(4), where=cv > 0)
+    return cv, (share / share.sum() if share.sum() > 0 else np.full(4, 0.25))
+
+
+def claim1(rgb, reading="refseg"):
+    c = {**DEFAULTS, **READINGS[reading]}
+    B = BORDERS[c["border"]]
+    out = {}
+    gray = to_gray(rgb, c["gray"])
+    blurred = cv2.GaussianBlur(gray, (3, 3), c["sigma"], borderType=B)
     gx = cv2.Sobel(blurred, cv2.CV_64F, 1, 0, ksize=3, borderType=B)
     gy = cv2.Sobel(blurred, cv2.CV_64F, 0, 1, ksize=3, borderType=B)
     sob = cv2.magnitude(gx, gy)
@@ -59,53 +117,82 @@ def claim1(rgb):
     px = cv2.filter2D(blurred, cv2.CV_64F, kx, borderType=B)
     py = cv2.filter2D(blurred, cv2.CV_64F, kx.T, borderType=B)
     pre = cv2.magnitude(px, py)
-    lap = cv2.Laplacian(blurred, cv2.CV_64F, ksize=1, borderType=B)
-    low = otsu(sob)
+    if c["laplacian"] is None:
+        lap = cv2.Laplacian(blurred, cv2.CV_64F, ksize=1, borderType=B)
+    else:
+        lap = cv2.filter2D(blurred, cv2.CV_64F, c["laplacian"], borderType=B)
+    otsu_sobel = otsu(sob)
+    low, high = ((otsu_sobel, c["canny_ratio"] * otsu_sobel) if c["canny_otsu"] == "low"
+                 else (otsu_sobel / c["canny_ratio"], otsu_sobel))
     # cv2.Canny takes int16 gradients: scale by 32 (|gx| <= 1020 * 32 fits) and the thresholds too
     dx, dy = (np.round(g * 32).astype(np.int16) for g in (gx, gy))
     edges = {
-        "canny": (cv2.Canny(dx, dy, low * 32, 2 * low * 32, L2gradient=True) > 0),
-        "sobel": sob > low,
+        "canny": (cv2.Canny(dx, dy, low * 32, high * 32, L2gradient=True) > 0),
+        "sobel": sob > otsu_sobel,
         "prewitt": pre > otsu(pre),
     }
-    slope = 2 * otsu(np.abs(lap))
+    slope = c["log_ratio"] * otsu(np.abs(lap))
     edges = {k: v.astype(np.uint8) for k, v in edges.items()}
-    edges["log"] = zero_crossings(lap, slope)
+    edges["log"] = zero_crossings(lap if c["log_side"] == "negative" else -lap, slope)
     stack = np.stack([edges[k] for k in OPS]).astype(np.float64)
     mean_image = stack.mean(axis=0)
-    std = np.sqrt(((stack - mean_image) ** 2).mean(axis=(1, 2)))
+    if c["std"] == "own":
+        std = stack.std(axis=(1, 2))
+    else:
+        std = np.sqrt(((stack - mean_image) ** 2).mean(axis=(1, 2)))
     mean = stack.mean(axis=(1, 2))
-    cv = np.divide(std, mean, out=np.zeros(4), where=mean > 0)
-    weights = cv / cv.sum() if cv.sum() > 0 else np.full(4, 0.25)
+    cv, weights = weights_of(std, mean, mean_image, c)
     x = stack + 1.0  # 2 on an edge, 1 elsewhere
-    final = sum(w * xi for w, xi in zip(weights, x)) - 1.5
+    final = sum(w * xi for w, xi in zip(weights, x)) - c["offset"]
     out.update(gray=gray, blurred=blurred, mean_image=mean_image, std=std, mean=mean, cv=cv,
                weights=weights, intermediate_cv=np.float64(cv.sum()), final_weight=final,
                feature_map=(final >= 0).astype(np.uint8))
     out.update({f"response/{k}": v for k, v in
                 (("canny", sob), ("sobel", sob), ("prewitt", pre), ("log", lap))})
     out.update({f"edges/{k}": edges[k] for k in OPS})
-    out.update({"threshold/canny/low": np.float64(low), "threshold/canny/high": np.float64(2 * low),
-                "threshold/sobel/magnitude": np.float64(low),
+    out.update({"threshold/canny/low": np.float64(low), "threshold/canny/high": np.float64(high),
+                "threshold/sobel/magnitude": np.float64(otsu_sobel),
                 "threshold/prewitt/magnitude": np.float64(otsu(pre)),
                 "threshold/log/slope": np.float64(slope)})
     return out
 
 
-def main(bundle, candidate):
+def main(bundle, candidate, reading="refseg"):
     manifest = json.load(open(f"{bundle}/manifest.json", encoding="utf-8"))
     names = [n.split("/", 1)[1] for n in manifest["arrays"]
              if n.startswith("input/") and f"claim1/{n.split('/', 1)[1]}/gray" in manifest["arrays"]]
     arrays = {}
     with np.load(f"{bundle}/{manifest['arrays_file']}", allow_pickle=False) as npz:
         for name in names:
-            for key, value in claim1(npz[f"input/{name}"]).items():
+            for key, value in claim1(npz[f"input/{name}"], reading).items():
                 arrays[f"claim1/{name}/{key}"] = value
     np.savez(candidate, **arrays)
     print(f"{candidate}: {len(arrays)} arrays for {len(names)} images")
 
 
+def main_folder(reference, out, reading="refseg"):
+    """One candidate file per reference file, for the image it holds (key input/<image>)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for path in sorted(Path(reference).glob("*.npz")):
+        with np.load(path, allow_pickle=False) as npz:
+            key = next(k for k in npz.files if k.startswith("input/"))
+            rgb = npz[key]
+        name = key.split("/", 1)[1]
+        np.savez(out / path.name, **{f"claim1/{name}/{k}": v
+                                     for k, v in claim1(rgb, reading).items()})
+        count += 1
+    print(f"{out}: {count} candidate files")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python examples/opencv_claim1.py BUNDLE_DIR candidate.npz")
-    main(*sys.argv[1:3])
+    parser = argparse.ArgumentParser(description="claim 1 with OpenCV, as a refseg candidate")
+    parser.add_argument("source", help="bundle folder (or, with --folder, reference folder)")
+    parser.add_argument("destination", help="candidate .npz (or, with --folder, a folder)")
+    parser.add_argument("--reading", default="refseg", choices=sorted(READINGS),
+                        help="an alternative reading to implement (default: refseg's)")
+    parser.add_argument("--folder", action="store_true",
+                        help="per-image reference files in, per-image candidates out")
+    args = parser.parse_args()
+    (main_folder if args.folder else main)(args.source, args.destination, args.reading)

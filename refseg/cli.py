@@ -15,7 +15,9 @@
 ``refseg train DATA --out RUN [...]``  train the fusion network on a data set (claims 1, 4)
 ``refseg predict RUN IMAGE... --out DIR``  label and overlay PNGs of images, and their times
 ``refseg evaluate RUN DATA [--compare RUN...]``  scores on a data set, runs side by side
-``refseg golden write DIR`` / ``golden check DIR CANDIDATE.npz``  golden-file bundles
+``refseg golden write DIR`` / ``golden candidate DIR OUT.npz`` / ``golden check DIR OUT.npz``
+                                      golden-file bundles (and ``golden reference``,
+                                      ``golden compare`` for image folders)
 
 Bad input ends with one line on stderr naming the file and the problem, exit status 2, and no
 output left behind: outputs are staged inside their folder, under its lock, and moved into
@@ -238,6 +240,14 @@ def _parser() -> argparse.ArgumentParser:
     gw.add_argument("--with-weights", action="store_true",
                     help="also write the network's weights into the bundle (weights.npz, "
                          "about 195 MB)")
+    gw.add_argument("--images", nargs="+", type=Path, default=(), metavar="IMAGE",
+                    help="also the claim-1 arrays and flagged vectors of these image files")
+    gw.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
+    gd = gsub.add_parser("candidate", help="write refseg's own candidate for a bundle (every "
+                                           "array, whole): the self-check")
+    gd.add_argument("folder", type=Path, help="bundle folder")
+    gd.add_argument("destination", type=Path, help="the candidate .npz to write")
+    gd.add_argument("--force", action="store_true", help=_FORCE_HELP)
     gc = gsub.add_parser("check", help="compare a candidate .npz with a bundle")
     gc.add_argument("folder", type=Path, help="bundle folder")
     gc.add_argument("candidate", type=Path, help=".npz keyed by the manifest's array names")
@@ -251,6 +261,22 @@ def _parser() -> argparse.ArgumentParser:
                     help="candidate keys that name no array of the bundle do not fail")
     gc.add_argument("--verbose", action="store_true",
                     help="list the passing arrays too, not only the failures")
+    gr = gsub.add_parser("reference", help="refseg's claim-1 arrays of image files, one "
+                                           "OUT/<image>.npz each, under the bundle's names")
+    gr.add_argument("images", nargs="+", type=Path,
+                    help="image files, or folders of them (any format `refseg edges` reads)")
+    gr.add_argument("--out", type=Path, required=True, help="reference folder")
+    gm = gsub.add_parser("compare", help="compare a folder of candidate .npz files with a "
+                                         "reference folder, image by image")
+    for sub_parser in (gr, gm):
+        sub_parser.add_argument("--jobs", type=int, default=None,
+                                help="processes (default: one per core)")
+    gr.add_argument("--max-pixels", type=int, default=None, help=_MAX_PIXELS_HELP)
+    gm.add_argument("reference", type=Path, help="folder of `refseg golden reference`")
+    gm.add_argument("candidate", type=Path, help="folder of <image>.npz, the same keys")
+    gm.add_argument("--report", type=Path, default=None,
+                    help="write the summary and each failing image as JSON here")
+    gm.add_argument("--force", action="store_true", help=_FORCE_HELP + " (--report)")
     gx = gsub.add_parser("weights", help="regenerate the bundle's network weights as .npz")
     gx.add_argument("folder", type=Path, help="bundle folder")
     gx.add_argument("destination", type=Path, help="the .npz weight file to write")
@@ -412,16 +438,40 @@ def _audit(args) -> str:
 
 def _golden(args) -> tuple[str, int]:
     from refseg import golden
-    from refseg.publish import check_single_output, settle
+    from refseg.publish import check_single_output, settle, write_json
 
     if args.golden_command == "write":
-        done = golden.write_bundle(args.folder, with_weights=args.with_weights)
+        done = golden.write_bundle(args.folder, with_weights=args.with_weights,
+                                   images=args.images, max_pixels=args.max_pixels)
         weights = (f", {golden.WEIGHTS} {done.weights_bytes / 1e6:.1f} MB"
                    if args.with_weights else "")
         return (f"{done.folder}: {done.arrays} arrays, {golden.ARRAYS} "
                 f"{done.npz_bytes / 1e6:.1f} MB{weights}, in {done.seconds:.1f} s"), 0
-    if args.golden_command != "write" and args.folder.is_dir():
-        settle(args.folder)  # a bundle whose publication a killed writer began is completed
+    bundle = getattr(args, "folder", None)
+    if args.golden_command != "write" and bundle is not None and bundle.is_dir():
+        settle(bundle)  # a bundle whose publication a killed writer began is completed
+    if args.golden_command == "candidate":
+        from refseg.golden.own import own_candidate
+
+        check_single_output(args.destination, [args.folder], args.force)
+        count, missing = own_candidate(args.folder, args.destination)
+        note = (f"; this refseg does not compute {len(missing)} of the bundle's arrays "
+                f"({missing[0]} ...)" if missing else "")
+        return (f"{args.destination}: refseg's candidate, {count} arrays{note}; check it with "
+                f"`refseg golden check {args.folder} {args.destination}`"), 0
+    if args.golden_command in ("reference", "compare"):
+        from refseg.golden import scale
+
+        if args.golden_command == "reference":
+            names = scale.write_references(args.images, args.out, args.jobs, args.max_pixels)
+            return f"{args.out}: reference arrays of {len(names)} images", 0
+        if args.report is not None:
+            check_single_output(args.report, [args.reference, args.candidate], args.force)
+        summary = scale.summarize(scale.compare_folders(args.reference, args.candidate,
+                                                        args.jobs))
+        if args.report is not None:
+            write_json(args.report, summary)
+        return scale.summary_text(summary), 0 if summary["passed"] == summary["images"] else 1
     if args.golden_command == "weights":
         check_single_output(args.destination, [args.folder], args.force)
         digest = golden.export_weights(args.folder, args.destination)

@@ -372,11 +372,13 @@ def write_matrix() -> str:
         raise InputError(f"{Path.cwd()}: not a refseg source checkout (no spec/registry.toml "
                          "and tests/conftest.py); --write works in one")
     from refseg.golden import build_bundle, pinned_elements
+    from refseg.golden.flagged import flagged_pins
 
     registry = load_registry(checkout / "spec")
     text = render_matrix(registry, code_citations(), scan_test_citations(checkout / "tests"))
-    # the names only, but they come from building the bundle (about 10 s)
-    pins = render_golden_pins(pinned_elements(build_bundle()[0]))
+    # from building the bundle (about 15 s): the names, and the flagged vectors' hashes
+    manifest = build_bundle()[0]
+    pins = render_golden_pins(pinned_elements(manifest), flagged_pins(manifest))
     done = []
     for name, content in ((MATRIX_FILE, text), (GOLDEN_PINS_FILE, pins)):
         path = checkout / "spec" / name
@@ -388,10 +390,16 @@ def write_matrix() -> str:
     return "; ".join(done)
 
 
-def render_golden_pins(pinned: dict[str, list[str]]) -> str:
+def render_golden_pins(pinned: dict[str, list[str]], flagged: dict | None = None) -> str:
     """``golden_pins.json``: {claim element: the sorted names of the golden arrays pinning it},
-    from a bundle's manifest (:func:`refseg.golden.pinned_elements`)."""
-    return json.dumps({k: sorted(v) for k, v in sorted(pinned.items())}, indent=1) + "\n"
+    from a bundle's manifest (:func:`refseg.golden.pinned_elements`), and under
+    ``flagged_vectors`` the SHA-256 of each flagged vector's arrays
+    (:func:`refseg.golden.flagged.flagged_pins`), so that expected data never moves
+    silently with the code."""
+    pins = {k: sorted(v) for k, v in sorted(pinned.items())}
+    if flagged:
+        pins["flagged_vectors"] = dict(sorted(flagged.items()))
+    return json.dumps(pins, indent=1) + "\n"
 
 
 def golden_pins(directory: Path | None = None) -> dict[str, list[str]]:

@@ -2,16 +2,21 @@
 implementations of the method.
 
 :mod:`~refseg.golden.format` says what a bundle is (names, storage, tolerances, hashes),
-:mod:`~refseg.golden.produce` computes and writes one, :mod:`~refseg.golden.check` compares a
-candidate with one.
+:mod:`~refseg.golden.schema` its manifest's JSON Schema and validation,
+:mod:`~refseg.golden.produce` computes and writes one, :mod:`~refseg.golden.flagged` its
+flagged vectors of the alternative readings and the diagnosis by them,
+:mod:`~refseg.golden.check` compares a candidate with one, :mod:`~refseg.golden.own` writes
+refseg's own candidate and reads the user's images, :mod:`~refseg.golden.scale` compares
+folders of per-image files.
 """
+from refseg.golden import schema
 from refseg.golden.check import CheckReport, CheckRow, check_bundle
-from refseg.golden.format import (ARRAYS, FORMAT, FORMAT_VERSION, MANIFEST, PARTS, READINGS,
-                                  TOLERANCES, WEIGHTS, array_sha256, pinned_elements,
+from refseg.golden.format import (ARRAYS, FORMAT, FORMAT_MINOR, FORMAT_VERSION, MANIFEST, PARTS,
+                                  READINGS, TOLERANCES, WEIGHTS, array_sha256, pinned_elements,
                                   read_bundle, read_weights, weights_sha256)
 from refseg.golden.produce import WriteResult, build_bundle, export_weights, write_bundle
 
-__all__ = ["ARRAYS", "FORMAT", "FORMAT_VERSION", "MANIFEST", "PARTS", "READINGS", "TOLERANCES",
-           "WEIGHTS", "CheckReport", "CheckRow", "WriteResult", "array_sha256", "build_bundle",
-           "check_bundle", "export_weights", "pinned_elements", "read_bundle", "read_weights",
-           "weights_sha256", "write_bundle"]
+__all__ = ["ARRAYS", "FORMAT", "FORMAT_MINOR", "FORMAT_VERSION", "MANIFEST", "PARTS",
+           "READINGS", "TOLERANCES", "WEIGHTS", "CheckReport", "CheckRow", "WriteResult",
+           "array_sha256", "build_bundle", "check_bundle", "export_weights", "pinned_elements",
+           "read_bundle", "read_weights", "schema", "weights_sha256", "write_bundle"]

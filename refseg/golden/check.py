@@ -22,6 +22,7 @@ import numpy as np
 
 from refseg import publish
 from refseg.errors import InputError
+from refseg.golden.flagged import diagnose, diagnosis_lines
 from refseg.golden.format import (PARTS, array_sha256, block_sums, part_of, read_bundle,
                                   read_npz, summary_statistics)
 
@@ -93,6 +94,7 @@ class CheckReport:
     parts: tuple = PARTS
     allow_extra: bool = False
     sizes: dict = field(default_factory=dict)
+    diagnosis: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -113,7 +115,7 @@ class CheckReport:
                 "failed": sum(r.status not in ("pass", "extra") for r in self.rows),
                 "parts": {p: self.part_summary(p) for p in self.parts},
                 "unexpected": self.unexpected, "allow_extra": self.allow_extra,
-                "rows": [r.as_dict() for r in self.rows]}
+                "diagnosis": self.diagnosis, "rows": [r.as_dict() for r in self.rows]}
 
     def write_json(self, path) -> None:
         """Write :meth:`as_dict` as JSON, atomically."""
@@ -146,10 +148,13 @@ class CheckReport:
             for r in (rows if verbose else bad):
                 lines.append("  " + _row_line(r, width))
         extras = [r for r in self.rows if r.status == "extra"]
-        if extras:
-            lines.append(f"candidate keys that name no array of the bundle"
-                         f"{' (allowed by --allow-extra)' if self.allow_extra else ''}:")
+        if extras and self.allow_extra:
+            lines.append(f"{len(extras)} candidate key{'s' * (len(extras) > 1)} that name no "
+                         "array of the bundle, allowed by --allow-extra")
+        elif extras:
+            lines.append("candidate keys that name no array of the bundle:")
             lines += [f"  {r.status:<7}  {r.name}: {r.reason}" for r in extras]
+        lines += diagnosis_lines(self.diagnosis, self.rows)
         for part in PARTS:
             if part not in self.parts:
                 lines.append(f"part {part}: not checked")
@@ -176,7 +181,8 @@ class CheckReport:
         failed = sum(r.status != "pass" for r in checked)
         lines.append(f"{'PASS' if self.passed else 'FAIL'}: {len(checked)} arrays checked, "
                      f"{len(checked) - failed} passed, {failed} failed or missing"
-                     + (f", {len(extras)} unexpected keys" if extras else ""))
+                     + (f", {len(extras)} unexpected keys" if extras and not self.allow_extra
+                        else ""))
         return "\n".join(lines)
 
 
@@ -304,7 +310,10 @@ def _check_summary(name, entry, stored, value, tolerance, identical):
     return CheckRow(name, "pass", "", max_abs, max_abs / scale, None, identical, count=0)
 
 
-def _check_one(name, entry, stored, value) -> CheckRow:
+def check_array(name, entry, stored, value) -> CheckRow:
+    """One candidate array against its manifest entry and the stored arrays: dtype, shape,
+    finite values, then the entry's tolerance (whole arrays, or the summary's slices, sample,
+    blocks and statistics)."""
     if isinstance(value, Exception):
         return CheckRow(name, "fail", f"unreadable without pickles ({value})")
     shape, dtype = tuple(entry["shape"]), np.dtype(entry["dtype"])
@@ -327,7 +336,7 @@ def _check_one(name, entry, stored, value) -> CheckRow:
     return _check_summary(name, entry, stored, value, entry["tolerance"], identical)
 
 
-def _link_causes(rows: list, entries: dict) -> None:
+def link_causes(rows: list, entries: dict) -> None:
     """Set each failing row's ``follows``: the root causes among the failing arrays it is
     computed from (transitively); a failure none of whose sources fails is a root cause."""
     status = {r.name: r for r in rows}
@@ -373,14 +382,16 @@ def check_bundle(folder, candidate, select=None, parts=None,
         Check only the arrays of these parts (:data:`~refseg.golden.format.PARTS`); None:
         every part.
     allow_extra : bool
-        Candidate keys that name no array of the bundle are reported but do not fail.
+        Candidate keys that name no array of the bundle do not fail (and are only counted).
 
     Returns
     -------
     CheckReport
         One row per checked array, in the manifest's (pipeline) order, then one per
-        unexpected key; ``passed`` is False on any failure, missing output or (unless
-        ``allow_extra``) unexpected key.
+        unexpected key (a key of a part not checked is not one); ``passed`` is False on any
+        failure, missing output or (unless ``allow_extra``) unexpected key; ``diagnosis``:
+        the alternative readings the failing claim-1 arrays match
+        (:func:`refseg.golden.flagged.diagnose`).
 
     Notes
     -----
@@ -411,10 +422,15 @@ def check_bundle(folder, candidate, select=None, parts=None,
             if entry["role"] == "output":
                 rows.append(CheckRow(name, "missing", "not in the candidate"))
             continue
-        rows.append(_check_one(name, entry, stored, values[name]))
-    _link_causes(rows, entries)
-    unexpected = sorted(set(values) - set(entries))
+        rows.append(check_array(name, entry, stored, values[name]))
+    link_causes(rows, entries)
+    flagged = manifest.get("flagged")
+    diagnosis = (diagnose(flagged["vectors"], flagged["notes"], stored, rows, values, entries)
+                 if flagged else [])
+    # keys of parts not checked are another check's business
+    unexpected = sorted(k for k in set(values) - set(entries)
+                        if part_of(k) in parts or part_of(k) not in PARTS)
     rows += [_extra_row(key, list(entries)) for key in unexpected]
     sizes = {p: sum(part_of(n) == p for n in entries) for p in PARTS}
     return CheckReport(Path(folder), Path(candidate), rows, unexpected, parts, allow_extra,
-                       sizes)
+                       sizes, diagnosis)

@@ -15,6 +15,9 @@ A bundle is a folder with these files:
     so that the same refseg on the same machine writes the same bytes.
 ``readings.md``
     The text of every spec reading an entry cites, so that the folder alone is the reference.
+``manifest.schema.json``
+    The JSON Schema of ``manifest.json`` (:mod:`~refseg.golden.schema`), with a versioned
+    ``$id``.
 ``weights.npz`` (only when written with ``--with-weights``)
     The network's weights by Keras path, uncompressed; they hash (:data:`HASH_RULE`) to the
     manifest's ``network.weights_sha256``.
@@ -42,18 +45,22 @@ import numpy as np
 
 from refseg.images import check_npz_members
 from refseg.errors import InputError
+from refseg.golden.schema import SCHEMA, check_manifest, load_manifest
 from refseg.trace import load_registry
 
 INFRASTRUCTURE = "golden files: the bundle format"
 
 FORMAT = "refseg-golden"
-FORMAT_VERSION = 2
+#: The major version (changes when a reader of the previous one could misread a bundle) and
+#: the minor one (additions a reader may ignore); see ``manifest.schema.json``.
+FORMAT_VERSION = 3
+FORMAT_MINOR = 0
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 READINGS = "readings.md"
 WEIGHTS = "weights.npz"
 #: The files a bundle folder may hold.
-BUNDLE_FILES = (MANIFEST, ARRAYS, READINGS, WEIGHTS)
+BUNDLE_FILES = (MANIFEST, ARRAYS, READINGS, WEIGHTS, SCHEMA)
 #: The parts of a bundle, in pipeline order (``golden check --part``).
 PARTS = ("claim1", "net", "ops")
 
@@ -173,10 +180,12 @@ class BundleBuilder:
     kept: dict = field(default_factory=dict)       # copies of summary-stored arrays
 
     def add(self, name, array, tolerance, *, claim, function, meaning, paragraphs=None,
-            params=None, role="output", note="", also=(), readings=(), computed_from=()):
+            params=None, role="output", note="", also=(), readings=(), computed_from=(),
+            whole=False):
         """Add one array, after those it is computed from; ``paragraphs`` defaults to the
         registry's for ``claim``, and the readings of ``claim`` and ``also`` are cited with
-        ``readings``."""
+        ``readings``; ``whole``: stored in full whatever its size (the input images, which
+        outside implementations start from)."""
         array = np.asarray(array)
         if paragraphs is None:
             paragraphs = element_paragraphs(claim)
@@ -201,7 +210,7 @@ class BundleBuilder:
             entry["params"] = params
         if note:
             entry["note"] = note
-        if array.size <= FULL_LIMIT:
+        if array.size <= FULL_LIMIT or whole:
             entry["storage"] = "full"
             self.arrays[name] = _canonical(array)
         else:
@@ -250,12 +259,12 @@ def _corner_slices(shape):
     return [first, last]
 
 
-def sample_positions(name: str, size: int) -> np.ndarray:
-    """:data:`SAMPLE_COUNT` distinct C-order positions of an array of ``size`` elements,
-    sorted, drawn with a generator seeded by :data:`SAMPLE_SEED` and the CRC-32 of ``name``
-    (uint32; the bundle stores them, so a reader need not redraw them)."""
+def sample_positions(name: str, size: int, count: int = SAMPLE_COUNT) -> np.ndarray:
+    """``count`` (default :data:`SAMPLE_COUNT`) distinct C-order positions of an array of
+    ``size`` elements, sorted, drawn with a generator seeded by :data:`SAMPLE_SEED` and the
+    CRC-32 of ``name`` (uint32; the bundle stores them, so a reader need not redraw them)."""
     rng = np.random.default_rng([SAMPLE_SEED, zlib.crc32(name.encode())])
-    count = min(SAMPLE_COUNT, size)
+    count = min(count, size)
     return np.sort(rng.choice(size, count, replace=False)).astype("<u4")
 
 
@@ -325,22 +334,23 @@ def read_bundle(folder) -> tuple[dict, dict]:
         the manifest's, or an array whose SHA-256 is not.
     """
     folder = Path(folder)
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{folder}: no {MANIFEST}; not a golden bundle") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{folder / MANIFEST}: not readable JSON ({exc})") from None
+    path = folder / MANIFEST
+    manifest = load_manifest(path)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise InputError(f"{folder / MANIFEST}: not a {FORMAT} manifest")
+        raise InputError(f"{path}: not a {FORMAT} manifest")
     version = manifest.get("format_version", 0)
     if version != FORMAT_VERSION:
         newer = isinstance(version, int) and version > FORMAT_VERSION
-        raise InputError(f"{folder / MANIFEST}: format version {version!r} is "
+        raise InputError(f"{path}: format version {_short(version)} is "
                          f"{'newer than' if newer else 'not'} the one this refseg reads "
                          f"({FORMAT_VERSION})" + ("" if newer else "; write the bundle again"))
-    path = folder / MANIFEST
-    _check_manifest(manifest, path)
+    check_manifest(manifest, path, TOLERANCES)
+    for name in (SCHEMA,):
+        file = folder / name
+        if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != \
+                manifest["files"][name]:
+            raise InputError(f"{file}: missing, or its SHA-256 is not the one {MANIFEST} "
+                             "records; the bundle was changed after it was written")
     readings = folder / READINGS
     if not readings.is_file():
         raise InputError(f"{readings}: missing; the bundle carries the readings it cites")
@@ -365,7 +375,32 @@ def read_bundle(folder) -> tuple[dict, dict]:
                              f"{MANIFEST} records; the bundle was changed after it was written")
         if entry["storage"] == "summary":
             _check_summary_members(name, entry, arrays, arrays_path)
+    _check_flagged_members(manifest["flagged"], arrays, arrays_path)
     return manifest, arrays
+
+
+def _check_flagged_members(flagged: dict, arrays: dict, path: Path) -> None:
+    """Every member a flagged vector names is a readable array that fits it."""
+    for vector in flagged["vectors"]:
+        for name, a in vector["arrays"].items():
+            size = int(np.prod(a["shape"]))
+            if a["storage"] == "full":
+                member = arrays.get(a["member"])
+                ok = (isinstance(member, np.ndarray) and list(member.shape) == a["shape"]
+                      and member.dtype == np.dtype(a["dtype"]))
+            else:
+                index, value, blocks = (arrays.get(a["sample"]["index"]),
+                                        arrays.get(a["sample"]["value"]),
+                                        arrays.get(a["blocks"]["member"]))
+                ok = (all(isinstance(m, np.ndarray) for m in (index, value, blocks))
+                      and index.ndim == 1 and index.dtype.kind == "u"
+                      and value.shape == index.shape and value.dtype.kind == "f"
+                      and (index.size == 0 or int(index.max()) < size)
+                      and blocks.shape == (-(-size // a["blocks"]["length"]), 2)
+                      and blocks.dtype == np.float64)
+            if not ok:
+                raise InputError(f"{path}: the stored arrays of flagged vector "
+                                 f"{vector['id']!r} ({name}) are missing or do not fit it")
 
 
 def _check_summary_members(name, entry, arrays, path):
@@ -386,79 +421,9 @@ def _check_summary_members(name, entry, arrays, path):
                          f"{tuple(entry['shape'])}")
 
 
-#: The fields every array entry of a manifest has, and their JSON types.
-ENTRY_FIELDS = {"shape": list, "dtype": str, "sha256": str, "role": str, "tolerance": dict,
-                "claim": str, "storage": str, "meaning": str, "readings": list,
-                "computed_from": list}
-
-
-def _check_manifest(manifest: dict, path: Path) -> None:
-    """The manifest's structure, before any array is read: the arrays file is the bundle's own
-    ``arrays.npz`` (no path leads elsewhere), every entry has its fields with their types, and
-    every tolerance is one of :data:`TOLERANCES` exactly (a bundle cannot widen its own)."""
-    if manifest.get("arrays_file", ARRAYS) != ARRAYS:
-        raise InputError(f"{path}: arrays_file must be {ARRAYS!r}, the bundle's own file, "
-                         f"got {manifest.get('arrays_file')!r}")
-    if not isinstance(manifest.get("arrays_file_sha256"), str):
-        raise InputError(f"{path}: no arrays_file_sha256, so {ARRAYS} cannot be verified")
-    files = manifest.get("files")
-    if not (isinstance(files, dict) and isinstance(files.get(READINGS), str)
-            and set(files) <= set(BUNDLE_FILES)):
-        raise InputError(f"{path}: 'files' must give the SHA-256 of {READINGS} (and name only "
-                         f"the bundle's own files: {', '.join(BUNDLE_FILES)})")
-    network = manifest.get("network")
-    if not (isinstance(network, dict) and isinstance(network.get("weights_sha256"), str)):
-        raise InputError(f"{path}: no network.weights_sha256, so the weights cannot be "
-                         "verified")
-    entries = manifest.get("arrays")
-    if not isinstance(entries, dict) or not entries:
-        raise InputError(f"{path}: no 'arrays' table of array entries")
-    allowed = {kind: {"name": kind, **rule} for kind, rule in TOLERANCES.items()}
-    for name, entry in entries.items():
-        if not isinstance(entry, dict):
-            raise InputError(f"{path}: entry {name!r} is not a table")
-        for key, kind in ENTRY_FIELDS.items():
-            if not isinstance(entry.get(key), kind):
-                raise InputError(f"{path}: entry {name!r}: {key!r} missing or not a "
-                                 f"{kind.__name__}")
-        try:
-            np.dtype(entry["dtype"])
-            shape = tuple(int(n) for n in entry["shape"])
-        except (TypeError, ValueError):
-            raise InputError(f"{path}: entry {name!r}: dtype {entry['dtype']!r} or shape "
-                             f"{entry['shape']!r} is not valid") from None
-        if any(n < 0 for n in shape):
-            raise InputError(f"{path}: entry {name!r}: negative length in shape {shape}")
-        if entry["tolerance"] != allowed.get(entry["tolerance"].get("name")):
-            raise InputError(f"{path}: entry {name!r}: tolerance {entry['tolerance']} is not "
-                             f"one of the format's ({', '.join(TOLERANCES)})")
-        if not all(isinstance(r, str) and r.startswith("R-") for r in entry["readings"]):
-            raise InputError(f"{path}: entry {name!r}: readings must be reading IDs (R-...)")
-        unknown = [s for s in entry["computed_from"] if s not in entries]
-        if unknown:
-            raise InputError(f"{path}: entry {name!r}: computed from {unknown[0]!r}, which is "
-                             "not an array of the manifest")
-        if entry["role"] not in ("input", "output"):
-            raise InputError(f"{path}: entry {name!r}: role {entry['role']!r} is not input or "
-                             "output")
-        if entry["storage"] == "summary":
-            slices, stats = entry.get("slices"), entry.get("stats")
-            if not (isinstance(slices, list) and slices and isinstance(stats, dict)
-                    and all(isinstance(s, dict) and isinstance(s.get("member"), str)
-                            and isinstance(s.get("index"), list) for s in slices)
-                    and all(isinstance(stats.get(k), (int, float))
-                            for k in ("sum", "abs_sum", "l2", "max_abs"))
-                    and isinstance(entry.get("sample"), dict)
-                    and all(isinstance(entry["sample"].get(k), str) for k in ("index", "value"))
-                    and isinstance(entry["sample"].get("count"), int)
-                    and isinstance(entry.get("blocks"), dict)
-                    and isinstance(entry["blocks"].get("member"), str)
-                    and isinstance(entry["blocks"].get("length"), int)):
-                raise InputError(f"{path}: entry {name!r}: slices, sample, blocks or "
-                                 "statistics malformed")
-        elif entry["storage"] != "full":
-            raise InputError(f"{path}: entry {name!r}: storage {entry['storage']!r} is not "
-                             "full or summary")
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def read_weights(folder, manifest: dict) -> dict:

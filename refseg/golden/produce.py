@@ -27,7 +27,11 @@ from refseg.claim1.features import STEP_CLAIMS
 from refseg.claim1.operators import OPERATORS
 from refseg.data import inputs, synthetic
 from refseg.errors import InputError
-from refseg.golden.format import (ARRAYS, BUNDLE_FILES, FORMAT, FORMAT_VERSION, HASH_RULE,
+from refseg.golden.flagged import flagged_section
+from refseg.golden.own import read_user_images
+from refseg.golden.schema import SCHEMA, schema, schema_bytes
+from refseg.golden.format import (ARRAYS, BUNDLE_FILES, FORMAT, FORMAT_MINOR, FORMAT_VERSION,
+                                  HASH_RULE,
                                   MANIFEST, READINGS, TOLERANCES, WEIGHTS, BundleBuilder,
                                   array_sha256, read_bundle, read_weights, tolerance,
                                   weights_sha256, write_deterministic_npz)
@@ -189,7 +193,18 @@ _EDGE_MEANING = {
 }
 
 
-def _claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray):
+def add_input(bundle: BundleBuilder, name: str, rgb: np.ndarray, function: str,
+              provenance: dict) -> None:
+    """Add an image, ``input/<name>``, stored whole."""
+    bundle.add(f"input/{name}", rgb, tolerance("exact"), claim="claim1.step1.acquire",
+               function=function, role="input", params=provenance,
+               meaning="the RGB image (rows, cols, 3) uint8 that claim 1 starts from",
+               also=("claim5.acquisition_module",), whole=True)
+
+
+def add_claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray):
+    """Add the claim-1 arrays of one image (``claim1/<name>/<step>``) to a bundle, after its
+    ``input/<name>``."""
     r = features.extract(rgb)
     fn = "refseg.claim1.features.extract"
     steps = _claim1_params(r)
@@ -611,7 +626,8 @@ def readings_text(ids) -> str:
             f"{__version__}'s spec/readings.md -->\n" + preamble + body)
 
 
-def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, dict]:
+def build_bundle(network_threads: int | None = 1, keep=(),
+                 extra: dict | None = None) -> tuple[dict, dict, dict]:
     """Compute every golden array and the manifest, in memory.
 
     Parameters
@@ -621,6 +637,9 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
     keep : sequence of str
         Shell patterns: copies of the matching arrays stored as slices are returned whole
         (for checking refseg against its own bundle).
+    extra : dict or None
+        More images, {name: ((rows, cols, 3) uint8 array, provenance dict)}: their claim-1
+        arrays and flagged vectors join those of the bundle's own images.
 
     Returns
     -------
@@ -647,6 +666,8 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
        the resize, the ten taps, every decoder layer, the prediction, the loss, the decoder
        gradients, Adam after :data:`ADAM_STEPS` steps.
     4. Each autograd op on small float64 tensors: inputs, output, gradients.
+    5. The flagged vectors of every alternative reading on every image
+       (:func:`refseg.golden.flagged.flagged_section`).
 
     Entries are in pipeline order; each names the arrays it is computed from.
 
@@ -659,14 +680,19 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
     provenance.update(weld_provenance)
     bundle = BundleBuilder(keep=tuple(keep))
     images = {**photos, **{name: s.rgb for name, s in welds.items()}}
+    functions = {name: "skimage.data" if name in photos else "refseg.data.synthetic.weld_image"
+                 for name in images}
+    for name, (rgb, record) in (extra or {}).items():
+        if name in images:
+            raise InputError(f"{record.get('file', name)}: the image name {name!r} is one of "
+                             "the bundle's own images; rename the file")
+        images[name], provenance[name] = rgb, record
+        functions[name] = "refseg.images.read_image"
     for name, rgb in images.items():
-        bundle.add(f"input/{name}", rgb, tolerance("exact"), claim="claim1.step1.acquire",
-                   function=("skimage.data" if name in photos
-                             else "refseg.data.synthetic.weld_image"),
-                   role="input", params=provenance[name],
-                   meaning="the RGB image (rows, cols, 3) uint8 that claim 1 starts from",
-                   also=("claim5.acquisition_module",))
-        _claim1(bundle, name, rgb)
+        add_input(bundle, name, rgb, functions[name], provenance[name])
+        add_claim1(bundle, name, rgb)
+    flagged_table, flagged_members = flagged_section(images)
+    bundle.arrays.update(flagged_members)
     if network_threads is None:
         network = _network(bundle, welds)
     else:
@@ -676,7 +702,8 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
     _ops(bundle)
     cited = sorted({r for e in bundle.entries.values() for r in e["readings"]})
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "format": FORMAT, "format_version": FORMAT_VERSION, "format_minor": FORMAT_MINOR,
+        "schema": f"{SCHEMA}: the JSON Schema of this manifest ({schema()['$id']})",
         "arrays_file": ARRAYS, "versions": _versions(), "hash_rule": HASH_RULE,
         "readings_file": (f"{READINGS}: the text of the spec readings the entries cite "
                           f"({', '.join(cited)})"),
@@ -710,14 +737,16 @@ def build_bundle(network_threads: int | None = 1, keep=()) -> tuple[dict, dict, 
                      "shape and dtype; a key that names no array fails the check",
         "inputs": provenance, "network": network,
         "arrays": dict(bundle.entries),
+        "flagged": flagged_table,
     }
     return manifest, bundle.arrays, bundle.kept
 
 
 def write_bundle(folder, network_threads: int | None = 1, keep=(),
-                 with_weights: bool = False) -> WriteResult:
-    """Write a golden bundle (``manifest.json``, ``arrays.npz``, ``readings.md``, and with
-    ``with_weights`` ``weights.npz``) into ``folder``.
+                 with_weights: bool = False, images=(),
+                 max_pixels: int | None = None) -> WriteResult:
+    """Write a golden bundle (``manifest.json``, ``manifest.schema.json``, ``arrays.npz``,
+    ``readings.md``, and with ``with_weights`` ``weights.npz``) into ``folder``.
 
     Parameters
     ----------
@@ -728,6 +757,12 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
         See :func:`build_bundle`.
     with_weights : bool
         Also write the network's weights (``weights.npz``, about 195 MB).
+    images : sequence of str or Path
+        Image files (any that ``refseg edges`` reads): their claim-1 arrays and flagged
+        vectors are added, and the manifest records each file's and pixels' SHA-256
+        (:func:`refseg.golden.own.read_user_images`).
+    max_pixels : int or None
+        Refuse larger images (None: :data:`refseg.images.MAX_PIXELS`).
 
     Returns
     -------
@@ -756,7 +791,8 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
             raise InputError(f"{folder}: exists and holds files that are not a golden bundle "
                              f"({', '.join(others[:3]) or 'no manifest.json'}); choose another "
                              "folder")
-    manifest, arrays, kept = build_bundle(network_threads, keep)
+    extra = read_user_images(images, max_pixels) if images else None
+    manifest, arrays, kept = build_bundle(network_threads, keep, extra)
     readings = readings_text(r for e in manifest["arrays"].values() for r in e["readings"])
     weights = (ResMobileNet(tuple(manifest["network"]["input_hw"]),
                             seed=manifest["network"]["seed"]).weights()
@@ -770,7 +806,10 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
         if weights is not None:
             with publish.naming(target / WEIGHTS):
                 write_deterministic_npz(target / WEIGHTS, weights, compress=False)
-        manifest["files"] = {READINGS: hashlib.sha256(readings.encode("utf-8")).hexdigest()}
+        with publish.naming(target / SCHEMA):
+            (target / SCHEMA).write_bytes(schema_bytes())
+        manifest["files"] = {READINGS: hashlib.sha256(readings.encode("utf-8")).hexdigest(),
+                             SCHEMA: hashlib.sha256(schema_bytes()).hexdigest()}
         manifest["arrays_file_sha256"] = hashlib.sha256(
             (target / ARRAYS).read_bytes()).hexdigest()
         with publish.naming(target / MANIFEST):

@@ -18,12 +18,9 @@ from checkout import ROOT
 IMAGE = "claim1/coffee"
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("golden") / "bundle"
-    done = golden.write_bundle(folder, keep=("net/*",), with_weights=True)
-    manifest, stored = golden.read_bundle(folder)
-    return folder, manifest, stored, done.kept
+@pytest.fixture
+def bundle(golden_bundle):
+    return golden_bundle
 
 
 def _own(manifest, stored, kept, prefix=""):
@@ -50,8 +47,9 @@ def _row(report, name):
 def test_bundle_layout_size_and_manifest(bundle):
     folder, manifest, stored, _ = bundle
     assert sorted(p.name for p in folder.iterdir()) == [OUTPUT_MARKER, "arrays.npz",
-                                                        "manifest.json", "readings.md",
-                                                        "weights.npz"]
+                                                        "manifest.json",
+                                                        "manifest.schema.json",
+                                                        "readings.md", "weights.npz"]
     assert (folder / "arrays.npz").stat().st_size < 22e6
     entries = manifest["arrays"]
     for name, e in entries.items():
@@ -199,6 +197,13 @@ def test_parts_are_checked_alone_with_a_summary_line_each(bundle, tmp_path, caps
     assert "part claim1: 115 arrays checked, 115 passed (115 bit-identical)" in out
     assert "part net: not checked" in out and "part ops: not checked" in out
     assert list(report["parts"]) == ["claim1"]
+    # a key of a part not checked is not judged, even one that names no array
+    arrays["net/layer/x99"] = np.zeros(3, np.float32)
+    status, report = _check(folder, tmp_path, arrays, options=["--part", "claim1"])
+    assert status == 0 and report["unexpected"] == []
+    status, report = _check(folder, tmp_path, arrays, options=["--part", "claim1",
+                                                               "--part", "net"])
+    assert status == 1 and report["unexpected"] == ["net/layer/x99"]
 
 
 @pytest.mark.infrastructure
@@ -213,10 +218,15 @@ def test_a_key_that_names_no_array_fails_and_names_the_likely_one(bundle, tmp_pa
     status, report = _check(folder, tmp_path, {"claim1/coffe/gray": arrays["claim1/coffe/gray"]},
                             f"{IMAGE}/blurred", options=["--allow-extra"])
     assert status == 1  # blurred, an output, is missing; the extra key alone would pass
+    capsys.readouterr()
     status, report = _check(folder, tmp_path, {"claim1/coffe/gray": arrays["claim1/coffe/gray"],
                                                f"{IMAGE}/gray": stored[f"{IMAGE}/gray"]},
                             f"{IMAGE}/gray", options=["--allow-extra"])
     assert status == 0 and report["passed"] and report["unexpected"] == ["claim1/coffe/gray"]
+    out = capsys.readouterr().out
+    # what --allow-extra allows is counted, not listed
+    assert "1 candidate key that name no array of the bundle, allowed by --allow-extra" in out
+    assert "coffe/" not in out and "unexpected" not in out
 
 
 @pytest.mark.infrastructure
@@ -405,11 +415,18 @@ def test_every_implemented_element_is_pinned_and_explain_lists_the_arrays(bundle
 @pytest.mark.infrastructure
 def test_the_shipped_list_of_pinning_arrays_is_the_bundles(bundle):
     """spec/golden_pins.json (what the claim chart lists per element) names exactly the arrays
-    of a freshly written bundle, for every element that the bundle pins."""
+    of a freshly written bundle, for every element that the bundle pins, and holds the
+    SHA-256 of every flagged vector's arrays."""
     from refseg import trace
 
+    from refseg.golden.flagged import flagged_pins
+
     shipped = json.loads((ROOT / "spec" / trace.GOLDEN_PINS_FILE).read_text(encoding="utf-8"))
-    expected = {k: sorted(v) for k, v in golden.pinned_elements(bundle[1]).items()}
+    expected = json.loads(trace.render_golden_pins(golden.pinned_elements(bundle[1]),
+                                                   flagged_pins(bundle[1])))
+    # the flagged vectors are held to their hashes: expected data never moves silently
+    assert shipped.pop("flagged_vectors") == expected.pop("flagged_vectors"), \
+        "the flagged vectors moved: if on purpose, run `refseg trace --write`"
     assert shipped == expected, "spec/golden_pins.json is stale: run `refseg trace --write`"
     assert shipped["claim1.step2.cv"] == sorted(
         f"claim1/{name}/{key}" for name in ("astronaut", "chelsea", "coffee", "weld0", "weld1")
@@ -455,15 +472,17 @@ def test_a_bundle_changed_after_writing_is_refused(bundle, tmp_path, capsys):
 
 @pytest.mark.infrastructure
 @pytest.mark.parametrize("tamper, message", [
-    (lambda m, e: m.update(arrays_file="../elsewhere.npz"), "arrays_file must be 'arrays.npz'"),
-    (lambda m, e: m.pop("arrays_file_sha256"), "no arrays_file_sha256"),
+    (lambda m, e: m.update(arrays_file="../elsewhere.npz"),
+     'arrays_file must be "arrays.npz", got "../elsewhere.npz"'),
+    (lambda m, e: m.pop("arrays_file_sha256"), "has no 'arrays_file_sha256'"),
     (lambda m, e: e["tolerance"].update(rtol=1e30), "is not one of the format's"),
-    (lambda m, e: e.pop("shape"), "'shape' missing or not a list"),
-    (lambda m, e: e.update(dtype="no-such-type"), "is not valid"),
-    (lambda m, e: e.update(storage="zipped"), "storage 'zipped'"),
-    (lambda m, e: m.update(arrays=[]), "no 'arrays' table"),
-    (lambda m, e: m.update(files={"../readings.md": "0"}), "'files' must give the SHA-256"),
-    (lambda m, e: e.update(readings=["gray weights"]), "must be reading IDs"),
+    (lambda m, e: e["tolerance"].update(rtol=1e-3), "is not one of the format's"),
+    (lambda m, e: e.pop("shape"), "has no 'shape'"),
+    (lambda m, e: e.update(dtype="no-such-type"), "dtype \"no-such-type\" does not match"),
+    (lambda m, e: e.update(storage="zipped"), "storage must be one of"),
+    (lambda m, e: m.update(arrays=[]), "arrays must be object, got []"),
+    (lambda m, e: m.update(files={"../readings.md": "0"}), "files has no 'readings.md'"),
+    (lambda m, e: e.update(readings=["gray weights"]), "does not match ^R-"),
     (lambda m, e: e.update(computed_from=["claim1/coffe/rgb"]), "computed from"),
     (lambda m, e: m.update(format_version=1), "format version 1 is not the one"),
 ])

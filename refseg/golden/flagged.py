@@ -1,0 +1,433 @@
+"""Flagged vectors: the claim-1 arrays of every alternative reading, and the diagnosis of a
+candidate by them.
+
+For each alternative of :data:`refseg.claim1.alternatives.ALTERNATIVES` and each image of a
+bundle, the claim-1 steps are computed under the alternative
+(:func:`~refseg.claim1.alternatives.extract_variant`); every step whose array differs from
+refseg's beyond the step's tolerance becomes part of a *flagged vector*: the alternative's
+array under the bundle's array name, with ``result`` (``acceptable`` where the patent's text
+allows the alternative as well as refseg's reading, ``invalid`` otherwise; refseg's own arrays
+are the ``valid`` ones) and ``flags`` (the reading id and the alternative's name, as in
+``spec/sensitivity.md``). Binary maps and short vectors are stored whole; float images as a
+*fingerprint* (the values at a seeded sample of positions, per-block sums and statistics),
+which tells the alternatives apart at a fraction of the size. Identical arrays are stored once.
+
+A failing candidate array is compared with the flagged vectors of its name: an alternative
+matches an image when the earliest of its arrays that the candidate fails (in pipeline order)
+agrees with the alternative's within the array's tolerance.
+
+References: [0077]-[0119]; spec ``readings.md``, ``sensitivity.md``.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from refseg.claim1 import alternatives
+from refseg.claim1.operators import OPERATORS
+from refseg.golden.format import (TOLERANCES, array_sha256, block_sums,
+                                  sample_positions, summary_statistics)
+from refseg.trace import load_registry
+
+INFRASTRUCTURE = "golden files: flagged vectors of the alternative readings"
+
+#: The claim-1 steps an alternative's arrays are compared at, in pipeline order.
+STEPS = ("gray", "blurred", *(f"edges/{op}" for op in OPERATORS), "weights", "final_weight",
+         "feature_map")
+#: Positions of a float image stored in its fingerprint, and its blocks.
+FINGERPRINT_SAMPLE = 256
+FINGERPRINT_BLOCKS = 32
+#: Alternatives that the patent's text allows as well as refseg's reading, and why; every
+#: other alternative's result is "invalid" (``readings.md`` rejects it, or the text excludes
+#: it).
+ACCEPTABLE = {
+    "border-replicate": "the text is silent on borders; readings.md calls replicate as "
+                        "defensible",
+    "gauss-sigma-1": "the text gives no sigma ([0211])",
+    "gauss-sigma-0.5": "the text gives no sigma ([0211])",
+    "gauss-sigma-1.5": "the text gives no sigma ([0211])",
+    "canny-ratio-1.5": "the text names Canny only; its threshold ratio is a free parameter",
+    "canny-ratio-3": "the text names Canny only; its threshold ratio is a free parameter",
+    "canny-otsu-high": "the text gives no threshold; which Canny threshold Otsu sets is open",
+    "canny-4-connected": "the text names Canny only; the hysteresis connectivity is open",
+    "log-ratio-1": "the text gives no threshold for the zero crossings",
+    "log-ratio-3": "the text gives no threshold for the zero crossings",
+    "log-positive": "the text does not say which side of a zero crossing is marked",
+    "log-laplace8": "the text gives no Laplacian kernel",
+    "mean-255": "[0085]-[0087] do not fix the scale of the edge images",
+    "std-ddof-1": "[0089]-[0091] do not fix the divisor",
+    "empty-takes-all": "the text is silent on an operator that finds no edge",
+    "offset-1.45": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
+    "offset-1.55": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
+    "offset-1.6": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
+}
+#: What each result means, for the manifest.
+RESULTS = {
+    "valid": "refseg's reading: the bundle's own arrays (manifest 'arrays')",
+    "acceptable": "an alternative the patent's text allows as well as refseg's reading",
+    "invalid": "an alternative the text or readings.md excludes",
+}
+
+
+def step_tolerance(step: str) -> str:
+    """The tolerance kind of a claim-1 step: ``exact`` for the binary maps, else ``float64``."""
+    return "exact" if step.startswith("edges/") or step == "feature_map" else "float64"
+
+
+def result_of(name: str) -> tuple[str, str]:
+    """(result, why) of an alternative."""
+    if name in ACCEPTABLE:
+        return "acceptable", ACCEPTABLE[name]
+    return "invalid", "readings.md rejects it, or the text excludes it"
+
+
+def variant_arrays(rgb, variant=None) -> dict[str, np.ndarray]:
+    """The arrays of :data:`STEPS` for one image under a variant (None: refseg's readings)."""
+    r = alternatives.extract_variant(rgb, variant or alternatives.Variant())
+    out = {"gray": r.gray, "blurred": r.blurred}
+    out.update({f"edges/{op}": np.asarray(r.edges[op]) for op in OPERATORS})
+    out["weights"] = np.array([r.weights[op] for op in OPERATORS], dtype=np.float64)
+    out.update(final_weight=r.final_weight, feature_map=r.feature_map)
+    return out
+
+
+def difference(value, reference, kind: str) -> tuple[int, float | None]:
+    """(elements beyond the tolerance ``kind``, the largest difference in tolerance units;
+    None for exact tolerances) of ``value`` against ``reference``; another shape counts every
+    element."""
+    value, reference = np.asarray(value), np.asarray(reference)
+    if value.shape != reference.shape:
+        return int(max(value.size, reference.size, 1)), None
+    diff = np.abs(value.astype(np.float64) - reference.astype(np.float64))
+    if kind == "exact" or TOLERANCES[kind]["rule"] == "exact":
+        return int(np.count_nonzero(diff)), None
+    scale = (float(np.abs(reference.astype(np.float64)).max()) if reference.size else 0.0) or 1.0
+    allowed = TOLERANCES[kind]["rtol"] * scale
+    worst = float(diff.max()) if diff.size else 0.0
+    return int(np.count_nonzero(diff > allowed)), worst / allowed
+
+
+def reading_paragraphs(reading: str) -> str:
+    """The paragraphs of the claim elements that cite a reading, ``"[0079], [0205]"``."""
+    registry = load_registry()
+    found = sorted({p for e in registry.elements.values() if reading in e.readings
+                    for p in e.paragraphs})
+    return ", ".join(f"[{p}]" for p in found)
+
+
+# -- building ------------------------------------------------------------------------------------
+class _Store:
+    """The ``arrays.npz`` members of the flagged vectors: each distinct array once."""
+
+    def __init__(self):
+        self.members: dict[str, np.ndarray] = {}
+
+    def add(self, name: str, array: np.ndarray) -> dict:
+        digest = array_sha256(array)
+        key = f"flagged/{digest[:20]}"
+        entry = {"sha256": digest, "shape": list(array.shape), "dtype": array.dtype.str}
+        if array.dtype.kind in "ub" or array.ndim < 2:
+            self.members.setdefault(key, np.ascontiguousarray(array))
+            return {**entry, "storage": "full", "member": key}
+        index_key = f"flagged@index/{name}"
+        if index_key not in self.members:
+            self.members[index_key] = fingerprint_positions(name, array.size)
+        index = self.members[index_key].astype(np.int64)
+        key = f"{key}:{zlib.crc32(name.encode()):08x}"  # the sample depends on the name
+        length = -(-array.size // FINGERPRINT_BLOCKS)
+        self.members.setdefault(f"{key}@sample_value", np.ascontiguousarray(
+            array.reshape(-1)[index]))
+        self.members.setdefault(f"{key}@blocks", block_sums(array, length))
+        return {**entry, "storage": "fingerprint",
+                "sample": {"index": index_key, "value": f"{key}@sample_value"},
+                "blocks": {"member": f"{key}@blocks", "length": length},
+                "stats": summary_statistics(array)}
+
+
+def fingerprint_positions(name: str, size: int) -> np.ndarray:
+    """The sorted sample positions of a fingerprint (uint32): :data:`FINGERPRINT_SAMPLE` of
+    them, drawn as the bundle's summary samples are
+    (:func:`~refseg.golden.format.sample_positions`) under the name ``flagged/<name>``."""
+    return sample_positions(f"flagged/{name}", size, FINGERPRINT_SAMPLE)
+
+
+def compute_changes(images: dict) -> dict:
+    """{(alternative, image): {step: (array, changed, units)}} for every alternative that
+    changes a step of an image beyond its tolerance, and refseg's arrays per image under
+    ``None``."""
+    base = {name: variant_arrays(rgb) for name, rgb in images.items()}
+    out = {None: base}
+    for alt in alternatives.ALTERNATIVES:
+        for name, rgb in images.items():
+            arrays = variant_arrays(rgb, alt.variant)
+            changed = {}
+            for step in STEPS:
+                count, units = difference(arrays[step], base[name][step], step_tolerance(step))
+                if count or arrays[step].dtype != base[name][step].dtype:
+                    changed[step] = (arrays[step], count, units)
+            if changed:
+                out[alt.name, name] = changed
+    return out
+
+
+def _same(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    return all(a[s][0].dtype == b[s][0].dtype
+               and difference(a[s][0], b[s][0], step_tolerance(s))[0] == 0 for s in a)
+
+
+def _indistinguishable(changes: dict, images) -> list[dict]:
+    names = [a.name for a in alternatives.ALTERNATIVES]
+    silent = [n for n in names if not any((n, i) in changes for i in images)]
+    groups = []
+    if silent:
+        groups.append({"alternatives": silent, "from": "refseg's reading",
+                       "why": "no array of the bundle's images changes beyond its tolerance"})
+    seen = set(silent)
+    for i, a in enumerate(names):
+        if a in seen:
+            continue
+        group = [a]
+        for b in names[i + 1:]:
+            if b not in seen and all(_same(changes.get((a, im), {}), changes.get((b, im), {}))
+                                     for im in images):
+                group.append(b)
+        if len(group) > 1:
+            seen.update(group)
+            groups.append({"alternatives": group, "from": "each other",
+                           "why": "their arrays agree within tolerance on every image of the "
+                                  "bundle"})
+    return groups
+
+
+def flagged_section(images: dict) -> tuple[dict, dict]:
+    """The manifest's ``flagged`` table and its ``arrays.npz`` members.
+
+    Parameters
+    ----------
+    images : dict of str to ndarray
+        The bundle's images, (M, N, 3) uint8, by name.
+
+    Returns
+    -------
+    section : dict
+        ``results``, ``notes`` (per alternative: reading, what it does, result, paragraphs,
+        effect per image), ``vectors`` (per alternative and image: flags, result, arrays)
+        and ``indistinguishable`` (groups the bundle's images cannot tell apart).
+    members : dict of str to ndarray
+    """
+    changes = compute_changes(images)
+    store = _Store()
+    notes, vectors = {}, []
+    for alt in alternatives.ALTERNATIVES:
+        result, why = result_of(alt.name)
+        effect = {}
+        for image in images:
+            changed = changes.get((alt.name, image))
+            if not changed:
+                continue
+            arrays = {}
+            for step, (array, count, units) in changed.items():
+                arrays[f"claim1/{image}/{step}"] = {
+                    **store.add(f"claim1/{image}/{step}", array), "changed": count,
+                    "tolerance_units": units}
+            first = next(iter(changed))
+            effect[image] = {"first_array": f"claim1/{image}/{first}",
+                             "changed": changed[first][1],
+                             "tolerance_units": changed[first][2],
+                             "feature_pixels_changed": changed.get(
+                                 "feature_map", (None, 0, None))[1]}
+            vectors.append({"id": f"{alt.name}/{image}", "image": image, "result": result,
+                            "flags": [alt.reading, alt.name], "arrays": arrays})
+        notes[alt.name] = {"reading": alt.reading, "alternative": alt.name, "does": alt.text,
+                           "result": result, "why": why,
+                           "paragraphs": reading_paragraphs(alt.reading), "effect": effect}
+    section = {
+        "about": "the claim-1 arrays of each alternative reading (refseg/claim1/"
+                 "alternatives.py, spec/sensitivity.md) that differ from refseg's beyond "
+                 "their tolerance, per image; 'golden check' compares a failing candidate "
+                 "array with them and names the alternatives it matches",
+        "storage": {"full": "member: the array itself",
+                    "fingerprint": f"sample.value: the values at the {FINGERPRINT_SAMPLE} "
+                                   "C-order positions of sample.index (uint32, shared by "
+                                   "every vector of that array name); blocks: (sum, sum of "
+                                   "|x|) per run of blocks.length elements; stats as for "
+                                   "summary arrays"},
+        "match": "a candidate array matches a vector's array when it is within the bundle "
+                 "array's tolerance of it (relmax scale: max|vector|): everywhere for full "
+                 "storage; at the sample, the blocks and the statistics for fingerprints",
+        "results": RESULTS, "notes": notes, "vectors": vectors,
+        "indistinguishable": _indistinguishable(changes, list(images)),
+    }
+    return section, store.members
+
+
+def flagged_pins(manifest: dict) -> dict[str, str]:
+    """{vector id + array name: SHA-256} of a manifest's flagged vectors (spec's pins)."""
+    section = manifest.get("flagged") or {}
+    return {f"{v['id']}:{name}": a["sha256"] for v in section.get("vectors", ())
+            for name, a in sorted(v["arrays"].items())}
+
+
+# -- matching and diagnosis ----------------------------------------------------------------------
+def match_kind(step_kind: str, dtype) -> str:
+    """The tolerance a vector is matched with: its array's, but float64's for a float vector
+    of an exact step (the continuous edge responses of ``continuous-*``)."""
+    return "float64" if step_kind == "exact" and np.dtype(dtype).kind == "f" else step_kind
+
+
+#: A binary candidate map that is not an alternative's exactly still matches it when it is at
+#: least this many times closer to it (pixels apart) than to refseg's map: OpenCV's Canny,
+#: on gradients rounded to int16, moves a few pixels of a chain of hundreds.
+NEAR_FACTOR = 4
+
+
+def vector_matches(entry: dict, members: dict, value, kind: str,
+                   from_golden: int | None = None) -> int | None:
+    """Whether a candidate array is within tolerance ``kind`` of a flagged vector's array (see
+    the section's ``match``): None if not, else the elements apart (0: a match within the
+    tolerance; more: a binary map :data:`NEAR_FACTOR` times closer to the vector than to
+    refseg's, which is ``from_golden`` elements away)."""
+    value = np.asarray(value)
+    if list(value.shape) != list(entry["shape"]) or value.dtype.kind not in "biuf":
+        return None
+    kind = match_kind(kind, entry["dtype"])
+    if entry["storage"] == "full":
+        apart = difference(value, members[entry["member"]], kind)[0]
+        near = (kind == "exact" and from_golden is not None
+                and apart * NEAR_FACTOR <= from_golden)
+        return apart if apart == 0 or near else None
+    rtol = TOLERANCES[kind]["rtol"]
+    scale = entry["stats"]["max_abs"] or 1.0
+    index = members[entry["sample"]["index"]].astype(np.int64)
+    sampled = value.reshape(-1)[index].astype(np.float64)
+    if np.any(np.abs(sampled - members[entry["sample"]["value"]]) > rtol * scale):
+        return None
+    golden = members[entry["blocks"]["member"]]
+    limit = rtol * np.maximum(golden[:, 1], scale)
+    blocks = block_sums(value, entry["blocks"]["length"])
+    ok = blocks.shape == golden.shape and np.all(np.abs(blocks - golden) <= limit[:, None])
+    return 0 if ok else None
+
+
+def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict) -> list:
+    """The alternatives a candidate matches, root cause first.
+
+    An alternative matches an image when the first of its arrays that the candidate gives
+    fails the bundle and matches the alternative's (:func:`vector_matches`), and no earlier
+    claim-1 step of that image fails.
+
+    Parameters
+    ----------
+    vectors : list of dict
+        Flagged vectors (the manifest's ``flagged.vectors``).
+    notes : dict
+        ``flagged.notes``.
+    members : dict of str to ndarray
+        The arrays the vectors name.
+    rows : list of CheckRow
+        The check's rows (status, root cause).
+    values : dict of str to ndarray
+        The candidate's arrays.
+    entries : dict
+        The manifest's array entries, in pipeline order (their tolerances).
+
+    Returns
+    -------
+    list of dict
+        Per matched (alternative, image): ``array`` (the earliest failing array of the
+        alternative's, where it matches), ``reading``, ``alternative``, ``result``, ``image``,
+        ``does``, ``apart`` and ``from_golden`` (elements from the alternative's array and
+        from refseg's; ``apart`` is 0 for a match within the tolerance), ``root_cause`` (whether that array is a root cause of the check),
+        ``also_matches`` (later failing arrays that match too) and ``differs_at`` (arrays
+        the alternative changes where the candidate does not follow it), ordered by the
+        array's place in the pipeline.
+    """
+    order = {name: i for i, name in enumerate(entries)}
+    status = {r.name: r for r in rows}
+    found = []
+    for vector in vectors:
+        names = sorted((n for n in vector["arrays"] if n in status), key=order.__getitem__)
+        supplied = [n for n in names if not isinstance(values.get(n), (Exception, type(None)))]
+        failing = [n for n in supplied if status[n].status == "fail"]
+        if not failing or failing[0] != supplied[0]:
+            continue  # the candidate does not follow the alternative at its first step
+        steps = (f"claim1/{vector['image']}/{step}" for step in STEPS)
+        if any(status[n].status == "fail" for n in steps
+               if n in status and order[n] < order[failing[0]]):
+            continue  # an earlier step fails that the alternative leaves as it is
+
+        def apart(name):
+            kind = entries[name]["tolerance"]["name"]
+            return vector_matches(vector["arrays"][name], members, values[name], kind,
+                                  status[name].count)
+
+        first = apart(failing[0])
+        if first is None:
+            continue
+        also = [n for n in failing[1:] if apart(n) is not None]
+        reading, name = vector["flags"]
+        found.append({"array": failing[0], "reading": reading, "alternative": name,
+                      "result": vector["result"], "image": vector["image"],
+                      "does": notes[name]["does"], "apart": first,
+                      "from_golden": status[failing[0]].count,
+                      "root_cause": status[failing[0]].root_cause, "also_matches": also,
+                      "differs_at": [n for n in supplied if n not in also
+                                     and n != failing[0]]})
+    # of the alternatives matching one array, the closest (a sparse map is near several), and
+    # of those the ones the candidate follows furthest (continuous-literal and -graded share
+    # their edge maps and part at the vote)
+    def rank(d):
+        return d["apart"], len(d["differs_at"])
+
+    closest = {}
+    for d in found:
+        closest[d["array"]] = min(closest.get(d["array"], rank(d)), rank(d))
+    found = [d for d in found if rank(d) == closest[d["array"]]]
+    found.sort(key=lambda d: (not d["root_cause"], order[d["array"]]))
+    return found
+
+
+def image_vectors(image: str, rgb) -> tuple[list, dict, dict]:
+    """The flagged vectors of one image computed now, every array whole: (vectors, notes,
+    members) as :func:`diagnose` takes them (for folder comparisons, which carry no
+    bundle)."""
+    changes = compute_changes({image: rgb})
+    vectors, members, notes = [], {}, {}
+    for alt in alternatives.ALTERNATIVES:
+        notes[alt.name] = {"does": alt.text}
+        changed = changes.get((alt.name, image))
+        if not changed:
+            continue
+        arrays = {}
+        for step, (array, _, _) in changed.items():
+            key = f"{alt.name}/{step}"
+            members[key] = array
+            arrays[f"claim1/{image}/{step}"] = {"storage": "full", "member": key,
+                                                "shape": list(array.shape),
+                                                "dtype": array.dtype.str}
+        vectors.append({"id": f"{alt.name}/{image}", "image": image,
+                        "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
+                        "arrays": arrays})
+    return vectors, notes, members
+
+
+def diagnosis_lines(diagnosis: list, rows) -> list[str]:
+    """``diagnosis:`` lines: one per match, then one per image whose root cause no known
+    reading matches."""
+    lines = [f"diagnosis: {d['array']}: matches {d['reading']} {d['alternative']} "
+             f"({d['does']}; {d['result']}"
+             + (f"; {d['apart']} elements apart, {d['from_golden']} from refseg's"
+                if d["apart"] else "") + ")" for d in diagnosis]
+    matched = {d["image"] for d in diagnosis}
+    roots: dict[str, list] = {}
+    for r in rows:
+        if r.root_cause and r.part == "claim1":
+            roots.setdefault(r.group, []).append(r.name)
+    for group, names in roots.items():
+        if group.split("/", 1)[-1] not in matched:
+            lines.append(f"diagnosis: {group}: no known reading matches (root cause "
+                         f"{', '.join(names)})")
+    return lines

@@ -1,0 +1,98 @@
+"""A bundle on the user's own images, and refseg's own candidate for a bundle (the self-check).
+
+``refseg golden write DIR --images A.png ...`` adds the claim-1 arrays and flagged vectors of
+the user's images (read as ``refseg edges`` reads them) to the bundle; ``refseg golden
+candidate DIR OUT.npz`` writes what this refseg computes for every array of a bundle, whole,
+so that ``refseg golden check DIR OUT.npz`` shows the bundle and the installed refseg agree
+before an outside implementation is checked.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import numpy as np
+
+from refseg import images, publish
+from refseg.errors import InputError
+from refseg.golden.format import array_sha256, read_bundle
+
+INFRASTRUCTURE = "golden files: the user's images and refseg's own candidate"
+
+#: The function a user image's input entry names (how the bundle read it).
+READ_FUNCTION = "refseg.images.read_image"
+
+
+def image_name(path: Path) -> str:
+    """The bundle name of an image file: its stem, each character outside ``A-Z a-z 0-9 _ . +
+    -`` replaced by ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", path.stem) or "_"
+
+
+def as_rgb(pixels: np.ndarray) -> np.ndarray:
+    """(M, N, 3): a gray image's plane repeated (refseg's gray of R = G = B is the plane)."""
+    return pixels if pixels.ndim == 3 else np.repeat(pixels[:, :, None], 3, axis=2)
+
+
+def read_user_images(paths, max_pixels: int | None = None) -> dict:
+    """{name: (rgb, provenance)} of image files, every file read and checked first.
+
+    Raises
+    ------
+    InputError
+        An unreadable or too large image (as ``refseg edges``), or two files of one name.
+    """
+    limit = images.MAX_PIXELS if max_pixels is None else images.check_max_pixels(max_pixels)
+    out, seen = {}, {}
+    for path in map(Path, paths):
+        name = image_name(path)
+        if name in seen:
+            raise InputError(f"{path}: has the same bundle name {name!r} as {seen[name]}; "
+                             "rename one of them")
+        seen[name] = path
+        loaded = images.read_image(path, limit)
+        rgb = np.ascontiguousarray(as_rgb(loaded.pixels))
+        record = {"source": "refseg golden write --images", "file": path.name,
+                  "file_sha256": hashlib.sha256(images.read_bytes(path)).hexdigest(),
+                  "pixels_sha256": array_sha256(rgb), **loaded.info()}
+        record.pop("path", None)
+        out[name] = (rgb, record)
+    return out
+
+
+def own_candidate(folder, out) -> tuple[int, list[str]]:
+    """Write refseg's own candidate for a bundle: every array of its manifest, whole, as this
+    refseg computes it (the bundle's own images read from the bundle).
+
+    Parameters
+    ----------
+    folder : str or Path
+        The bundle.
+    out : str or Path
+        The ``.npz`` to write (atomically).
+
+    Returns
+    -------
+    count : int
+        Arrays written.
+    missing : list of str
+        Names of the manifest this refseg does not compute (another version wrote it).
+    """
+    from refseg.golden.produce import build_bundle
+
+    manifest, stored = read_bundle(folder)
+    extra = {name.split("/", 1)[1]: (stored[name], manifest["inputs"].get(
+                 name.split("/", 1)[1], {}))
+             for name, entry in manifest["arrays"].items()
+             if name.startswith("input/") and entry["function"] == READ_FUNCTION}
+    _, arrays, kept = build_bundle(keep=("*",), extra=extra)
+    candidate, missing = {}, []
+    for name in manifest["arrays"]:
+        value = kept.get(name, arrays.get(name))
+        if value is None:
+            missing.append(name)
+        else:
+            candidate[name] = value
+    publish.write_npz(Path(out), compressed=True, **candidate)
+    return len(candidate), missing
