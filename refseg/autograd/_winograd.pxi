@@ -223,7 +223,7 @@ def winograd_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
 
 # The adjoints, for the kernel gradient: y = A^T M A gives dM = A dy A^T per tile (the
 # pixels of a partial tile past the output's edge have no gradient: 0), U = G g G^T gives
-# dg = G^T dU G, and dU[k] = V[k]^T dM[k] summed over tiles (matrix products, in conv.py).
+# dg = G^T dU G, and dU[k] = V[k]^T dM[k] summed over tiles (matrix products, in conv_winograd.py).
 #
 #   A = [1  0]     G^T = [1  1/2  1/2  0]
 #       [1  1]           [0  1/2 -1/2  0]
