@@ -3,31 +3,24 @@ backend ``"numpy"`` runs (``refseg.backend``).
 
 Same names, same signatures (outputs written into ``out`` arrays), same arithmetic order: the
 tests hold each pair equal bit for bit. The twins live beside their kernels' ``.pxi`` files, in
-``claim1/_twins.py`` and ``autograd/_twins.py``; this module gathers them.
+``claim1/_twins.py`` and ``autograd/_twins.py``: every public function of those modules is a
+twin, and this module gathers them, so a new twin needs no list of names here.
+``tests/test_backend.py`` holds the twins and the kernels to the same names.
 """
-from refseg.claim1._twins import (
-    rgb_to_gray, correlate3x3, gradient3x3, gradient_magnitude3x3, threshold_above,
-    non_maximum_suppression, hysteresis, zero_crossings, weighted_vote, value_range, histogram,
-    edge_statistics,
-)
-from refseg.autograd._twins import (
-    im2col, col2im, col2im_transposed, depthwise_forward, depthwise_backward_input,
-    depthwise_backward_weight, window_maximum, max_pool_forward, max_pool_backward,
-    channel_moments, channel_sums, batch_norm_forward, batch_norm_backward, adam_update, channel_affine, clamp,
-    add_arrays, channel_add, zero_pad, subtract_row_max, divide_by_row_sum, conv_small_forward,
-    conv_small_weight, winograd_input, winograd_output, winograd_kernel, winograd_output_adjoint,
-    winograd_kernel_adjoint, winograd4_input, winograd4_output, winograd4_kernel, gemm_stack,
-)
+from refseg.autograd import _twins as _autograd
+from refseg.claim1 import _twins as _claim1
 
-__all__ = [
-    "rgb_to_gray", "correlate3x3", "gradient3x3", "gradient_magnitude3x3", "threshold_above",
-    "non_maximum_suppression", "hysteresis", "zero_crossings", "weighted_vote", "value_range",
-    "histogram", "edge_statistics", "im2col", "col2im", "col2im_transposed", "depthwise_forward",
-    "depthwise_backward_input", "depthwise_backward_weight", "window_maximum", "max_pool_forward",
-    "max_pool_backward", "channel_moments", "channel_sums", "batch_norm_forward",
-    "batch_norm_backward", "adam_update", "channel_affine", "clamp", "add_arrays",
-    "channel_add", "zero_pad", "subtract_row_max", "divide_by_row_sum",
-    "conv_small_forward", "conv_small_weight", "winograd_input", "winograd_output",
-    "winograd_kernel", "winograd_output_adjoint", "winograd_kernel_adjoint", "winograd4_input",
-    "winograd4_output", "winograd4_kernel", "gemm_stack",
-]
+#: The wings' twin modules.
+WINGS = (_claim1, _autograd)
+
+
+def _twins_of(module) -> dict:
+    """The public functions that ``module`` itself defines: its twins."""
+    return {name: value for name, value in vars(module).items()
+            if not name.startswith("_") and callable(value)
+            and getattr(value, "__module__", None) == module.__name__}
+
+
+_TWINS = {name: twin for wing in WINGS for name, twin in _twins_of(wing).items()}
+globals().update(_TWINS)
+__all__ = sorted(_TWINS)
