@@ -1,7 +1,7 @@
 """Build script: compiles refseg/_kernels.pyx and ships spec/ inside the package (refseg/_spec/).
 
 Optimisation is on (-O3) and floating-point contraction is off (-ffp-contract=off), so that
-the compiled kernels give bit-identical results to their NumPy twins in refseg/_reference.py
+the compiled kernels give bit-identical results to their NumPy twins in refseg/_twins.py
 on every x86-64 machine (-fno-math-errno changes no result: it only lets sqrt vectorise).
 OpenMP splits image rows over the cores.
 """

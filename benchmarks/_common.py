@@ -1,9 +1,17 @@
 """What the benchmark scripts share (they run as ``python benchmarks/<script>.py``).
 
-* thread counts: :func:`all_cores`, :func:`pin_threads` (before the libraries load) and
-  :class:`ThreadSwitch` (at run time, through ``refseg.threads``), with
-  :func:`working_threads`, which counts the threads that really computed during a call;
-* the machine: :func:`machine_lines` (CPU model and the row loops refseg chose);
+* the prologue: :func:`start` parses the arguments, pins the thread counts before NumPy,
+  refseg or torch load (:func:`pin_threads`) and chooses refseg's row loops; the scripts
+  import NumPy and the libraries they time after it;
+* thread counts at run time: :func:`all_cores`, :class:`ThreadSwitch` (through
+  ``refseg.threads``), with :func:`working_threads`, which counts the threads that really
+  computed during a call;
+* the machine and the software: :func:`machine_lines` (CPU model and the row loops refseg
+  chose), :func:`environment_lines` (versions, thread variables, allocator, BLAS);
+* timing: :func:`time_rounds` (interleaved rounds, each call with the load other processes
+  put on the machine meanwhile), :func:`wait_until_quiet`, :func:`measure_sgemm` (the float32
+  matrix-product ceiling), and :class:`Report`, the Markdown report printed as it grows;
+* memory: :func:`proc_status_mb`, :func:`reset_peak_rss`, :func:`minor_faults`;
 * background load: :func:`background`, which starts the neighbours of one condition and stops
   them on leaving (also on Ctrl-C, an exception or SIGTERM), and the ``--background-load`` /
   ``--background-cores`` options.
@@ -12,8 +20,12 @@ Run as a script, this file is one neighbour process (``python _common.py neighbo
 PARENT_PID``); the benchmarks start it through :func:`background`.
 """
 import contextlib
+import gc
 import os
+import platform
+import resource
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -55,7 +67,36 @@ def pin_threads(threads: int) -> None:
     import refseg  # noqa: F401
 
 
-# --- the machine ---------------------------------------------------------------------------
+def add_row_loops_argument(parser) -> None:
+    parser.add_argument("--row-loops", choices=("auto", "baseline"), default="auto",
+                        help="auto: the row loops refseg chooses (AVX-512 where the CPU has "
+                             "it); baseline: the plain x86-64 loops, as on a CPU without "
+                             "AVX-512 (default auto)")
+
+
+def start(parse_args):
+    """The scripts' prologue: ``parse_args()``, then the thread counts pinned to
+    ``--threads`` before the libraries load, and the baseline row loops chosen when
+    ``--row-loops baseline`` asks for them. Returns the arguments."""
+    args = parse_args()
+    pin_threads(args.threads)
+    if getattr(args, "row_loops", "auto") == "baseline":
+        from refseg import _kernels
+
+        _kernels.use_avx512(False)
+    return args
+
+
+def load_torch(threads: int):
+    """torch, imported now (not at the script's start: a child process that measures
+    refseg's memory must not load it) and set to ``threads`` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    return torch
+
+
+# --- the machine ---------------------------------------------------------------------------------
 
 def cpu_info() -> tuple[str, set, str]:
     """The CPU's model name, flags and "family F model M" (first processor), from
@@ -106,7 +147,102 @@ def machine_lines() -> list[str]:
             f"- refseg row loops (direct convolution kernels): **{described}**"]
 
 
-# --- thread counts at run time -------------------------------------------------------------
+# --- the software and its settings ---------------------------------------------------------------
+
+def blas_info() -> list[dict]:
+    try:
+        import threadpoolctl
+    except ImportError:
+        return []
+    return threadpoolctl.threadpool_info()
+
+
+def source_state() -> str:
+    """The commit of the checkout these benchmarks belong to, whether its refseg/ has
+    uncommitted changes, and whether the refseg being measured (usually an installed copy) has
+    the checkout's Python and Cython sources: the numbers belong to that code, not to the
+    commit alone."""
+    import refseg
+
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*cmd):
+        return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "benchmarks not in a git checkout"
+    dirty = git("status", "--porcelain", "--", "refseg")
+    state = f"checkout HEAD {head}" + (" + uncommitted changes in refseg/" if dirty
+                                       else ", refseg/ clean")
+    measured = Path(refseg.__file__).resolve().parent
+    # the measured copy's sources that the checkout also has (a wheel may leave some out)
+    pairs = [(p, root / "refseg" / p.relative_to(measured)) for p in measured.rglob("*")
+             if p.suffix in (".py", ".pyx", ".pxi", ".c", ".h") and p.name != "_kernels.c"]
+    compared = [(p, q) for p, q in pairs if q.is_file()]
+    differ = sum(p.read_bytes() != q.read_bytes() for p, q in compared)
+    only_measured = len(pairs) - len(compared)
+    return (state + f"; measured refseg ({measured}): {len(compared) - differ} of "
+            f"{len(compared)} source files as in the checkout"
+            + (f", {only_measured} not in it" if only_measured else ""))
+
+
+def allocator_line() -> str:
+    """glibc's thresholds in this process: refseg's (``refseg.allocator``) or the
+    environment's."""
+    from refseg import allocator
+
+    if allocator.applied:
+        return (f"- glibc malloc: mmap threshold {allocator.MMAP_THRESHOLD >> 20} MiB, trim "
+                f"threshold {allocator.TRIM_THRESHOLD >> 20} MiB (set by import refseg; torch "
+                f"and Keras in this process allocate under the same settings)")
+    chosen = [f"{k}={os.environ[k]}" for k in allocator.USER_SETTINGS if k in os.environ]
+    tunables = os.environ.get("GLIBC_TUNABLES")
+    return ("- glibc malloc: left as the environment sets it: "
+            + (", ".join(chosen + ([f"GLIBC_TUNABLES={tunables}"] if tunables else []))
+               or "glibc's defaults (no mallopt)"))
+
+
+def environment_lines(threads: int, torch=None) -> list[str]:
+    """Markdown lines: the platform, the machine, refseg's source state, the versions, the
+    thread variables, the allocator, the BLAS pools and (when loaded) torch's settings."""
+    import numpy as np
+
+    import refseg
+
+    lines = [
+        f"- {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"{all_cores()} cores available; Python {platform.python_version()}",
+        *machine_lines(),
+        f"- refseg {getattr(refseg, '__version__', '?')} ({source_state()}), "
+        f"NumPy {np.__version__}, "
+        f"torch {torch.__version__ if torch else 'not loaded'}",
+        f"- threads T = {threads}: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
+        f"torch.get_num_threads()={torch.get_num_threads() if torch else '-'}",
+        "- OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "(unset)")
+        + ", OPENBLAS_L2_SIZE=" + os.environ.get("OPENBLAS_L2_SIZE", "(unset)")
+        + ", OPENBLAS_THREAD_TIMEOUT=" + os.environ.get("OPENBLAS_THREAD_TIMEOUT", "(unset)")
+        + ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+        allocator_line(),
+    ]
+    pools = blas_info()
+    if pools:
+        for p in pools:
+            lines.append(f"- threadpoolctl: {p.get('internal_api')} {p.get('version')} "
+                         f"kernel={p.get('architecture')} threads={p.get('num_threads')} "
+                         f"({Path(p.get('filepath', '')).name})")
+    else:
+        lines.append("- threadpoolctl not installed: BLAS kernel not reported "
+                     "(see np.show_config())")
+    if torch is not None:
+        lines.append(f"- torch: mkldnn={torch.backends.mkldnn.is_available()}, "
+                     f"cpu capability {torch.backends.cpu.get_cpu_capability()}")
+    return lines
+
+
+# --- thread counts at run time -------------------------------------------------------------------
 
 class ThreadSwitch:
     """Runs a call with every OpenMP and OpenBLAS pool of the process at another thread count,
@@ -173,7 +309,7 @@ def working_threads(fn, share: float = 0.1) -> tuple[int, float]:
     return (sum(u >= share * top for u in used) if top > 0 else 0), top
 
 
-# --- load from other processes -------------------------------------------------------------
+# --- load from other processes -------------------------------------------------------------------
 
 class OtherLoad:
     """Average number of cores used by other processes since the last reset: busy time of
@@ -203,7 +339,136 @@ class OtherLoad:
         return max(others, 0.0) / wall if wall > 0 else 0.0
 
 
-# --- background load -----------------------------------------------------------------------
+# --- memory --------------------------------------------------------------------------------------
+
+def proc_status_mb(field: str) -> float:
+    """A memory line of /proc/self/status (VmRSS, VmHWM, ...) in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise KeyError(field)
+
+
+def reset_peak_rss() -> bool:
+    """Make VmHWM equal to the current RSS (Linux >= 4.0); False where not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+# --- timing --------------------------------------------------------------------------------------
+# On 2 cores, one other busy process changes everything: a 2-thread OpenBLAS GEMM then waits
+# for its descheduled partner thread at every barrier (10x slower was seen here), while
+# torch's OpenMP degrades far less. So every measurement carries the CPU that other processes
+# used meanwhile, and --wait-quiet can hold a measurement back until the machine is idle.
+
+def wait_until_quiet(max_seconds: float, threshold: float = 0.2) -> float:
+    """Sleep (in 1 s probes) until other processes use under `threshold` cores, at most
+    `max_seconds`; returns the seconds waited."""
+    waited = 0.0
+    while waited < max_seconds:
+        load = OtherLoad()
+        time.sleep(1.0)
+        if load.cores() < threshold:
+            break
+        waited += 1.0
+    return waited
+
+
+def time_rounds(fns: dict, repeat: int, warmup: int = 2, wait_quiet: float = 0.0):
+    """Seconds and other-process load (cores) of each call: `warmup` untimed calls each, then
+    `repeat` rounds in which every callable runs once, in an order rotated by one each round,
+    so that a slow spell of the shared machine hits all of them alike; each round first waits
+    up to `wait_quiet` seconds for a quiet machine. The garbage collector is off while timing,
+    as in timeit: a collection would land on whichever run happens to trigger it."""
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    times = {name: [] for name in names}
+    loads = {name: [] for name in names}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(repeat):
+            wait_until_quiet(wait_quiet)
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                load = OtherLoad()
+                start = time.perf_counter()
+                fns[name]()
+                times[name].append(time.perf_counter() - start)
+                loads[name].append(load.cores())
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return times, loads
+
+
+def median_ms(samples) -> float:
+    return 1e3 * statistics.median(samples)
+
+
+def min_ms(samples) -> float:
+    return 1e3 * min(samples)
+
+
+def measure_sgemm(shapes: dict, repeat: int) -> dict:
+    """Median GFLOP/s of np.matmul (float32, C-contiguous) for each labelled (M, K, N)."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    fns = {}
+    for label, (m, k, n) in shapes.items():
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        fns[label] = (lambda a=a, b=b: a @ b)
+    times, _ = time_rounds(fns, repeat)
+    return {label: 2.0 * np.prod(shapes[label]) / statistics.median(t) / 1e9
+            for label, t in times.items()}
+
+
+def verdict(ok: bool) -> str:
+    return "**holds**" if ok else "**missed**"
+
+
+class Report:
+    """The Markdown report: each line printed as it comes, and kept for ``--write``."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.started = time.perf_counter()
+
+    def __call__(self, *lines: str) -> None:
+        for line in lines:
+            print(line, flush=True)
+            self.lines.append(line)
+
+    def header(self, title: str, script: str, environment: list[str], *more: str) -> None:
+        """The title, the command line and the environment lines."""
+        import datetime
+
+        self(f"# {title}", "",
+             f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}: `python benchmarks/{script} "
+             + " ".join(sys.argv[1:]) + "`", "", *environment, *more, "")
+
+    def finish(self, path: Path | None) -> None:
+        """The total run time; the report written to ``path`` if one is given."""
+        self(f"Total run time {time.perf_counter() - self.started:.0f} s.")
+        if path is not None:
+            path.write_text("\n".join(self.lines) + "\n")
+            print(f"\nwrote {path}")
+
+
+# --- background load -----------------------------------------------------------------------------
 
 def parse_loads(text: str) -> list[str]:
     loads = [v.strip() for v in text.split(",") if v.strip()]
@@ -299,7 +564,7 @@ def background(condition: str, cores: int = 1):
         signal.signal(signal.SIGTERM, previous_term)
 
 
-# --- the neighbour processes ---------------------------------------------------------------
+# --- the neighbour processes ---------------------------------------------------------------------
 
 def _die_with_parent(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the benchmark's to handle

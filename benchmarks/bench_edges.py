@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _common import (OtherLoad, ThreadSwitch, add_background_arguments, all_cores, background,
-                     check_background_arguments, describe_load, machine_lines)
+                     check_background_arguments, describe_load, machine_lines, start)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -83,7 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="timed runs of each pipeline per image (default 15, 3 with "
                              "--quick)")
     parser.add_argument("--threads", type=int, default=all_cores(),
-                        help="threads for OpenCV and refseg's OpenMP (default: all cores)")
+                        help="threads for OpenCV, refseg's OpenMP and the BLAS (default: all "
+                             "cores)")
     parser.add_argument("--check", action="store_true",
                         help="before timing, print how closely each anchor agrees with refseg")
     parser.add_argument("--write", action="store_true",
@@ -99,10 +100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    ARGS = parse_args()
-    # OpenMP reads OMP_NUM_THREADS once, when refseg's compiled kernels are loaded: it has to
-    # be set before the imports below. (OpenCV's count is set with cv2.setNumThreads in main.)
-    os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
+    # before the imports below; OpenCV's count is set with cv2.setNumThreads in main
+    ARGS = start(parse_args)
 
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402

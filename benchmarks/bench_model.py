@@ -34,7 +34,7 @@ libraries load: ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS
 which each implementation predicts the batch once, in an order rotated each round, garbage
 collector off; medians are reported, with the fastest run in brackets. Every call carries the
 CPU that other processes used meanwhile ("other load", cores, from /proc/stat; see
-bench_ops.py: on 2 cores one busy neighbour slows 2-thread OpenBLAS far more than torch);
+_common.py: on 2 cores one busy neighbour slows 2-thread OpenBLAS far more than torch);
 ``--wait-quiet S`` holds each round back, up to S seconds, until the machine is idle.
 
 FLOPs: 2 x the multiply-accumulates of every Conv2D, DepthwiseConv2D and Conv2DTranspose of
@@ -43,7 +43,7 @@ needs); BN, activations, Adds and pooling are not counted. These are direct-conv
 for every implementation: where refseg (or torch) computes a 3x3 convolution by Winograd, which
 does fewer multiply-adds, its GFLOP/s is an effective rate. refseg's GFLOP/s is set against the
 float32 sgemm ceiling (``np.matmul``, square 1024 and 2048, median, the better of before and
-after the model timings), measured as bench_ops.py does.
+after the model timings), measured as bench_ops.py does (``_common.measure_sgemm``).
 
 Threads and background load: with T > 1, refseg is also timed with its OpenMP and OpenBLAS
 pools set to 1 thread at run time (``refseg.threads``) and torch with
@@ -88,7 +88,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -99,8 +98,11 @@ import sys
 import time
 from pathlib import Path
 
-from _common import (LOADS, ThreadSwitch, add_background_arguments, all_cores, background,
-                     check_background_arguments, describe_load, pin_threads,
+import _common
+from _common import (LOADS, Report, ThreadSwitch, add_background_arguments,
+                     add_row_loops_argument, all_cores, background, check_background_arguments,
+                     describe_load, environment_lines, measure_sgemm, median_ms,
+                     proc_status_mb, reset_peak_rss, start, time_rounds, verdict,
                      working_threads)
 
 HERE = Path(__file__).resolve().parent
@@ -134,10 +136,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "use under 0.2 cores (default 0: do not wait)")
     parser.add_argument("--no-profile", dest="profile", action="store_false",
                         help="skip the per-op breakdown of refseg's prediction")
-    parser.add_argument("--row-loops", choices=("auto", "baseline"), default="auto",
-                        help="auto: the row loops refseg chooses (AVX-512 where the CPU has "
-                             "it); baseline: the plain x86-64 loops, as on a CPU without "
-                             "AVX-512 (default auto)")
+    add_row_loops_argument(parser)
     add_background_arguments(parser)
     parser.add_argument("--write", action="store_true",
                         help="also write the Markdown report to benchmarks/results_model.md")
@@ -154,28 +153,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-ROW_LOOPS = "auto"  # --row-loops, for the child processes
-
 if __name__ == "__main__":
-    ARGS = parse_args()
-    ROW_LOOPS = ARGS.row_loops
-    # OpenMP and OpenBLAS read their thread counts once, when they load: set before NumPy,
-    # refseg and torch are imported below. Keras must know its backend before its import.
-    pin_threads(ARGS.threads)
+    # before NumPy, refseg and torch are imported below
+    ARGS = start(parse_args)
+    # Keras must know its backend before its import
     os.environ["KERAS_BACKEND"] = "torch"
 
 import numpy as np  # noqa: E402
 
-import bench_ops  # noqa: E402  (shared measurement helpers; importing runs no benchmark)
-from bench_ops import (OtherLoad, measure_sgemm, proc_status_mb, reset_peak_rss,  # noqa: E402
-                       wait_until_quiet)
-from refseg import _kernels  # noqa: E402
+from refseg import threads as refseg_threads  # noqa: E402
 from refseg.autograd.tensor import Op  # noqa: E402
 from refseg.models import ResMobileNet  # noqa: E402
-from refseg import threads as refseg_threads  # noqa: E402
-
-if ROW_LOOPS == "baseline":
-    _kernels.use_avx512(False)
 
 # torch and Keras are imported in load_frameworks(): the refseg memory child must not load
 # them (their libraries would count in the RSS it measures).
@@ -185,8 +173,7 @@ keras = None
 
 def load_frameworks(threads: int) -> None:
     global torch, keras
-    bench_ops.load_torch(threads)  # also lets bench_ops.environment_lines report torch
-    torch = bench_ops.torch
+    torch = _common.load_torch(threads)
     import keras as _keras
 
     keras = _keras
@@ -269,33 +256,6 @@ def agreement(calls: dict) -> dict[str, float]:
 
 # --- timing --------------------------------------------------------------------------------
 
-def time_rounds(fns: dict, repeat: int, wait_quiet: float = 0.0, warmup: int = 1):
-    """Seconds and other-process load of each call: `warmup` untimed calls each, then `repeat`
-    rounds in which every callable runs once, in an order rotated by one each round."""
-    names = list(fns)
-    for _ in range(warmup):
-        for name in names:
-            fns[name]()
-    times = {name: [] for name in names}
-    loads = {name: [] for name in names}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for r in range(repeat):
-            wait_until_quiet(wait_quiet)
-            k = r % len(names)
-            for name in names[k:] + names[:k]:
-                load = OtherLoad()
-                start = time.perf_counter()
-                fns[name]()
-                times[name].append(time.perf_counter() - start)
-                loads[name].append(load.cores())
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return times, loads
-
-
 def settle_thread_choice(run) -> None:
     """Runs refseg's prediction until its thread count under this load has been timed on each
     count in doubt (``refseg.threads.ThreadChoice``: TIMED_RUNS runs each), as a long job's
@@ -319,7 +279,8 @@ def sizing_line(counts, threads: int) -> str:
 
 def pick_faster(calls: dict, names: list[str], rounds: int, wait_quiet: float):
     """The faster of `names` by median over `rounds` interleaved rounds, and all medians."""
-    times, _ = time_rounds({n: calls[n] for n in names}, rounds, wait_quiet)
+    times, _ = time_rounds({n: calls[n] for n in names}, rounds, warmup=1,
+                           wait_quiet=wait_quiet)
     medians = {n: 1e3 * statistics.median(t) for n, t in times.items()}
     return min(medians, key=medians.get), medians
 
@@ -403,18 +364,18 @@ def memory_child(impl: str, batch: int, threads: int) -> dict:
         def predict():
             return model.predict(x, batch_size=batch)
     else:
-        bench_ops.load_torch(threads)
+        torch = _common.load_torch(threads)
         from _torch_net import TorchResMobileNet
 
         net = TorchResMobileNet(model.weights(), channels_last=impl == "torch channels_last")
         del model
         gc.collect()
-        tx = bench_ops.torch.from_numpy(x)
+        tx = torch.from_numpy(x)
         tx = tx.permute(0, 3, 1, 2) if impl == "torch channels_last" else \
             tx.permute(0, 3, 1, 2).contiguous()
 
         def predict():
-            with bench_ops.torch.inference_mode():
+            with torch.inference_mode():
                 return net(tx)
     gc.collect()
     result = {"impl": impl, "batch": batch, "rss_start_mb": rss_start,
@@ -436,9 +397,11 @@ def memory_child(impl: str, batch: int, threads: int) -> dict:
     return result
 
 
-def run_memory_child(impl: str, batch: int, threads: int) -> dict:
+def run_memory_child(impl: str, batch: int, threads: int, row_loops: str) -> dict:
+    """memory_child in a fresh process of this script; its result, or the last line of its
+    error."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--threads", str(threads),
-           "--row-loops", ROW_LOOPS, "--memory-child", impl, str(batch)]
+           "--row-loops", row_loops, "--memory-child", impl, str(batch)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         return {"impl": impl, "batch": batch, "error": out.stderr.strip().splitlines()[-1:]}
@@ -447,17 +410,13 @@ def run_memory_child(impl: str, batch: int, threads: int) -> dict:
 
 # --- the report ----------------------------------------------------------------------------
 
-def med_ms(samples) -> float:
-    return 1e3 * statistics.median(samples)
-
-
 def timing_table(batch, times, loads, flops, ceiling) -> list[str]:
-    ref = med_ms(times["refseg"])
+    ref = median_ms(times["refseg"])
     lines = ["| implementation | ms / batch (fastest) | ms / image | refseg / this (fastest) "
              "| GFLOP/s | % sgemm ceiling | other load (median / max) |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, t in times.items():
-        ms, fast = med_ms(t), 1e3 * min(t)
+        ms, fast = median_ms(t), 1e3 * min(t)
         rate = flops / (ms * 1e-3) / 1e9
         ratio = "-" if name == "refseg" else \
             f"{ref / ms:.2f} ({1e3 * min(times['refseg']) / fast:.2f})"
@@ -473,25 +432,21 @@ def spread(samples) -> float:
     return statistics.median(abs(v - m) for v in samples) / m if m > 0 else 0.0
 
 
-def verdict(ok: bool) -> str:
-    return "**holds**" if ok else "**missed**"
-
-
 def target_lines(condition, batch, times, torch_name, keras_name) -> list[str]:
-    ref = med_ms(times["refseg"])
-    r_torch = ref / med_ms(times[torch_name])
+    ref = median_ms(times["refseg"])
+    r_torch = ref / median_ms(times[torch_name])
     target = TARGET_TORCH_RATIO[condition]
     lines = [f"- refseg / torch = {r_torch:.2f} (target <= {target} with background load "
              f"{condition}): {verdict(r_torch <= target)}"]
     if "refseg 1 thread" in times:
         one = times["refseg 1 thread"]
         noise = max(spread(times["refseg"]), spread(one))
-        r_one = ref / med_ms(one)
+        r_one = ref / median_ms(one)
         lines.append(f"- refseg T threads / 1 thread = {r_one:.2f} (target: not above 1 by more "
                      f"than the run-to-run noise, here {noise:.2f}): "
                      f"{verdict(r_one <= 1 + noise)}")
     if keras_name in times:
-        r_keras = ref / med_ms(times[keras_name])
+        r_keras = ref / median_ms(times[keras_name])
         lines.append(f"- refseg / Keras = {r_keras:.2f} (target < 1, faster than Keras): "
                      f"{verdict(r_keras < 1)}")
     per_image = ref / batch / 1e3
@@ -519,10 +474,11 @@ def summary_lines(results: dict, conditions, batches, threads) -> list[str]:
             for b in batches:
                 times, _loads, torch_name, _keras = results[(condition, b)]
                 ours, theirs = times["refseg" + suffix], times[torch_name + suffix]
-                ratio_one = (f"{med_ms(times['refseg']) / med_ms(times['refseg 1 thread']):.2f}"
+                whole, one = times["refseg"], times.get("refseg 1 thread")
+                ratio_one = (f"{median_ms(whole) / median_ms(one):.2f}"
                              if t == threads and threads > 1 else "-")
-                row += (f" {med_ms(ours) / b:.1f} / {med_ms(theirs) / b:.1f} | "
-                        f"{med_ms(ours) / med_ms(theirs):.2f} | {ratio_one} |")
+                row += (f" {median_ms(ours) / b:.1f} / {median_ms(theirs) / b:.1f} | "
+                        f"{median_ms(ours) / median_ms(theirs):.2f} | {ratio_one} |")
             lines.append(row)
     return lines
 
@@ -568,6 +524,146 @@ def memory_lines(runs: list[dict]) -> list[str]:
 
 # --- main ----------------------------------------------------------------------------------
 
+def header(report: Report, args, switch) -> None:
+    report.header("Res-Mobile Net prediction: refseg vs torch vs Keras", "bench_model.py",
+                  environment_lines(args.threads, torch),
+                  f"- Keras {keras.__version__}, backend {keras.backend.backend()}",
+                  f"- thread pools switched at run time for the 1-thread rounds: "
+                  f"{switch.describe()}",
+                  "- background load conditions: " + "; ".join(
+                      f"{c}: {describe_load(c, args.background_cores)}"
+                      for c in args.background_load))
+
+
+def select_variants(report: Report, nets, args) -> tuple[dict, dict]:
+    """For each batch size: the input, the agreement of every variant with refseg (else the
+    script stops), and the faster torch layout and Keras call. Returns (inputs, chosen names)
+    by batch size."""
+    select_rounds = 1 if args.quick else 3
+    inputs, chosen_names = {}, {}
+    for batch in args.batches:
+        x = inputs[batch] = np.random.default_rng(batch).uniform(
+            -1, 1, (batch, *INPUT_HW, 3)).astype(np.float32)
+        calls = nets.calls(x)
+        diffs = agreement(calls)
+        report(f"## Batch {batch}", "", "Agreement with refseg on the benchmark input (largest "
+               f"|p - p_refseg| of the probabilities, tolerance {TOLERANCE:g}): "
+               + ", ".join(f"{name} {d:.2g}" for name, d in diffs.items()), "")
+        bad = {name: d for name, d in diffs.items() if not d <= TOLERANCE}
+        if bad:
+            raise SystemExit(f"predictions differ from refseg's beyond {TOLERANCE:g}: {bad}")
+        torch_name, torch_ms = pick_faster(calls, ["torch NCHW", "torch channels_last"],
+                                           select_rounds, args.wait_quiet)
+        keras_name, keras_ms = pick_faster(
+            calls, ["Keras predict_on_batch", "Keras call (no_grad)"], select_rounds,
+            args.wait_quiet)
+        report("Variant selection (median ms / batch over "
+               f"{select_rounds} round{'s' * (select_rounds > 1)}, no background load): "
+               + ", ".join(f"{n} {ms:.0f}" for n, ms in {**torch_ms, **keras_ms}.items())
+               + f"; compared below: **{torch_name}**, **{keras_name}**.", "")
+        chosen_names[batch] = (torch_name, keras_name)
+    return inputs, chosen_names
+
+
+def time_condition(nets, args, switch, condition, batch, inputs, chosen_names):
+    """One background-load condition at one batch size: (times, loads, torch name, Keras
+    name), the working threads of refseg's calls, and the thread counts it chose."""
+    torch_name, keras_name = chosen_names[batch]
+    calls = nets.calls(inputs[batch])
+    chosen = {"refseg": calls["refseg"], torch_name: calls[torch_name]}
+    if args.threads > 1:
+        chosen["refseg 1 thread"] = switch.wrap(1, calls["refseg"])
+        chosen[f"{torch_name} 1 thread"] = torch_at(1, calls[torch_name], args.threads)
+    if condition == "none":  # Keras' target is a quiet machine's
+        chosen[keras_name] = calls[keras_name]
+    else:
+        settle_thread_choice(calls["refseg"])
+    before = refseg_threads.SIZINGS.copy()
+    times, loads = time_rounds(chosen, args.repeat, warmup=1, wait_quiet=(
+        args.wait_quiet if condition == "none" else 0.0))
+    sizing = refseg_threads.SIZINGS - before
+    workers = {name: working_threads(chosen[name])[0]
+               for name in ("refseg", "refseg 1 thread") if name in chosen}
+    return (times, loads, torch_name, keras_name), workers, sizing
+
+
+def time_conditions(nets, args, switch, inputs, chosen_names):
+    """time_condition under each background-load condition (its neighbours running) and at
+    each batch size, keyed by (condition, batch)."""
+    results, workers, sizings = {}, {}, {}
+    for condition in args.background_load:
+        with background(condition, args.background_cores):
+            for batch in args.batches:
+                key = (condition, batch)
+                results[key], workers[key], sizings[key] = time_condition(
+                    nets, args, switch, condition, batch, inputs, chosen_names)
+    return results, workers, sizings
+
+
+def timing_sections(report: Report, args, results, workers, sizings, flops_image,
+                    ceiling) -> None:
+    for (condition, batch), (times, loads, torch_name, keras_name) in results.items():
+        seen = ", ".join(f"{name} {n}" for name, n in workers[(condition, batch)].items())
+        report(f"## Prediction time, batch {batch}, background load {condition}", "",
+               f"Background load: {describe_load(condition, args.background_cores)}. "
+               f"Medians of {args.repeat} interleaved rounds (fastest run in brackets); "
+               "ratio = refseg / this implementation (for refseg 1 thread: refseg's T-thread "
+               "time over its 1-thread time); GFLOP/s = 2 x MACs / median time, the "
+               "same count for every implementation; other load: cores used by other "
+               "processes (the background neighbours included) during the calls. 1 thread: "
+               "refseg's OpenMP and OpenBLAS pools set to 1 at run time (refseg.threads), "
+               "torch by torch.set_num_threads(1). Threads that computed during one more call "
+               f"of each (CPU time from /proc/self/task): {seen or '-'}.", "",
+               *timing_table(batch, times, loads, batch * flops_image, ceiling), "",
+               sizing_line(sizings[(condition, batch)], args.threads), "",
+               *target_lines(condition, batch, times, torch_name, keras_name), "")
+    report("## Summary: every condition", "",
+           f"Threads T = {args.threads}; ratio = refseg / torch (the faster layout, at the same "
+           "thread count); refseg T / 1 thread = refseg's T-thread time over its 1-thread "
+           "time in the same rounds. Targets: refseg / torch <= "
+           + ", ".join(f"{TARGET_TORCH_RATIO[c]} ({c})" for c in LOADS)
+           + "; T threads never slower than 1 beyond run-to-run noise; "
+           f"{PATENT_S_PER_IMAGE} s per image with one busy neighbour.", "",
+           *summary_lines(results, args.background_load, args.batches, args.threads), "")
+
+
+def profile_section(report: Report, nets, args) -> None:
+    report("## Where refseg's prediction time goes", "",
+           "Every autograd op call timed (Op.__call__ wrapped at run time: the op's "
+           "forward plus its Tensor wrapping); median of "
+           f"{1 if args.quick else 3} predictions by total time. Conv ops include their "
+           "bias, and the decoder's ReLU where it has one (conv2d_relu, "
+           "conv2d_transpose_relu); conv2d_batch_norm (_relu, _relu6) is a backbone's "
+           "convolution with the batch norm after it, and that batch norm's ReLU, in the "
+           "convolution's output pass; batch_norm_relu and batch_norm_relu6 are the other "
+           "batch norms with the ReLU that alone reads them, in one pass; the softmax is "
+           "its own op.", "")
+    for batch in args.batches:
+        x = np.random.default_rng(batch).uniform(-1, 1, (batch, *INPUT_HW, 3)) \
+            .astype(np.float32)
+        report(*profile_lines(profile_refseg(nets.refseg, x, 1 if args.quick else 3),
+                              batch), "")
+
+
+def memory_section(report: Report, args, chosen_names) -> None:
+    report("## Peak memory of one prediction", "",
+           "MiB. Each row a fresh child process: RSS once the network is built (libraries and "
+           "weights; torch's network is built from a refseg model's weights, which are then "
+           "freed), then the peak RSS (VmHWM, reset through clear_refs before each call) over "
+           "a first and a second prediction, and in brackets that peak above the built RSS: "
+           "the memory the prediction needs. The first call also allocates refseg's reusable "
+           "im2col workspace; memory freed by the first call and kept by the allocator shows "
+           "in the RSS before the second. tracemalloc: peak of live NumPy buffers over a "
+           "third refseg call.", "")
+    best_torch = {chosen_names[b][0] for b in args.batches}
+    runs = []
+    for batch in args.batches:
+        runs.append(run_memory_child("refseg", batch, args.threads, args.row_loops))
+        runs += [run_memory_child(name, batch, args.threads, args.row_loops)
+                 for name in sorted(best_torch)]
+    report(*memory_lines(runs), "")
+
+
 def main(args: argparse.Namespace) -> None:
     if args.memory_child:
         impl, batch = args.memory_child
@@ -577,154 +673,35 @@ def main(args: argparse.Namespace) -> None:
     sys.path[:0] = [str(HERE.parent / "tests" / "models"), str(HERE.parent / "tests")]
     load_frameworks(args.threads)
     switch = ThreadSwitch()
-    out: list[str] = []
-
-    def emit(*lines):
-        for line in lines:
-            print(line, flush=True)
-            out.append(line)
-
-    started = time.perf_counter()
-    emit("# Res-Mobile Net prediction: refseg vs torch vs Keras", "",
-         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}: `python benchmarks/bench_model.py "
-         + " ".join(sys.argv[1:]) + "`", "", *bench_ops.environment_lines(args.threads),
-         f"- Keras {keras.__version__}, backend {keras.backend.backend()}",
-         f"- thread pools switched at run time for the 1-thread rounds: {switch.describe()}",
-         "- background load conditions: " + "; ".join(
-             f"{c}: {describe_load(c, args.background_cores)}" for c in args.background_load),
-         "")
-
+    report = Report()
+    header(report, args, switch)
     nets = Networks()
     macs = macs_per_image(nets.refseg)
     flops_image = 2.0 * sum(macs.values())
-    emit(f"Input {INPUT_HW[0]}x{INPUT_HW[1]}x3. Multiply-accumulates per image (refseg graph, "
-         "convolutions only): " + ", ".join(f"{part} {m / 1e9:.2f} G" for part, m in
-                                            macs.items())
-         + f"; total {sum(macs.values()) / 1e9:.2f} G = {flops_image / 1e9:.2f} GFLOP.", "")
-
+    report(f"Input {INPUT_HW[0]}x{INPUT_HW[1]}x3. Multiply-accumulates per image (refseg "
+           "graph, convolutions only): " + ", ".join(f"{part} {m / 1e9:.2f} G"
+                                                     for part, m in macs.items())
+           + f"; total {sum(macs.values()) / 1e9:.2f} G = {flops_image / 1e9:.2f} GFLOP.", "")
     sgemm_shapes = {"square 1024": (1024,) * 3, "square 2048": (2048,) * 3}
     sgemm_rounds = 3 if args.quick else 5
     sgemm_before = measure_sgemm(sgemm_shapes, sgemm_rounds)
-    select_rounds = 1 if args.quick else 3
-    inputs, chosen_names = {}, {}
-    for batch in args.batches:
-        x = inputs[batch] = np.random.default_rng(batch).uniform(
-            -1, 1, (batch, *INPUT_HW, 3)).astype(np.float32)
-        calls = nets.calls(x)
-        diffs = agreement(calls)
-        emit(f"## Batch {batch}", "", "Agreement with refseg on the benchmark input (largest "
-             f"|p - p_refseg| of the probabilities, tolerance {TOLERANCE:g}): "
-             + ", ".join(f"{name} {d:.2g}" for name, d in diffs.items()), "")
-        bad = {name: d for name, d in diffs.items() if not d <= TOLERANCE}
-        if bad:
-            raise SystemExit(f"predictions differ from refseg's beyond {TOLERANCE:g}: {bad}")
-        torch_name, torch_ms = pick_faster(calls, ["torch NCHW", "torch channels_last"],
-                                           select_rounds, args.wait_quiet)
-        keras_name, keras_ms = pick_faster(
-            calls, ["Keras predict_on_batch", "Keras call (no_grad)"], select_rounds,
-            args.wait_quiet)
-        emit("Variant selection (median ms / batch over "
-             f"{select_rounds} round{'s' * (select_rounds > 1)}, no background load): "
-             + ", ".join(f"{n} {ms:.0f}" for n, ms in {**torch_ms, **keras_ms}.items())
-             + f"; compared below: **{torch_name}**, **{keras_name}**.", "")
-        chosen_names[batch] = (torch_name, keras_name)
-
-    results, workers, sizings = {}, {}, {}
-    for condition in args.background_load:
-        with background(condition, args.background_cores):
-            for batch in args.batches:
-                torch_name, keras_name = chosen_names[batch]
-                calls = nets.calls(inputs[batch])
-                chosen = {"refseg": calls["refseg"], torch_name: calls[torch_name]}
-                if args.threads > 1:
-                    chosen["refseg 1 thread"] = switch.wrap(1, calls["refseg"])
-                    chosen[f"{torch_name} 1 thread"] = torch_at(1, calls[torch_name],
-                                                                args.threads)
-                if condition == "none":  # Keras' target is a quiet machine's
-                    chosen[keras_name] = calls[keras_name]
-                else:
-                    settle_thread_choice(calls["refseg"])
-                before = refseg_threads.SIZINGS.copy()
-                times, loads = time_rounds(chosen, args.repeat, args.wait_quiet
-                                           if condition == "none" else 0.0)
-                sizings[(condition, batch)] = refseg_threads.SIZINGS - before
-                results[(condition, batch)] = (times, loads, torch_name, keras_name)
-                workers[(condition, batch)] = {
-                    name: working_threads(chosen[name])[0]
-                    for name in ("refseg", "refseg 1 thread") if name in chosen}
+    inputs, chosen_names = select_variants(report, nets, args)
+    results, workers, sizings = time_conditions(nets, args, switch, inputs, chosen_names)
     sgemm_after = measure_sgemm(sgemm_shapes, sgemm_rounds)
     ceiling = max(max(sgemm_before[s], sgemm_after[s]) for s in sgemm_shapes)
-
-    emit("## sgemm (np.matmul float32) in this run", "",
-         "| product | GFLOP/s before models | after models |", "|---|---:|---:|",
-         *(f"| {label} | {sgemm_before[label]:.0f} | {sgemm_after[label]:.0f} |"
-           for label in sgemm_shapes),
-         "", f"sgemm ceiling (best square median, no background load): **{ceiling:.0f} "
-         "GFLOP/s**.", "")
-
-    for (condition, batch), (times, loads, torch_name, keras_name) in results.items():
-        seen = ", ".join(f"{name} {n}" for name, n in workers[(condition, batch)].items())
-        emit(f"## Prediction time, batch {batch}, background load {condition}", "",
-             f"Background load: {describe_load(condition, args.background_cores)}. "
-             f"Medians of {args.repeat} interleaved rounds (fastest run in brackets); "
-             "ratio = refseg / this implementation (for refseg 1 thread: refseg's T-thread "
-             "time over its 1-thread time); GFLOP/s = 2 x MACs / median time, the "
-             "same count for every implementation; other load: cores used by other processes "
-             "(the background neighbours included) during the calls. 1 thread: refseg's "
-             "OpenMP and OpenBLAS pools set to 1 at run time (refseg.threads), torch by "
-             "torch.set_num_threads(1). Threads that computed during one more call of each "
-             f"(CPU time from /proc/self/task): {seen or '-'}.", "",
-             *timing_table(batch, times, loads, batch * flops_image, ceiling), "",
-             sizing_line(sizings[(condition, batch)], args.threads), "",
-             *target_lines(condition, batch, times, torch_name, keras_name), "")
-
-    emit("## Summary: every condition", "",
-         f"Threads T = {args.threads}; ratio = refseg / torch (the faster layout, at the same "
-         "thread count); refseg T / 1 thread = refseg's T-thread time over its 1-thread "
-         "time in the same rounds. Targets: refseg / torch <= "
-         + ", ".join(f"{TARGET_TORCH_RATIO[c]} ({c})" for c in LOADS)
-         + "; T threads never slower than 1 beyond run-to-run noise; "
-         f"{PATENT_S_PER_IMAGE} s per image with one busy neighbour.", "",
-         *summary_lines(results, args.background_load, args.batches, args.threads), "")
-
+    report("## sgemm (np.matmul float32) in this run", "",
+           "| product | GFLOP/s before models | after models |", "|---|---:|---:|",
+           *(f"| {label} | {sgemm_before[label]:.0f} | {sgemm_after[label]:.0f} |"
+             for label in sgemm_shapes),
+           "", f"sgemm ceiling (best square median, no background load): **{ceiling:.0f} "
+           "GFLOP/s**.", "")
+    timing_sections(report, args, results, workers, sizings, flops_image, ceiling)
     if args.profile:
-        emit("## Where refseg's prediction time goes", "",
-             "Every autograd op call timed (Op.__call__ wrapped at run time: the op's "
-             "forward plus its Tensor wrapping); median of "
-             f"{1 if args.quick else 3} predictions by total time. Conv ops include their "
-             "bias, and the decoder's ReLU where it has one (conv2d_relu, "
-             "conv2d_transpose_relu); conv2d_batch_norm (_relu, _relu6) is a backbone's "
-             "convolution with the batch norm after it, and that batch norm's ReLU, in the "
-             "convolution's output pass; batch_norm_relu and batch_norm_relu6 are the other "
-             "batch norms with the ReLU that alone reads them, in one pass; the softmax is "
-             "its own op.", "")
-        for batch in args.batches:
-            x = np.random.default_rng(batch).uniform(-1, 1, (batch, *INPUT_HW, 3)) \
-                .astype(np.float32)
-            emit(*profile_lines(profile_refseg(nets.refseg, x, 1 if args.quick else 3),
-                                batch), "")
-
-    emit("## Peak memory of one prediction", "",
-         "MiB. Each row a fresh child process: RSS once the network is built (libraries and "
-         "weights; torch's network is built from a refseg model's weights, which are then "
-         "freed), then the peak RSS (VmHWM, reset through clear_refs before each call) over "
-         "a first and a second prediction, and in brackets that peak above the built RSS: "
-         "the memory the prediction needs. The first call also allocates refseg's reusable "
-         "im2col workspace; memory freed by the first call and kept by the allocator shows "
-         "in the RSS before the second. tracemalloc: peak of live NumPy buffers over a third "
-         "refseg call.", "")
+        profile_section(report, nets, args)
     del nets
     gc.collect()
-    best_torch = {chosen_names[b][0] for b in args.batches}
-    runs = []
-    for batch in args.batches:
-        runs.append(run_memory_child("refseg", batch, args.threads))
-        runs += [run_memory_child(name, batch, args.threads) for name in sorted(best_torch)]
-    emit(*memory_lines(runs), "")
-    emit(f"Total run time {time.perf_counter() - started:.0f} s.")
-    if args.write:
-        RESULTS.write_text("\n".join(out) + "\n")
-        print(f"\nwrote {RESULTS}")
+    memory_section(report, args, chosen_names)
+    report.finish(RESULTS if args.write else None)
 
 
 if __name__ == "__main__":

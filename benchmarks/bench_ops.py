@@ -4,13 +4,14 @@ training step.
 
 What is compared
 ----------------
-Every Conv2D / Conv2DTranspose layer of the Res-Mobile Net decoder at a 224x224 input
-(``shared/reference/NOTES.md`` section 2: 3x3 kernels with bias, Keras padding "same",
-transposed convolutions stride 2 except the stride-1 prediction layer), at batch 1 and 4:
+Every Conv2D / Conv2DTranspose layer of the Res-Mobile Net decoder at a 224x224 input (built
+from the decoder's table, ``refseg.models.decoder.DECODER``: 3x3 kernels with bias, Keras
+padding "same", transposed convolutions stride 2 except the stride-1 prediction layer), at
+batch 1 and 4:
 
 * **refseg**: ``refseg.autograd.conv2d`` / ``conv2d_transpose`` on NHWC float32 (im2col /
   col2im kernels in Cython + NumPy matrix products, i.e. OpenBLAS sgemm; the stride-1 3x3
-  convolutions with enough output tiles, ``conv.conv_route``, take a Winograd route instead
+  convolutions with enough output tiles, ``conv_routes.conv_route``, take a Winograd route instead
   for their forward and input gradient: F(4x4, 3x3) for x7b, x9, x18, x21 at both batch sizes
   and x5 at batch 4, F(2x2, 3x3) for x5 at batch 1 and x2 and x13 at batch 4; kernel
   gradients of both take F(2x2, 3x3)).
@@ -74,9 +75,9 @@ faults per run. All parts are timed in the same interleaved rounds.
 
 Memory of a decoder training step: forward of every decoder layer (relu after each, softmax
 after the prediction layer, the Adds), per-pixel categorical cross-entropy, backward, and one
-``refseg.autograd.optim.Adam`` update (a plain in-place SGD update if refseg has no Adam), from random
-tap tensors of the backbone shapes. It runs in a fresh child process (so memory that an
-earlier part of this run left in the allocator cannot hide the step's own allocations), and is
+``refseg.autograd.optim.Adam`` update, from random tap tensors of the backbone shapes. It runs
+in a fresh child process (so memory that an earlier part of this run left in the allocator
+cannot hide the step's own allocations), and is
 measured as the peak resident set size: ``VmHWM`` of /proc/self/status, reset by writing 5 to
 /proc/self/clear_refs, minus ``VmRSS`` at the reset; once for step 1 (which also allocates
 whatever is made lazily: scratch buffers, optimiser state) and once over the steps after it
@@ -121,11 +122,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
 import gc
 import json
-import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -134,9 +132,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import (OtherLoad, ThreadSwitch, add_background_arguments, all_cores,
-                     background, check_background_arguments, describe_load, machine_lines,
-                     pin_threads)
+import _common
+from _common import (OtherLoad, Report, ThreadSwitch, add_background_arguments,
+                     add_row_loops_argument, all_cores, background,
+                     check_background_arguments, describe_load, environment_lines,
+                     measure_sgemm, median_ms, min_ms, minor_faults, proc_status_mb,
+                     reset_peak_rss, start, time_rounds, verdict, wait_until_quiet)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results_ops.md"
@@ -168,10 +169,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "per implementation and condition, the first one untimed in the "
                              "median; beside other processes refseg's steps 2-7 time both "
                              "thread counts (default 12, 3 with --quick; 0 skips it)")
-    parser.add_argument("--row-loops", choices=("auto", "baseline"), default="auto",
-                        help="auto: the row loops refseg chooses (AVX-512 where the CPU has "
-                             "it); baseline: the plain x86-64 loops, as on a CPU without "
-                             "AVX-512 (default auto)")
+    add_row_loops_argument(parser)
     add_background_arguments(parser)
     parser.add_argument("--write", action="store_true",
                         help="also write the Markdown report to benchmarks/results_ops.md")
@@ -195,30 +193,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-ROW_LOOPS = "auto"  # --row-loops, for the child processes
-
 if __name__ == "__main__":
-    ARGS = parse_args()
-    ROW_LOOPS = ARGS.row_loops
-    # OpenMP and OpenBLAS read their thread counts once, when they load: these must be set
-    # before NumPy, refseg and torch are imported below.
-    pin_threads(ARGS.threads)
+    # before NumPy, refseg and torch are imported below
+    ARGS = start(parse_args)
 
 import numpy as np  # noqa: E402
 
-import refseg  # noqa: E402
 from refseg import _kernels  # noqa: E402
 from refseg import autograd as ag  # noqa: E402
 from refseg import threads as refseg_threads  # noqa: E402
+from refseg.autograd.optim import Adam as RefsegAdam  # noqa: E402
+from refseg.models.decoder import CLASSES, DECODER  # noqa: E402
 from refseg.threads import bits_independent_of_load  # noqa: E402
-
-if ROW_LOOPS == "baseline":
-    _kernels.use_avx512(False)
-
-try:  # the lead's optimiser; the training step falls back to SGD without it
-    from refseg.autograd.optim import Adam as RefsegAdam
-except ImportError:
-    RefsegAdam = None
 
 # torch is imported by load_torch(): the refseg training child must not load it (it would
 # add torch's own memory to the RSS that child measures).
@@ -228,11 +214,8 @@ F = None
 
 def load_torch(threads: int) -> None:
     global torch, F
-    import torch as _torch
-    import torch.nn.functional as _F
-
-    torch, F = _torch, _F
-    torch.set_num_threads(threads)
+    torch = _common.load_torch(threads)
+    F = torch.nn.functional
 
 
 # --- the decoder ---------------------------------------------------------------------------
@@ -242,7 +225,7 @@ class Layer:
     """One 3x3 convolution of the decoder: input size x size x cin -> output x cout."""
 
     name: str
-    kind: str      # "conv" (Conv2D, stride 1) or "convT" (Conv2DTranspose)
+    kind: str      # "conv" (Conv2D, stride 1) or "convT" (Conv2DTranspose), as in DECODER
     cin: int
     cout: int
     size: int      # input height = width
@@ -270,43 +253,6 @@ class Layer:
         return f"{op} {self.cin}->{self.cout} {self.size}->{self.out_size}"
 
 
-LAYERS = {layer.name: layer for layer in [
-    Layer("x1", "convT", 2048, 720, 7, 2, "post_relu"),
-    Layer("x2", "conv", 720, 256, 14, 1, "x1"),
-    Layer("x4", "convT", 256, 256, 14, 2, "x3"),
-    Layer("x5", "conv", 256, 128, 28, 1, "x4"),
-    Layer("x7a", "convT", 128, 144, 28, 2, "x6"),
-    Layer("x7b", "conv", 144, 256, 56, 1, "x7a"),
-    Layer("x8", "convT", 256, 96, 56, 2, "x7b"),
-    Layer("x9", "conv", 96, 64, 112, 1, "x8"),
-    Layer("x11", "convT", 64, 3, 112, 2, "x10"),
-    Layer("x12", "convT", 320, 576, 7, 2, "block_16_project"),
-    Layer("x13", "conv", 576, 576, 14, 1, "x12"),
-    Layer("x15", "convT", 576, 192, 14, 2, "x14"),
-    Layer("x17", "convT", 192, 144, 28, 2, "x16"),
-    Layer("x18", "conv", 144, 144, 56, 1, "x17"),
-    Layer("x20", "convT", 144, 96, 56, 2, "x19"),
-    Layer("x21", "conv", 96, 96, 112, 1, "x20"),
-    Layer("x22", "convT", 96, 3, 112, 2, "x21"),
-    Layer("prediction", "convT", 3, 3, 224, 1, "x23"),
-]}
-
-#: The Adds of the decoder: name -> the two tensors added.
-ADDS = {
-    "x3": ("x2", "conv4_block6_1_relu"),
-    "x6": ("x5", "conv3_block4_1_relu"),
-    "x10": ("x9", "conv1_conv"),
-    "x14": ("x13", "block_13_expand_relu"),
-    "x16": ("x15", "block_6_expand_relu"),
-    "x19": ("x18", "block_3_expand_relu"),
-    "x23": ("x22", "x11"),
-}
-
-#: Evaluation order of the decoder (every name is a LAYERS or an ADDS entry).
-DECODER = ["x1", "x2", "x3", "x4", "x5", "x6", "x7a", "x7b", "x8", "x9", "x10", "x11",
-           "x12", "x13", "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23",
-           "prediction"]
-
 #: Backbone taps the decoder reads, (H, W, C) at a 224x224 input (NOTES.md section 2).
 #: conv2_block3_1_relu and block_1_expand_relu are tapped by the patent but used by no Add.
 TAPS = {
@@ -315,174 +261,34 @@ TAPS = {
     "block_16_project": (7, 7, 320), "block_13_expand_relu": (14, 14, 576),
     "block_6_expand_relu": (28, 28, 192), "block_3_expand_relu": (56, 56, 144),
 }
-CLASSES = 3
+
+
+def decoder_layers(taps: dict) -> tuple[dict, dict, list]:
+    """(layers: name -> Layer, adds: name -> the two tensors added, the evaluation order) of
+    the decoder table ``refseg.models.decoder.DECODER``, each layer's input size and channels
+    followed from the taps' (H, W, C)."""
+    shapes = dict(taps)
+    layers, adds, order = {}, {}, []
+    for row in DECODER:
+        order.append(row.name)
+        if row.op == "add":
+            adds[row.name] = row.sources
+            shapes[row.name] = shapes[row.sources[0]]
+            continue
+        (source,) = row.sources
+        size, _, cin = shapes[source]
+        layer = layers[row.name] = Layer(row.name, row.op, cin, row.filters, size, row.stride,
+                                         source)
+        shapes[row.name] = (layer.out_size, layer.out_size, layer.cout)
+    return layers, adds, order
+
+
+#: The decoder's layers (name -> Layer), Adds (name -> the two tensors added) and evaluation
+#: order (every name is a LAYERS or an ADDS entry).
+LAYERS, ADDS, ORDER = decoder_layers(TAPS)
 
 #: "Large" layers, for the 50%-of-sgemm target: at least 1 GFLOP forward per image.
 LARGE_FLOPS = 1e9
-
-
-# --- machine facts -------------------------------------------------------------------------
-
-def blas_info() -> list[dict]:
-    try:
-        import threadpoolctl
-    except ImportError:
-        return []
-    return threadpoolctl.threadpool_info()
-
-
-def source_state() -> str:
-    """The commit of the checkout these benchmarks belong to, whether its refseg/ has
-    uncommitted changes, and whether the refseg being measured (usually an installed copy) has
-    the checkout's Python and Cython sources: the numbers belong to that code, not to the
-    commit alone."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*cmd):
-        return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,
-                              check=False).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD")
-    if not head:
-        return "benchmarks not in a git checkout"
-    dirty = git("status", "--porcelain", "--", "refseg")
-    state = f"checkout HEAD {head}" + (" + uncommitted changes in refseg/" if dirty
-                                       else ", refseg/ clean")
-    measured = Path(refseg.__file__).resolve().parent
-    # the measured copy's sources that the checkout also has (a wheel may leave some out)
-    pairs = [(p, root / "refseg" / p.relative_to(measured)) for p in measured.rglob("*")
-             if p.suffix in (".py", ".pyx", ".pxi", ".c", ".h") and p.name != "_kernels.c"]
-    compared = [(p, q) for p, q in pairs if q.is_file()]
-    differ = sum(p.read_bytes() != q.read_bytes() for p, q in compared)
-    only_measured = len(pairs) - len(compared)
-    return (state + f"; measured refseg ({measured}): {len(compared) - differ} of "
-            f"{len(compared)} source files as in the checkout"
-            + (f", {only_measured} not in it" if only_measured else ""))
-
-
-def allocator_line() -> str:
-    """glibc's thresholds in this process: refseg's (``refseg.allocator``) or the
-    environment's."""
-    from refseg import allocator
-
-    if allocator.applied:
-        return (f"- glibc malloc: mmap threshold {allocator.MMAP_THRESHOLD >> 20} MiB, trim "
-                f"threshold {allocator.TRIM_THRESHOLD >> 20} MiB (set by import refseg; torch "
-                f"and Keras in this process allocate under the same settings)")
-    chosen = [f"{k}={os.environ[k]}" for k in allocator.USER_SETTINGS if k in os.environ]
-    tunables = os.environ.get("GLIBC_TUNABLES")
-    return ("- glibc malloc: left as the environment sets it: "
-            + (", ".join(chosen + ([f"GLIBC_TUNABLES={tunables}"] if tunables else []))
-               or "glibc's defaults (no mallopt)"))
-
-
-def environment_lines(threads: int) -> list[str]:
-    lines = [
-        f"- {platform.platform()}, {platform.processor() or platform.machine()}, "
-        f"{all_cores()} cores available; Python {platform.python_version()}",
-        *machine_lines(),
-        f"- refseg {getattr(refseg, '__version__', '?')} ({source_state()}), "
-        f"NumPy {np.__version__}, "
-        f"torch {torch.__version__ if torch else 'not loaded'}",
-        f"- threads T = {threads}: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
-        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}, "
-        f"torch.get_num_threads()={torch.get_num_threads() if torch else '-'}",
-        "- OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "(unset)")
-        + ", OPENBLAS_L2_SIZE=" + os.environ.get("OPENBLAS_L2_SIZE", "(unset)")
-        + ", OPENBLAS_THREAD_TIMEOUT=" + os.environ.get("OPENBLAS_THREAD_TIMEOUT", "(unset)")
-        + ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "(unset)"),
-        allocator_line(),
-    ]
-    pools = blas_info()
-    if pools:
-        for p in pools:
-            lines.append(f"- threadpoolctl: {p.get('internal_api')} {p.get('version')} "
-                         f"kernel={p.get('architecture')} threads={p.get('num_threads')} "
-                         f"({Path(p.get('filepath', '')).name})")
-    else:
-        lines.append("- threadpoolctl not installed: BLAS kernel not reported "
-                     "(see np.show_config())")
-    if torch is not None:
-        lines.append(f"- torch: mkldnn={torch.backends.mkldnn.is_available()}, "
-                     f"cpu capability {torch.backends.cpu.get_cpu_capability()}")
-    return lines
-
-
-# --- memory --------------------------------------------------------------------------------
-
-def proc_status_mb(field: str) -> float:
-    """A memory line of /proc/self/status (VmRSS, VmHWM, ...) in MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024.0
-    raise KeyError(field)
-
-
-def reset_peak_rss() -> bool:
-    """Make VmHWM equal to the current RSS (Linux >= 4.0); False where not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def minor_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-# --- load from other processes -------------------------------------------------------------
-# On 2 cores, one other busy process changes everything: a 2-thread OpenBLAS GEMM then waits
-# for its descheduled partner thread at every barrier (10x slower was seen here), while
-# torch's OpenMP degrades far less. So every measurement carries the CPU that other processes
-# used meanwhile, and --wait-quiet can hold a layer back until the machine is idle.
-
-def wait_until_quiet(max_seconds: float, threshold: float = 0.2) -> float:
-    """Sleep (in 1 s probes) until other processes use under `threshold` cores, at most
-    `max_seconds`; returns the seconds waited."""
-    waited = 0.0
-    while waited < max_seconds:
-        load = OtherLoad()
-        time.sleep(1.0)
-        if load.cores() < threshold:
-            break
-        waited += 1.0
-    return waited
-
-
-# --- timing --------------------------------------------------------------------------------
-
-def time_interleaved(fns: dict, repeat: int, warmup: int = 2) -> dict:
-    """Seconds of each run of each callable: `warmup` untimed runs each, then `repeat` rounds
-    in which every callable runs once, in an order rotated by one each round."""
-    names = list(fns)
-    for _ in range(warmup):
-        for name in names:
-            fns[name]()
-    times = {name: [] for name in names}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # as timeit: a collection would land on whichever run happens to trigger it
-    try:
-        for r in range(repeat):
-            k = r % len(names)
-            for name in names[k:] + names[:k]:
-                start = time.perf_counter()
-                fns[name]()
-                times[name].append(time.perf_counter() - start)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return times
-
-
-def median_ms(samples) -> float:
-    return 1e3 * statistics.median(samples)
-
-
-def min_ms(samples) -> float:
-    return 1e3 * min(samples)
 
 
 # --- the sgemm ceiling ---------------------------------------------------------------------
@@ -492,19 +298,6 @@ def gemm_shape(layer: Layer, batch: int) -> tuple:
     if layer.kind == "conv":
         return batch * layer.out_size ** 2, layer.k * layer.k * layer.cin, layer.cout
     return batch * layer.size ** 2, layer.cin, layer.k * layer.k * layer.cout
-
-
-def measure_sgemm(shapes: dict, repeat: int) -> dict:
-    """Median GFLOP/s of np.matmul (float32, C-contiguous) for each labelled (M, K, N)."""
-    rng = np.random.default_rng(1)
-    fns = {}
-    for label, (m, k, n) in shapes.items():
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        b = rng.standard_normal((k, n), dtype=np.float32)
-        fns[label] = (lambda a=a, b=b: a @ b)
-    times = time_interleaved(fns, repeat)
-    return {label: 2.0 * np.prod(shapes[label]) / statistics.median(t) / 1e9
-            for label, t in times.items()}
 
 
 # --- one layer in refseg and in torch ------------------------------------------------------
@@ -659,7 +452,7 @@ def benchmark_layer(layer: Layer, batch: int, repeat: int, switch=None) -> Layer
         fns["refseg-fwd-1t"] = switch.wrap(1, ours.forward)
         fns["refseg-fb-1t"] = switch.wrap(1, ours.forward_backward)
     load = OtherLoad()
-    times = time_interleaved(fns, repeat)
+    times = time_rounds(fns, repeat)[0]
     return LayerResult(layer, batch, times, agreement(layer, data), load.cores())
 
 
@@ -788,7 +581,8 @@ def profile_layer(layer: Layer, batch: int, repeat: int) -> Breakdown:
                **{f"gemm {stage}{i}": fn for stage, fns in products.items()
                   for i, fn in enumerate(fns)}}
         load = OtherLoad()
-        times = {k: 1e3 * statistics.median(v) for k, v in time_interleaved(fns, repeat).items()}
+        times = {k: 1e3 * statistics.median(v)
+                 for k, v in time_rounds(fns, repeat)[0].items()}
     return Breakdown(
         layer, batch, times["fwd"], times["fb"], times["gemm fwd0"],
         sum(v for k, v in times.items() if k.startswith("gemm")),
@@ -832,13 +626,11 @@ class RefsegTrainer:
             self.params[name] = (ag.Tensor(kernel, requires_grad=True, name=f"{name}/kernel"),
                                  ag.Tensor(bias, requires_grad=True, name=f"{name}/bias"))
         flat = [t for pair in self.params.values() for t in pair]
-        self.learning_rate = learning_rate
-        self.optimizer = RefsegAdam(flat, learning_rate=learning_rate) if RefsegAdam else None
-        self.flat = flat
+        self.optimizer = RefsegAdam(flat, learning_rate=learning_rate)
 
     def step(self) -> float:
         values = {name: ag.Tensor(array) for name, array in self.taps.items()}  # frozen
-        for name in DECODER:
+        for name in ORDER:
             if name in ADDS:
                 a, b = ADDS[name]
                 values[name] = ag.add(values[a], values[b])
@@ -849,13 +641,8 @@ class RefsegTrainer:
         loss = ag.categorical_crossentropy(values["prediction"], self.labels)
         del values  # the graph lives on through `loss` only, and is freed by backward
         loss.backward()
-        if self.optimizer is not None:
-            self.optimizer.step()
-            self.optimizer.zero_grad()
-        else:  # plain SGD, in place
-            for p in self.flat:
-                p.data -= self.learning_rate * p.grad
-                p.grad = None
+        self.optimizer.step()
+        self.optimizer.zero_grad()
         return float(loss.data)
 
 
@@ -877,7 +664,7 @@ class TorchTrainer:
 
     def step(self) -> float:
         values = dict(self.taps)
-        for name in DECODER:
+        for name in ORDER:
             if name in ADDS:
                 a, b = ADDS[name]
                 values[name] = values[a] + values[b]
@@ -1043,11 +830,13 @@ def sized_threads(before) -> int | None:
     return threads
 
 
-def run_train_child(impl: str, batch: int, steps: int, threads: int,
+def run_train_child(impl: str, batch: int, steps: int, threads: int, row_loops: str,
                     wait_quiet: float = 0.0) -> dict:
+    """train_child in a fresh process of this script, at ``threads`` threads and with the
+    row loops ``row_loops``; its result, or the last line of its error."""
     wait_until_quiet(wait_quiet)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--threads", str(threads),
-           "--row-loops", ROW_LOOPS, "--train-child", impl, str(batch), str(steps)]
+           "--row-loops", row_loops, "--train-child", impl, str(batch), str(steps)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         return {"impl": impl, "batch": batch, "error": out.stderr.strip().splitlines()[-1:]}
@@ -1144,10 +933,6 @@ def training_lines(runs: list[dict]) -> list[str]:
             f"{r['peak_step1_mb']:.0f} | {steady} | {tm} | {rss} | "
             f"{r['losses'][0]:.4f} / {r['losses'][1]:.4f} | {r['other_cores']:.2f} |")
     return lines
-
-
-def verdict(ok: bool) -> str:
-    return "**holds**" if ok else "**missed**"
 
 
 NET_IMPLS = ("refseg-net", "torch-net", "torch-net-cl")
@@ -1271,59 +1056,42 @@ def rss_verdict(run: dict) -> str:
 
 # --- main ----------------------------------------------------------------------------------
 
-def main(args: argparse.Namespace) -> None:
-    if args.train_child:
-        impl, batch, steps = args.train_child
-        print(json.dumps(train_child(impl, int(batch), int(steps), args.threads)))
-        return
-    load_torch(args.threads)
-    switch = ThreadSwitch() if args.threads > 1 else None
-    layers = [LAYERS[n] for n in args.layers] if args.layers else list(LAYERS.values())
-    out: list[str] = []
-
-    def emit(*lines):
-        for line in lines:
-            print(line, flush=True)
-            out.append(line)
-
-    started = time.perf_counter()
-    emit("# refseg decoder layers vs torch", "",
-         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}: `python benchmarks/bench_ops.py "
-         + " ".join(sys.argv[1:]) + "`", "", *environment_lines(args.threads),
-         "- thread pools switched at run time for the 1-thread rounds: "
-         + (switch.describe() if switch else "- (T = 1)"),
-         "- background load conditions: " + "; ".join(
-             f"{c}: {describe_load(c, args.background_cores)}" for c in args.background_load),
-         "")
-
-    # Memory first, each in a fresh process; refseg's RSS check runs the longest.
-    emit("## Decoder training step: memory and time", "",
-         f"Decoder parameters: {parameter_count():,} "
-         f"({parameter_count() * 4 / 2 ** 20:.1f} MiB float32; with gradient and two Adam "
-         f"moments {4 * parameter_count() * 4 / 2 ** 20:.1f} MiB). Update: "
-         + ("refseg.autograd.optim.Adam (lr 1e-3)" if RefsegAdam else "plain in-place SGD "
-            "(refseg.autograd.optim.Adam not found)") + "; torch: torch.optim.Adam.", "")
-    runs = [run_train_child("refseg", 1, args.train_steps, args.threads, args.wait_quiet)]
-    runs += [run_train_child(impl, 1, min(args.train_steps, 10), args.threads, args.wait_quiet)
+def decoder_step_section(args, report: Report) -> None:
+    """The decoder training step's memory and time, each implementation in a fresh process;
+    refseg's RSS check runs the longest."""
+    report("## Decoder training step: memory and time", "",
+           f"Decoder parameters: {parameter_count():,} "
+           f"({parameter_count() * 4 / 2 ** 20:.1f} MiB float32; with gradient and two Adam "
+           f"moments {4 * parameter_count() * 4 / 2 ** 20:.1f} MiB). Update: "
+           "refseg.autograd.optim.Adam (lr 1e-3); torch: torch.optim.Adam.", "")
+    child = dict(threads=args.threads, row_loops=args.row_loops, wait_quiet=args.wait_quiet)
+    runs = [run_train_child("refseg", 1, args.train_steps, **child)]
+    runs += [run_train_child(impl, 1, min(args.train_steps, 10), **child)
              for impl in ("torch", "torch-cl")]
     for batch in args.batches:
         if batch != 1:
-            runs += [run_train_child(impl, batch, 5, args.threads, args.wait_quiet)
+            runs += [run_train_child(impl, batch, 5, **child)
                      for impl in ("refseg", "torch", "torch-cl")]
-    emit(*training_lines(runs), "")
+    report(*training_lines(runs), "")
     if "error" not in runs[0]:
-        emit(rss_verdict(runs[0]), "")
+        report(rss_verdict(runs[0]), "")
 
-    # The ceiling before and after the layers: the machine's load may change in between.
-    # x7b and x21 are the largest layers (2.08 GFLOP each): a squarish GEMM (N = 256) and a
-    # tall, narrow one (N = 96), which BLAS runs at different rates.
+
+def sgemm_shapes(batches) -> dict:
+    """The square products of the ceiling and the forward GEMMs of the two largest layers:
+    x7b and x21 (2.08 GFLOP each), a squarish GEMM (N = 256) and a tall, narrow one (N = 96),
+    which BLAS runs at different rates."""
     largest = sorted(LAYERS.values(), key=lambda layer: -layer.flops(1))[:2]
     shapes = {"square 1024": (1024,) * 3, "square 2048": (2048,) * 3}
-    for batch in args.batches:
+    for batch in batches:
         for layer in largest:
             shapes[f"{layer.name} fwd GEMM, batch {batch}"] = gemm_shape(layer, batch)
-    sgemm_before = measure_sgemm(shapes, max(3, args.repeat // 2))
+    return shapes
 
+
+def time_conditions(args, layers, switch) -> tuple[dict, dict]:
+    """Under each background-load condition: every layer at every batch size, and the
+    whole-network training step (in child processes started while the neighbours run)."""
     results, net_runs = {}, {}
     for condition in args.background_load:
         with background(condition, args.background_cores):
@@ -1334,81 +1102,116 @@ def main(args: argparse.Namespace) -> None:
                         wait_until_quiet(args.wait_quiet)
                     rs.append(benchmark_layer(layer, batch, args.repeat, switch))
             if args.net_steps:
-                config = net_config()
+                batch = net_config().batch_size
                 net_runs[condition] = [
-                    run_train_child(impl, config.batch_size, args.net_steps, args.threads)
+                    run_train_child(impl, batch, args.net_steps, args.threads, args.row_loops)
                     for impl in NET_IMPLS]
                 if args.threads > 1:
                     net_runs[condition].append(run_train_child(
-                        "refseg-net", config.batch_size, args.net_steps, 1))
-    sgemm_after = measure_sgemm(shapes, max(3, args.repeat // 2))
-    ceiling = max(max(sgemm_before[s], sgemm_after[s]) for s in ("square 1024", "square 2048"))
+                        "refseg-net", batch, args.net_steps, 1, args.row_loops))
+    return results, net_runs
 
-    emit("## sgemm (np.matmul float32) in this run", "",
-         "| product | M x K x N | GFLOP/s before layers | after layers |", "|---|---|---:|---:|")
-    for label, shape in shapes.items():
-        emit(f"| {label} | {' x '.join(map(str, shape))} | {sgemm_before[label]:.0f} | "
-             f"{sgemm_after[label]:.0f} |")
-    emit("", f"sgemm ceiling (best square median): **{ceiling:.0f} GFLOP/s**.", "")
 
+def sgemm_section(report: Report, shapes, before, after) -> float:
+    """The sgemm table; returns the ceiling (the best square median)."""
+    ceiling = max(max(before[s], after[s]) for s in ("square 1024", "square 2048"))
+    report("## sgemm (np.matmul float32) in this run", "",
+           "| product | M x K x N | GFLOP/s before layers | after layers |", "|---|---|---:|---:|",
+           *(f"| {label} | {' x '.join(map(str, shape))} | {before[label]:.0f} | "
+             f"{after[label]:.0f} |" for label, shape in shapes.items()),
+           "", f"sgemm ceiling (best square median): **{ceiling:.0f} GFLOP/s**.", "")
+    return ceiling
+
+
+def layer_sections(report: Report, args, results, ceiling, switch) -> None:
     for (condition, batch), rs in results.items():
-        emit(f"## Layers, batch {batch}, background load {condition}", "",
-             f"Background load: {describe_load(condition, args.background_cores)}. "
-             "Medians of the interleaved rounds; ratio = refseg / faster torch layout (ratio of "
-             "the fastest runs in brackets); f+b = forward + backward, counted as 3x the "
-             "forward FLOPs (direct-convolution FLOPs: an effective rate on the Winograd route); "
-             "(large) = at least 1 GFLOP forward per image. Targets: ratio "
-             "<= 1.5, large layers >= 50% of the sgemm ceiling. Other load: cores used by "
-             "other processes meanwhile, the background neighbours included (without them, "
-             "above ~0.1 the numbers are disturbed).", "",
-             *layer_table(rs, ceiling), "", *torch_layout_lines(rs), "")
+        report(f"## Layers, batch {batch}, background load {condition}", "",
+               f"Background load: {describe_load(condition, args.background_cores)}. "
+               "Medians of the interleaved rounds; ratio = refseg / faster torch layout (ratio "
+               "of the fastest runs in brackets); f+b = forward + backward, counted as 3x the "
+               "forward FLOPs (direct-convolution FLOPs: an effective rate on the Winograd "
+               "route); (large) = at least 1 GFLOP forward per image. Targets: ratio "
+               "<= 1.5, large layers >= 50% of the sgemm ceiling. Other load: cores used by "
+               "other processes meanwhile, the background neighbours included (without them, "
+               "above ~0.1 the numbers are disturbed).", "",
+               *layer_table(rs, ceiling), "", *torch_layout_lines(rs), "")
         if switch is not None:
-            emit(*thread_lines(rs, args.threads), "")
-    emit("## Summary: decoder layers summed, every condition", "",
-         "Sums of the medians over the layers; torch: the faster layout per layer.", "",
-         *summary_lines(results, args.threads), "")
-    if net_runs:
-        config = net_config()
-        emit("## Whole-network training step (refseg train --train-backbone)", "",
-             f"Batch {config.batch_size} at {config.input_hw[0]}x{config.input_hw[1]}, both "
-             "backbones and the decoder trainable, batch norm on batch statistics; forward, "
-             "per-pixel cross-entropy, backward, Adam (lr "
-             f"{config.learning_rate:g}); the images are random and the data set's "
-             "claim-1 extraction is not timed. refseg: refseg/run/training.py's step; torch: "
-             "benchmarks/_torch_net.py trainable, torch.optim.Adam, NCHW (torch-net) and "
-             "channels_last (torch-net-cl). Each row is a fresh child process with its "
-             "thread count pinned before the libraries load, started while the condition's "
-             "neighbours run; refseg's steps then take as many of those threads as the load "
-             "leaves free (refseg.threads.sized_to_load, as refseg train runs them; the step "
-             "counts per thread count are below the table). Peaks are VmHWM above the RSS at "
-             "the reset (see the decoder step above).", "",
-             *net_training_lines(net_runs, args.threads), "")
-    worst = max(r.agreement for rs in results.values() for r in rs)
-    emit(f"refseg vs torch agreement: largest relative difference over outputs and gradients "
-         f"{worst:.1e} ({'ok' if worst < 1e-3 else 'MISMATCH'}).", "")
+            report(*thread_lines(rs, args.threads), "")
+    report("## Summary: decoder layers summed, every condition", "",
+           "Sums of the medians over the layers; torch: the faster layout per layer.", "",
+           *summary_lines(results, args.threads), "")
 
+
+def net_section(report: Report, net_runs, threads) -> None:
+    config = net_config()
+    report("## Whole-network training step (refseg train --train-backbone)", "",
+           f"Batch {config.batch_size} at {config.input_hw[0]}x{config.input_hw[1]}, both "
+           "backbones and the decoder trainable, batch norm on batch statistics; forward, "
+           "per-pixel cross-entropy, backward, Adam (lr "
+           f"{config.learning_rate:g}); the images are random and the data set's "
+           "claim-1 extraction is not timed. refseg: refseg/run/training.py's step; torch: "
+           "benchmarks/_torch_net.py trainable, torch.optim.Adam, NCHW (torch-net) and "
+           "channels_last (torch-net-cl). Each row is a fresh child process with its "
+           "thread count pinned before the libraries load, started while the condition's "
+           "neighbours run; refseg's steps then take as many of those threads as the load "
+           "leaves free (refseg.threads.sized_to_load, as refseg train runs them; the step "
+           "counts per thread count are below the table). Peaks are VmHWM above the RSS at "
+           "the reset (see the decoder step above).", "",
+           *net_training_lines(net_runs, threads), "")
+
+
+def profile_section(report: Report, args, layers) -> None:
+    rows = []
+    for batch in args.batches:
+        for layer in layers:
+            wait_until_quiet(args.wait_quiet)
+            rows.append(profile_layer(layer, batch, args.repeat))
+    report("## Where refseg's forward + backward time goes", "",
+           "GEMMs alone: the three matrix products of the im2col formulation at the "
+           "layer's shapes (each allocating its output; a Winograd layer's own products do "
+           "16/36 (F(2x2, 3x3)) or 36/144 (F(4x4, 3x3)) of those multiply-adds in its "
+           "forward and input gradient). Window kernels "
+           "in op: the compiled im2col, col2im and Winograd transform kernels as called "
+           "inside the op; re-run alone: the same calls back to "
+           "back, each into its own buffer written before (the gap shows cache state and "
+           "OpenBLAS threads still spinning after a GEMM). Page faults: minor faults per "
+           "forward+backward (they depend on what the allocator has cached). Rest: bias, "
+           "bias gradient, allocation, leaf-gradient copies, Python.", "",
+           *breakdown_table(rows), "")
+
+
+def main(args: argparse.Namespace) -> None:
+    if args.train_child:
+        impl, batch, steps = args.train_child
+        print(json.dumps(train_child(impl, int(batch), int(steps), args.threads)))
+        return
+    load_torch(args.threads)
+    switch = ThreadSwitch() if args.threads > 1 else None
+    layers = [LAYERS[n] for n in args.layers] if args.layers else list(LAYERS.values())
+    report = Report()
+    report.header("refseg decoder layers vs torch", "bench_ops.py",
+                  environment_lines(args.threads, torch),
+                  "- thread pools switched at run time for the 1-thread rounds: "
+                  + (switch.describe() if switch else "- (T = 1)"),
+                  "- background load conditions: " + "; ".join(
+                      f"{c}: {describe_load(c, args.background_cores)}"
+                      for c in args.background_load))
+    decoder_step_section(args, report)
+    # the ceiling before and after the layers: the machine's load may change in between
+    shapes = sgemm_shapes(args.batches)
+    sgemm_before = measure_sgemm(shapes, max(3, args.repeat // 2))
+    results, net_runs = time_conditions(args, layers, switch)
+    sgemm_after = measure_sgemm(shapes, max(3, args.repeat // 2))
+    ceiling = sgemm_section(report, shapes, sgemm_before, sgemm_after)
+    layer_sections(report, args, results, ceiling, switch)
+    if net_runs:
+        net_section(report, net_runs, args.threads)
+    worst = max(r.agreement for rs in results.values() for r in rs)
+    report(f"refseg vs torch agreement: largest relative difference over outputs and "
+           f"gradients {worst:.1e} ({'ok' if worst < 1e-3 else 'MISMATCH'}).", "")
     if args.profile:
-        rows = []
-        for batch in args.batches:
-            for layer in layers:
-                wait_until_quiet(args.wait_quiet)
-                rows.append(profile_layer(layer, batch, args.repeat))
-        emit("## Where refseg's forward + backward time goes", "",
-             "GEMMs alone: the three matrix products of the im2col formulation at the "
-             "layer's shapes (each allocating its output; a Winograd layer's own products do "
-             "16/36 (F(2x2, 3x3)) or 36/144 (F(4x4, 3x3)) of those multiply-adds in its "
-             "forward and input gradient). Window kernels "
-             "in op: the compiled im2col, col2im and Winograd transform kernels as called "
-             "inside the op; re-run alone: the same calls back to "
-             "back, each into its own buffer written before (the gap shows cache state and "
-             "OpenBLAS threads still spinning after a GEMM). Page faults: minor faults per "
-             "forward+backward (they depend on what the allocator has cached). Rest: bias, "
-             "bias gradient, allocation, leaf-gradient copies, Python.", "",
-             *breakdown_table(rows), "")
-    emit(f"Total run time {time.perf_counter() - started:.0f} s.")
-    if args.write:
-        RESULTS.write_text("\n".join(out) + "\n")
-        print(f"\nwrote {RESULTS}")
+        profile_section(report, args, layers)
+    report.finish(RESULTS if args.write else None)
 
 
 if __name__ == "__main__":

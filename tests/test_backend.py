@@ -34,3 +34,24 @@ def test_row_loops_follows_the_switch_and_leaves_it_as_it_was():
         assert _kernels.use_avx512(True) == _cpu_has_avx512f()  # nor off
     finally:
         _kernels.use_avx512(original)
+
+
+#: The callables of refseg._kernels that are not kernels: its thread and row-loop switches.
+CONTROLS = {"openmp_threads", "set_openmp_threads", "use_avx512"}
+
+
+def test_every_kernel_has_one_twin_of_its_name_and_every_twin_a_kernel():
+    """backend "numpy" finds each kernel's twin by name in refseg._twins, which gathers the
+    public functions of the wings' _twins modules: those are the kernels, one wing each."""
+    import inspect
+
+    from refseg import _twins
+
+    kernels = {name for name, value in vars(_kernels).items()
+               if not name.startswith("_") and callable(value)} - CONTROLS
+    wings = [{name for name, value in vars(wing).items()
+              if not name.startswith("_") and inspect.isfunction(value)
+              and value.__module__ == wing.__name__} for wing in _twins.WINGS]
+    assert sorted(_twins.__all__) == sorted(kernels)
+    assert sum(map(len, wings)) == len(kernels) and set().union(*wings) == kernels
+    assert all(getattr(_twins, name).__name__ == name for name in kernels)

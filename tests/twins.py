@@ -7,7 +7,7 @@ a bug in one of them.
 import numpy as np
 
 from refseg import _kernels as fast
-from refseg import _reference as twin
+from refseg import _twins as twin
 
 def both(name, *inputs, outputs):
     """Run kernel ``name`` on both backends; return the two lists of output arrays."""

@@ -10,7 +10,7 @@
 # size, allocated and freed on every call, was mapped afresh each time (page faults).
 #
 # Included by refseg/_kernels.pyx, which holds the cimports, _array_threads and the fused type real.
-# NumPy twins: autograd/_reference.py.
+# NumPy twins: autograd/_twins.py.
 
 cdef enum:
     LANES = 16  # output pixels per block of accumulators

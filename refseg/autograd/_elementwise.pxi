@@ -5,7 +5,7 @@
 # 66 ReLUs at 224x224) they are memory-bound sweeps of tens of megabytes, which two cores
 # finish in a little more than half the time.
 # Included by refseg/_kernels.pyx, which holds the cimports, _array_threads and the fused type real.
-# NumPy twins: autograd/_reference.py.
+# NumPy twins: autograd/_twins.py.
 
 cdef inline real _clamped(real value, real lo, real hi) noexcept nogil:
     """value clamped to [lo, hi] as np.minimum(np.maximum(value, lo), hi): NaN kept, and a

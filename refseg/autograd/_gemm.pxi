@@ -1,5 +1,5 @@
 # Matrix products on refseg's one thread pool, included by refseg/_kernels.pyx, which holds the
-# cimports and the fused type real. NumPy twin: autograd/_reference.py (gemm_stack). The Python
+# cimports and the fused type real. NumPy twin: autograd/_twins.py (gemm_stack). The Python
 # side, with the validation and the tile rule, is autograd/products.py.
 #
 # OpenBLAS runs its own thread pool beside libgomp's. Two pools on two cores take turns badly:

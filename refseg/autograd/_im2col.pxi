@@ -1,5 +1,5 @@
 # Column matrices of window ops (NHWC), included by refseg/_kernels.pyx, which holds the
-# cimports, _array_threads and the fused type real. NumPy twins: autograd/_reference.py.
+# cimports, _array_threads and the fused type real. NumPy twins: autograd/_twins.py.
 
 cdef inline void _add_run(real *out, const real *src, Py_ssize_t count) noexcept nogil:
     """out[c] = out[c] + src[c] over a contiguous run (vectorised by the compiler)."""

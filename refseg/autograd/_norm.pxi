@@ -1,6 +1,6 @@
 # Batch-norm statistics and passes (rows = N*H*W pixels, columns = channels), included by
 # refseg/_kernels.pyx, which holds the cimports, _array_threads and the fused type real. NumPy
-# twins: autograd/_reference.py.
+# twins: autograd/_twins.py.
 
 def channel_moments(const real[:, ::1] x, double[::1] mean, double[::1] variance):
     """Per-column mean and (biased) variance of x (rows = N*H*W pixels), two passes in float64."""

@@ -1,5 +1,5 @@
 # Depthwise convolution and max pooling (NHWC), included by refseg/_kernels.pyx, which holds
-# the cimports, _array_threads and the fused type real. NumPy twins: autograd/_reference.py.
+# the cimports, _array_threads and the fused type real. NumPy twins: autograd/_twins.py.
 
 def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,
                       Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl,

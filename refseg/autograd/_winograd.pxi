@@ -1,5 +1,5 @@
 # Winograd transforms for 3x3 convolutions, included by refseg/_kernels.pyx, which holds the
-# cimports, _array_threads and the fused type real. NumPy twins: autograd/_reference.py.
+# cimports, _array_threads and the fused type real. NumPy twins: autograd/_twins.py.
 
 # Winograd F(2x2, 3x3) for stride-1 3x3 convolutions (Lavin and Gray, "Fast Algorithms for
 # Convolutional Neural Networks", CVPR 2016, arXiv:1509.09308). Each 2x2 block of outputs
@@ -17,7 +17,7 @@
 # transform. Tile t = (n*th + ti)*tw + tj covers output rows 2ti, 2ti + 1 and columns 2tj,
 # 2tj + 1 of image n and reads input rows 2ti - pt + r, r = 0..3 (columns likewise), 0
 # outside. Every transformed value is computed by one thread in the fixed order of the C loops
-# (the twins in autograd/_reference.py use the same order), so results do not depend on the
+# (the twins in autograd/_twins.py use the same order), so results do not depend on the
 # thread count.
 #
 # The per-tile loops are C (winograd_f2x2.c, which says why), called through the drivers below
@@ -223,7 +223,7 @@ def winograd_kernel(const real[:, :, :, ::1] w, real[:, :, :] u):
 
 # The adjoints, for the kernel gradient: y = A^T M A gives dM = A dy A^T per tile (the
 # pixels of a partial tile past the output's edge have no gradient: 0), U = G g G^T gives
-# dg = G^T dU G, and dU[k] = V[k]^T dM[k] summed over tiles (matrix products, in conv.py).
+# dg = G^T dU G, and dU[k] = V[k]^T dM[k] summed over tiles (matrix products, in conv_winograd.py).
 #
 #   A = [1  0]     G^T = [1  1/2  1/2  0]
 #       [1  1]           [0  1/2 -1/2  0]

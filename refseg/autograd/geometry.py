@@ -5,10 +5,39 @@ rows outside the input read zero. Checked against Keras 3 (``tests/autograd/test
 """
 from __future__ import annotations
 
+import numpy as np
+
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.trace import implements, infrastructure
 
 PADDINGS = ("valid", "same")
+
+
+@infrastructure("argument validation of the window ops")
+def int_pair(value, name: str, op: str) -> tuple[int, int]:
+    """``value`` as (rows, columns): an int for both, or a pair of them, each >= 1.
+
+    Raises InputError naming ``op`` and the argument ``name`` otherwise.
+    """
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and v >= 1 for v in pair):
+        raise InputError(f"{op}: {name} must be a positive int or a pair of them, got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+@implements("claim2.fusion", "claim4.propagation")
+def flipped_kernel(w: np.ndarray) -> np.ndarray:
+    """The kernel of the adjoint stride-1 convolution: flipped in space, in and out exchanged.
+
+    Parameters
+    ----------
+    w : ndarray of shape (kh, kw, A, B)
+
+    Returns
+    -------
+    ndarray of shape (kh, kw, B, A), C-contiguous, a new array.
+    """
+    return np.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
 
 
 @implements("claim4.propagation")

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refseg.autograd.conv import _pair
-from refseg.autograd.geometry import conv_output
+from refseg.autograd.geometry import conv_output, int_pair
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
@@ -19,8 +18,8 @@ class MaxPool2D(Op):
     name = "max_pool2d"
 
     def __init__(self, pool_size=2, strides=None, padding="valid", backend="cython"):
-        self.pool = _pair(pool_size, "pool_size", self.name)
-        self.strides = self.pool if strides is None else _pair(strides, "strides", self.name)
+        self.pool = int_pair(pool_size, "pool_size", self.name)
+        self.strides = self.pool if strides is None else int_pair(strides, "strides", self.name)
         self.padding = padding
         self.backend = backend
 

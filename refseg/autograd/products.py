@@ -152,30 +152,12 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
     """
     planes, m, k = a.shape
     n = b.shape[2]
-    plane_index = (np.arange(planes, dtype=np.intp) if b_plane is None
-                   else np.ascontiguousarray(b_plane, dtype=np.intp))
-    if b.shape[1] != k or plane_index.shape != (planes,):
-        raise InputError(f"matmul_stack: shapes {a.shape} and {b.shape} do not fit")
-    epilogue = scale is not None or shift is not None or tuple(bounds) != UNCLAMPED
-    if epilogue and (accumulate or (scale is not None and shift is None)):
-        raise InputError("matmul_stack: scale needs a shift, and neither goes with accumulate")
-    for label, v in (("scale", scale), ("shift", shift)):
-        if v is not None and np.shape(v) != (n,):
-            raise InputError(f"matmul_stack: {label} shape {np.shape(v)} does not match "
-                             f"{n} columns")
+    plane_index, epilogue = _checked_stack(a, b, b_plane, accumulate, scale, shift, bounds)
     if out is None:
         out = np.zeros((planes, m, n), dtype=np.result_type(a, b)) if accumulate else \
             np.empty((planes, m, n), dtype=np.result_type(a, b))
     if not (a.dtype == b.dtype == out.dtype and out.dtype in _FLOATS):
-        if epilogue:
-            raise InputError(f"matmul_stack: scale, shift and bounds need float32 or float64, "
-                             f"got {out.dtype}")
-        product = np.matmul(a, b[plane_index])
-        if accumulate:
-            out += product
-        else:
-            out[...] = product
-        return out
+        return _numpy_stack(a, b, plane_index, out, accumulate, epilogue)
     if m == 0 or n == 0:
         return out
     if k == 0 and not epilogue:
@@ -190,15 +172,7 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
     scale = none if scale is None else np.ascontiguousarray(scale, dtype=out.dtype)
     shift = none if shift is None else np.ascontiguousarray(shift, dtype=out.dtype)
     if k == 0:
-        # no product to make: zeros, and the epilogue as the passes it stands for
-        target[...] = 0
-        for plane in target:
-            if len(scale):
-                kernels(backend).channel_affine(plane, scale, shift, *bounds, plane)
-            elif len(shift):
-                kernels(backend).channel_add(plane, shift, *bounds, plane)
-            else:
-                kernels(backend).clamp(plane.reshape(-1), *bounds, plane.reshape(-1))
+        _epilogue_of_zeros(target, scale, shift, bounds, backend)
     else:
         single_threaded_blas()
         tile_rows, tile_cols = product_tiles(planes, m, n, k, tiling_threads())
@@ -209,6 +183,50 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
     if target is not out:
         out[...] = target
     return out
+
+
+def _checked_stack(a, b, b_plane, accumulate, scale, shift, bounds):
+    """(the plane of b each product takes, as intp; whether there is an epilogue), or
+    InputError for operands and epilogues that do not fit."""
+    planes, _, k = a.shape
+    n = b.shape[2]
+    plane_index = (np.arange(planes, dtype=np.intp) if b_plane is None
+                   else np.ascontiguousarray(b_plane, dtype=np.intp))
+    if b.shape[1] != k or plane_index.shape != (planes,):
+        raise InputError(f"matmul_stack: shapes {a.shape} and {b.shape} do not fit")
+    epilogue = scale is not None or shift is not None or tuple(bounds) != UNCLAMPED
+    if epilogue and (accumulate or (scale is not None and shift is None)):
+        raise InputError("matmul_stack: scale needs a shift, and neither goes with accumulate")
+    for label, v in (("scale", scale), ("shift", shift)):
+        if v is not None and np.shape(v) != (n,):
+            raise InputError(f"matmul_stack: {label} shape {np.shape(v)} does not match "
+                             f"{n} columns")
+    return plane_index, epilogue
+
+
+def _numpy_stack(a, b, plane_index, out, accumulate, epilogue) -> np.ndarray:
+    """The products of dtypes other than float32 and float64, by NumPy's matmul."""
+    if epilogue:
+        raise InputError(f"matmul_stack: scale, shift and bounds need float32 or float64, "
+                         f"got {out.dtype}")
+    product = np.matmul(a, b[plane_index])
+    if accumulate:
+        out += product
+    else:
+        out[...] = product
+    return out
+
+
+def _epilogue_of_zeros(target, scale, shift, bounds, backend) -> None:
+    """No product to make (k = 0): zeros, and the epilogue as the passes it stands for."""
+    target[...] = 0
+    for plane in target:
+        if len(scale):
+            kernels(backend).channel_affine(plane, scale, shift, *bounds, plane)
+        elif len(shift):
+            kernels(backend).channel_add(plane, shift, *bounds, plane)
+        else:
+            kernels(backend).clamp(plane.reshape(-1), *bounds, plane.reshape(-1))
 
 
 @implements("claim2.fusion", "claim4.propagation")

@@ -1,5 +1,5 @@
 # Claim-1 kernels (feature extraction on float64 gray images), included by refseg/_kernels.pyx,
-# which holds the cimports and _threads they use. NumPy twins: claim1/_reference.py.
+# which holds the cimports and _threads they use. NumPy twins: claim1/_twins.py.
 import numpy as np
 
 

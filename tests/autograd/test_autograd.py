@@ -1,13 +1,10 @@
 """Gradient checks of every op and parameter, the conv/transposed-conv adjoint, and the engine.
 
 Each check draws shapes, strides and paddings with hypothesis (1x1 images, odd sizes, stride 2
-on odd sizes, one channel), evaluates L = <op(inputs), R> for a fixed random R in float64, and
-compares the analytic gradient of every element of every input with central differences:
-(L(x + h e) - L(x - h e)) / 2h, h = 1e-6. Truncation error is O(h^2) ~ 1e-12 and rounding
-error ~ eps sum|op(x) R| / h, so the bound is 1e-6 of the largest gradient plus ten times that
-rounding term: only a wrong gradient breaks it. The rounding term matters where a gradient is
-nearly zero for every element, such as batch norm over two samples per channel (xhat = +-1 for any
-x up to epsilon), where the difference quotient is mostly rounding noise of L.
+on odd sizes, one channel) and holds the analytic gradient of every element of every input to
+central differences of L = <op(inputs), R> for a fixed random R in float64
+(``refseg.autograd.gradcheck.check_gradients``, whose docstring derives the bound: only a wrong
+gradient breaks it).
 """
 import contextlib
 
@@ -17,51 +14,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from refseg import autograd as ag
-from refseg.autograd.conv import conv_route
+from refseg.autograd.conv_routes import conv_route, forced_route
 from refseg.autograd.geometry import conv_output
+from refseg.autograd.gradcheck import check_gradients
 from refseg.backend import BACKENDS
 from refseg.errors import InputError
 
 pytestmark = pytest.mark.claim("claim4.propagation")
-
-STEP = 1e-6
-RTOL = 1e-6
-
-
-def numeric_gradient(loss_of, arrays, index):
-    """Central differences of loss_of(arrays) with respect to every element of arrays[index]."""
-    x = arrays[index]
-    grad = np.zeros_like(x)
-    flat, gflat = x.reshape(-1), grad.reshape(-1)
-    for k in range(flat.size):
-        saved = flat[k]
-        flat[k] = saved + STEP
-        up = loss_of(arrays)
-        flat[k] = saved - STEP
-        down = loss_of(arrays)
-        flat[k] = saved
-        gflat[k] = (up - down) / (2 * STEP)
-    return grad
-
-
-def check_gradients(op, arrays, seed=0):
-    """Compare op's analytic gradients with central differences for every input array."""
-    arrays = [np.array(a, dtype=np.float64) for a in arrays]
-    out = op(*[ag.Tensor(a) for a in arrays])
-    projection = np.random.default_rng(seed).standard_normal(out.shape)
-
-    def loss_of(values):
-        with ag.no_grad():
-            return float((op(*[ag.Tensor(v) for v in values]).data * projection).sum())
-
-    tensors = [ag.Tensor(a.copy(), requires_grad=True) for a in arrays]
-    op(*tensors).backward(projection)
-    rounding = 10 * np.finfo(np.float64).eps * np.abs(out.data * projection).sum() / STEP
-    for i, t in enumerate(tensors):
-        expected = numeric_gradient(loss_of, arrays, i)
-        scale = max(np.abs(expected).max(), 1e-3)
-        np.testing.assert_allclose(t.grad, expected, rtol=0, atol=RTOL * scale + rounding,
-                                   err_msg=f"input {i} of {out}")
 
 
 @st.composite
@@ -93,15 +52,14 @@ def test_conv2d_gradients(backend, case, cout, bias):
 def column_layout(layout):
     """Strided transposed convolutions inside compute their column matrix input-first
     (input x kernel^T, then col2im) or kernel-first (kernel x input^T, then
-    col2im_transposed), whatever their size."""
-    from refseg.autograd import conv
+    col2im_transposed), whatever their size. ``MonkeyPatch.context`` rather than the fixture:
+    the test that uses it draws its examples with hypothesis."""
+    from refseg.autograd import conv_routes
 
     limit = {"input-first": -1, "kernel-first": 1 << 62}[layout]
-    saved, conv.TRANSPOSED_COLUMNS_MAX_ROWS = conv.TRANSPOSED_COLUMNS_MAX_ROWS, limit
-    try:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(conv_routes, "TRANSPOSED_COLUMNS_MAX_ROWS", limit)
         yield
-    finally:
-        conv.TRANSPOSED_COLUMNS_MAX_ROWS = saved
 
 
 @pytest.mark.claim("claim2.fusion")
@@ -120,18 +78,6 @@ def test_conv2d_transpose_gradients(backend, layout, case, cout, bias):
 
 
 ROUTES = ["im2col", "direct", "winograd", "winograd4"]
-
-
-@contextlib.contextmanager
-def forced_route(route):
-    """Every stride-1 convolution inside takes ``route``."""
-    from refseg.autograd import conv
-
-    saved, conv.FORCE_ROUTE = conv.FORCE_ROUTE, route
-    try:
-        yield
-    finally:
-        conv.FORCE_ROUTE = saved
 
 
 @pytest.mark.claim("claim2.fusion")
@@ -558,7 +504,7 @@ def test_blocked_convolution_matches_one_block(monkeypatch, strides):
     """Forward, kernel gradient and input gradient with the column matrix built in blocks of
     a few rows equal the single-block result (to float64 rounding: BLAS adds in other orders),
     and pass the gradient check."""
-    from refseg.autograd import conv
+    from refseg.autograd import conv_im2col
 
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal((2, 9, 7, 3)), rng.standard_normal((3, 3, 3, 4))
@@ -569,13 +515,14 @@ def test_blocked_convolution_matches_one_block(monkeypatch, strides):
         y.backward(np.ones(y.shape))
         return y.data, xt.grad, wt.grad
 
-    monkeypatch.setattr(conv, "FORCE_ROUTE", "im2col")  # 3 -> 4 channels would run direct
-    whole = run()
-    monkeypatch.setattr(conv, "BLOCK_BYTES", 8 * 27 * 7)  # one image row of columns per block
-    assert len(conv._row_blocks(2 * 9, 7, 27, 8)) == 18
-    for a, b in zip(run(), whole):
-        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
-    check_gradients(lambda *t: ag.conv2d(*t, strides=strides, padding="same"), [x, w])
+    with forced_route("im2col"):  # 3 -> 4 channels would run direct
+        whole = run()
+        # one image row of columns per block
+        monkeypatch.setattr(conv_im2col, "BLOCK_BYTES", 8 * 27 * 7)
+        assert len(conv_im2col._row_blocks(2 * 9, 7, 27, 8)) == 18
+        for a, b in zip(run(), whole):
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+        check_gradients(lambda *t: ag.conv2d(*t, strides=strides, padding="same"), [x, w])
 
 
 def test_frozen_inputs_get_no_gradient_computed():
@@ -726,7 +673,7 @@ def test_winograd_float32_accuracy_against_im2col(shape, transposed, padding, ro
 def test_winograd_blocks_match_one_block(monkeypatch, route):
     """Forward and input gradient computed a few tiles at a time equal the single-block result
     (to float64 rounding: BLAS may add in another order for other row counts)."""
-    from refseg.autograd import conv
+    from refseg.autograd import conv_routes, conv_winograd
 
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal((2, 9, 7, 3)), rng.standard_normal((3, 3, 3, 4)),
@@ -735,8 +682,8 @@ def test_winograd_blocks_match_one_block(monkeypatch, route):
     whole = _conv_and_gradients(arrays, projection, np.float64, "same", route)
     # 2 tiles per block (F(4x4): 3 x 2 tiles per image; F(2x2): 5 x 4): blocks end inside
     # image rows and across the two images
-    planes = (conv.WINOGRAD_TILE[route] + 2) ** 2
-    monkeypatch.setattr(conv, "WINOGRAD_BLOCK_BYTES", planes * (3 + 4) * 8 * 2)
+    planes = (conv_routes.WINOGRAD_TILE[route] + 2) ** 2
+    monkeypatch.setattr(conv_winograd, "WINOGRAD_BLOCK_BYTES", planes * (3 + 4) * 8 * 2)
     for a, b in zip(_conv_and_gradients(arrays, projection, np.float64, "same", route), whole):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
 
@@ -761,8 +708,8 @@ def test_winograd_output_survives_the_next_convolution(route):
 
 @pytest.mark.claim("claim4.propagation")
 def test_default_routes_of_stride1_convolutions():
-    """Which route each kind of convolution takes by default (conv.py gives the measurements
-    behind each threshold): Winograd for float32 3x3 stride-1 convolutions with enough channels
+    """Which route each kind of convolution takes by default (docs/performance.md gives the
+    measurements behind each threshold): Winograd for float32 3x3 stride-1 convolutions with enough channels
     and tiles (F(4x4, 3x3) with enough 4x4 tiles, else F(2x2, 3x3)), im2col for float64 (the
     reference), other kernels and strides, few tiles or few channels, the direct kernels for
     tiny products."""

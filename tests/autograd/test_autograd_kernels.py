@@ -448,13 +448,13 @@ def test_conv_small_kernels_in_bands(avx512, dtype, shape, kernel, pads):
 
 def _winograd_layouts(shape, dtype):
     """Two empty (planes, rows, cols) arrays: C-contiguous, and with planes skewed apart as
-    ``conv._planes`` lays them out (the kernels must read the plane distance, not assume it)."""
-    from refseg.autograd import conv
+    ``conv_winograd._planes`` lays them out (the kernels must read the plane distance, not
+    assume it)."""
+    from refseg.autograd import conv_winograd
 
     planes, rows, cols = shape
-    return [np.zeros(shape, dtype=dtype),
-            conv._planes(np.zeros(conv._planes_size(rows, cols, dtype, planes), dtype=dtype),
-                         rows, cols, planes)]
+    scratch = np.zeros(conv_winograd._planes_size(rows, cols, dtype, planes), dtype=dtype)
+    return [np.zeros(shape, dtype=dtype), conv_winograd._planes(scratch, rows, cols, planes)]
 
 
 #: The transforms of each Winograd variant by output tile side: F(2x2, 3x3) and F(4x4, 3x3).

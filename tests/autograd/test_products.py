@@ -80,7 +80,7 @@ def test_products_of_the_networks_shapes_depend_on_the_thread_count_alone(shape)
     """Which thread takes which tile cannot change a bit: two runs at two threads agree, and
     one thread makes one BLAS call per plane (the twin's call with a whole-plane tile). Shapes
     of ResNet50V2's 1x1 convolutions at 56x56 and 7x7, a Winograd stack, a bias gradient."""
-    from refseg import _reference
+    from refseg import _twins
 
     planes, m, k, n = shape
     rng = np.random.default_rng(1)
@@ -93,8 +93,8 @@ def test_products_of_the_networks_shapes_depend_on_the_thread_count_alone(shape)
         single = matmul_stack(a, b)
     whole = np.empty_like(single)
     none = np.empty(0, np.float32)
-    _reference.gemm_stack(a, b, np.arange(planes), whole, False, m, n, False, none, none,
-                          -np.inf, np.inf, False)
+    _twins.gemm_stack(a, b, np.arange(planes), whole, False, m, n, False, none, none,
+                      -np.inf, np.inf, False)
     assert np.array_equal(single, whole)
     exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
     bound = (k + 2) * np.finfo(np.float32).eps * np.matmul(np.abs(a).astype(np.float64),
@@ -174,7 +174,7 @@ def test_a_products_tail_equals_the_pass_after_it_bit_for_bit(dtype, shape, tail
         plain = matmul_stack(a, b)
         fused = [matmul_stack(a, b, scale=scale, shift=shift, bounds=bounds, backend=backend)
                  for backend in ("cython", "numpy")]
-    from refseg import _reference as passes
+    from refseg import _twins as passes
 
     expected = plain.copy()
     for plane in expected:

@@ -4,7 +4,7 @@
 Same names, same signatures (outputs written into ``out`` arrays), same arithmetic order: the
 tests hold each pair equal bit for bit, except the float64 reductions whose docstrings say
 otherwise. Arrays are NHWC, with the window geometry of ``_kernels.pyx``. Read these to audit
-what the compiled code does; they are reached as ``refseg._reference``, the module of backend
+what the compiled code does; they are reached as ``refseg._twins``, the module of backend
 ``"numpy"``.
 """
 import numpy as np

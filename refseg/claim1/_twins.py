@@ -3,7 +3,7 @@
 
 Same names, same signatures (outputs written into ``out`` arrays), same arithmetic order: the
 tests hold each pair equal bit for bit. Read these to audit what the compiled code does; they
-are reached as ``refseg._reference``, the module of backend ``"numpy"``.
+are reached as ``refseg._twins``, the module of backend ``"numpy"``.
 """
 import numpy as np
 from scipy import ndimage
