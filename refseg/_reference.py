@@ -7,8 +7,8 @@ tests hold each pair equal bit for bit. The twins live beside their kernels' ``.
 """
 from refseg.claim1._reference import (
     rgb_to_gray, correlate3x3, gradient3x3, gradient_magnitude3x3, threshold_above,
-    non_maximum_suppression, hysteresis, zero_crossings, weighted_vote, value_range, histogram,
-    edge_statistics,
+    non_maximum_suppression, non_maximum_suppression3x3, hysteresis, zero_crossings,
+    weighted_vote, value_range, histogram, edge_statistics,
 )
 from refseg.autograd._reference import (
     im2col, col2im, col2im_transposed, depthwise_forward, depthwise_backward_input,
@@ -21,8 +21,9 @@ from refseg.autograd._reference import (
 
 __all__ = [
     "rgb_to_gray", "correlate3x3", "gradient3x3", "gradient_magnitude3x3", "threshold_above",
-    "non_maximum_suppression", "hysteresis", "zero_crossings", "weighted_vote", "value_range",
-    "histogram", "edge_statistics", "im2col", "col2im", "col2im_transposed", "depthwise_forward",
+    "non_maximum_suppression", "non_maximum_suppression3x3", "hysteresis", "zero_crossings",
+    "weighted_vote", "value_range", "histogram", "edge_statistics", "im2col", "col2im",
+    "col2im_transposed", "depthwise_forward",
     "depthwise_backward_input", "depthwise_backward_weight", "window_maximum", "max_pool_forward",
     "max_pool_backward", "channel_moments", "channel_sums", "batch_norm_forward",
     "batch_norm_backward", "adam_update", "channel_affine", "clamp", "add_arrays",

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from refseg import imageio
+from refseg import allocator, imageio
 from refseg._version import __version__
-from refseg.claim1 import features
+from refseg.claim1 import features, preprocess, weighting
 from refseg.claim1.features import STEP_CLAIMS, FeatureResult
 from refseg.claim1.operators import OPERATORS
 from refseg.errors import InputError
@@ -64,8 +64,20 @@ def report_dict(result: FeatureResult, source: dict | None = None) -> dict:
     }
 
 
+def _shrunk_colour(rgb: np.ndarray, width: int) -> Image.Image:
+    """An RGB image box-shrunk to ``width`` one channel at a time: the same pixels as shrinking
+    it whole, without Pillow's 4-byte-per-pixel copy of it."""
+    height = max(1, round(rgb.shape[0] * width / rgb.shape[1]))
+    return Image.merge("RGB", [
+        Image.fromarray(np.ascontiguousarray(rgb[..., c])).resize((width, height),
+                                                                 Image.Resampling.BOX)
+        for c in range(3)])
+
+
 def _tile(array: np.ndarray, width: int) -> Image.Image:
     """A display tile of an image or binary map, scaled to ``width`` (edges kept visible)."""
+    if array.ndim == 3 and width < array.shape[1]:
+        return _shrunk_colour(array, width)
     image = Image.fromarray(array)
     if image.width == width:
         return image.convert("RGB")
@@ -75,10 +87,8 @@ def _tile(array: np.ndarray, width: int) -> Image.Image:
             .convert("RGB")
     # shrinking: a box average would fade 1-pixel edges, so any edge in a box shows
     height = max(1, round(image.height * width / image.width))
-    if array.ndim == 2:
-        shrunk = np.asarray(image.resize((width, height), Image.Resampling.BOX), dtype=np.float64)
-        return Image.fromarray(np.where(shrunk > 0, 255, 0).astype(np.uint8)).convert("RGB")
-    return image.resize((width, height), Image.Resampling.BOX).convert("RGB")
+    shrunk = np.asarray(image.resize((width, height), Image.Resampling.BOX), dtype=np.float64)
+    return Image.fromarray(np.where(shrunk > 0, 255, 0).astype(np.uint8)).convert("RGB")
 
 
 @infrastructure("the figure of an extraction")
@@ -101,7 +111,7 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
     """
     cols = rgb.shape[1]
     width = int(np.clip(cols, *PANEL_TILE_WIDTH))
-    shown = np.clip(np.asarray(rgb, dtype=np.float64), 0, 255).round().astype(np.uint8)
+    shown = rgb if rgb.dtype == np.uint8 else _rounded_uint8(rgb, 1)
     tiles = [(_tile(shown, width), f"input image ({rgb.shape[0]} rows, {cols} columns)")]
     for k in OPERATORS:
         caption = f"{OPERATOR_NAMES[k]}  w={result.weights[k]:.3f}  V={result.cv[k]:.2f}"
@@ -119,6 +129,16 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
         draw.text((x + 2, y + 4), caption, fill=(0, 0, 0), font=font)
         canvas.paste(tile, (x, y + _CAPTION_HEIGHT))
     return np.asarray(canvas)
+
+
+def _rounded_uint8(image: np.ndarray, scale: float) -> np.ndarray:
+    """``clip(round(image * scale), 0, 255)`` as uint8, a block of rows at a time: no float
+    temporary of the whole image."""
+    out = np.empty(image.shape, dtype=np.uint8)
+    for block in weighting._row_blocks(*image.shape[:2]):
+        scaled = np.asarray(image[block], dtype=np.float64) * scale
+        out[block] = np.clip(np.round(scaled, out=scaled), 0, 255, out=scaled)
+    return out
 
 
 #: What ``features.npz`` may hold: every intermediate, or the binary maps and the vectors
@@ -160,16 +180,18 @@ def write_outputs(folder, loaded: LoadedImage, result: FeatureResult,
     ----------
     [0268].
     """
+    _check_npz_contents(arrays)
+    if arrays == "all" and result.gray is None:
+        raise ValueError('arrays="all" needs a result extracted with keep="all"')
     folder = Path(folder)
     names = []
     for k in OPERATORS:
         write_png(folder / f"{k}.png", result.edges[k] * np.uint8(255))
         names.append(f"{k}.png")
-    write_png(folder / "mean_image.png", np.round(result.mean_image * 255).astype(np.uint8))
+    write_png(folder / "mean_image.png", _rounded_uint8(result.mean_image, 255))
     write_png(folder / "feature_map.png", result.feature_map * np.uint8(255))
     write_png(folder / "panel.png", panel(loaded.pixels, result))
     names += ["mean_image.png", "feature_map.png", "panel.png"]
-    _check_npz_contents(arrays)
     kept = {
         **{k: result.edges[k] for k in OPERATORS}, "feature_map": result.feature_map,
         "weights": result.vector("weights"), "cv": result.vector("cv"),
@@ -229,7 +251,9 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
 
     Notes
     -----
-    This is ``refseg edges``. Each folder holds what :func:`write_outputs` writes.
+    This is ``refseg edges``. Each folder holds what :func:`write_outputs` writes. The images
+    are extracted one at a time, each just before its outputs are written, and with
+    ``arrays="maps"`` the float planes are not kept (``features.extract(..., keep="maps")``).
 
     References
     ----------
@@ -241,10 +265,16 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     _check_npz_contents(arrays)
     out = imageio.check_output_folder(out)
     imageio.check_replaceable(out, stems, OUTPUT_FILES, "refseg edges")
-    loaded = [imageio.read_image(p, limit) for p in images]
-    kwargs = {} if sigma is None else {"sigma": sigma}
-    results = [features.extract(img.pixels, **kwargs) for img in loaded]
-    with imageio.staged_folders(out) as staging:
-        for stem, img, result in zip(stems, loaded, results):
-            write_outputs(staging.folder(stem), img, result, arrays)
+    kwargs = {"keep": arrays}
+    if sigma is not None:
+        preprocess.gaussian_kernel(sigma)  # a bad sigma is refused before any image is read
+        kwargs["sigma"] = sigma
+    # a few whole-image arrays, each made once: freed memory goes back at once, so that the
+    # decoder's and each operator's do not add to the next step's peak
+    with allocator.return_freed_memory():
+        loaded = [imageio.read_image(p, limit) for p in images]
+        with imageio.staged_folders(out) as staging:
+            for stem, img in zip(stems, loaded):
+                write_outputs(staging.folder(stem), img,
+                              features.extract(img.pixels, **kwargs), arrays)
     return [Path(out) / s for s in stems]
