@@ -29,8 +29,9 @@ with block:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     cycle()
     print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+cycle()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-cycle(); cycle()
+cycle()
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
@@ -38,7 +39,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 def probe_faults(extra_env, folder, returned=False):
     """The probe's faults in a fresh interpreter, run outside the checkout so that it imports
     the installed package: in its third round (inside ``return_freed_memory`` when
-    ``returned``), and in the two rounds after it."""
+    ``returned``), and in the second round after it."""
     import os
 
     env = {k: v for k, v in os.environ.items()
@@ -79,16 +80,14 @@ def test_the_thresholds_are_set_where_mallopt_exists():
 def test_within_return_freed_memory_freed_arrays_go_back_and_afterwards_stay(tmp_path):
     """Inside the block glibc's start-up thresholds hold: the round after two others faults
     its pages in afresh (its memory was handed back), as with the user's default thresholds
-    above. After the block refseg's thresholds hold again: the first round after it faults its
-    memory in once, the second reuses it, at most a few page faults more than one round's."""
+    above (1,566 measured). After the block refseg's thresholds hold again: the first round
+    after it faults its memory in once, and the second reuses it (0 measured)."""
     inside, after = probe_faults({}, tmp_path, returned=True)
-    assert inside >= 500
-    one_round = probe_faults({"MALLOC_TRIM_THRESHOLD_": "131072"}, tmp_path)[0]
-    assert after <= one_round + 10
+    assert inside >= 500 and after <= 10
 
 
 def test_return_freed_memory_leaves_the_users_thresholds_alone(tmp_path):
     """With the user's own thresholds refseg never set its own, and the block changes
     nothing: the rounds after it fault as rounds do without it."""
     env = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
-    assert probe_faults(env, tmp_path, returned=True)[0] <= 10
+    assert max(probe_faults(env, tmp_path, returned=True)) <= 10

@@ -5,6 +5,7 @@ References: [0120], [0212]-[0214]; claim 5's feature extraction module ([0268]).
 """
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,14 @@ def _tile(array: np.ndarray, width: int) -> Image.Image:
     return Image.fromarray(np.where(shrunk > 0, 255, 0).astype(np.uint8)).convert("RGB")
 
 
+def _panel_images(shown: np.ndarray, result: FeatureResult):
+    """The panel's images in its order, each 0-255 map made only when its tile is."""
+    yield shown
+    for k in OPERATORS:
+        yield result.edges[k] * np.uint8(255)
+    yield result.feature_map * np.uint8(255)
+
+
 @infrastructure("the figure of an extraction")
 def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
     """A 2x3 figure: input, the four edge maps with weights and CVs, and the feature map.
@@ -112,18 +121,20 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
     cols = rgb.shape[1]
     width = int(np.clip(cols, *PANEL_TILE_WIDTH))
     shown = rgb if rgb.dtype == np.uint8 else _rounded_uint8(rgb, 1)
-    tiles = [(_tile(shown, width), f"input image ({rgb.shape[0]} rows, {cols} columns)")]
-    for k in OPERATORS:
-        caption = f"{OPERATOR_NAMES[k]}  w={result.weights[k]:.3f}  V={result.cv[k]:.2f}"
-        tiles.append((_tile(result.edges[k] * np.uint8(255), width), caption))
-    tiles.append((_tile(result.feature_map * np.uint8(255), width),
-                  f"feature map (F >= 0): {int(result.feature_map.sum())} px"))
-    tile_h = max(t.height for t, _ in tiles) + _CAPTION_HEIGHT
+    captions = [f"input image ({rgb.shape[0]} rows, {cols} columns)"]
+    captions += [f"{OPERATOR_NAMES[k]}  w={result.weights[k]:.3f}  V={result.cv[k]:.2f}"
+                 for k in OPERATORS]
+    captions.append(f"feature map (F >= 0): {int(result.feature_map.sum())} px")
+    # made one at a time and pasted at once: every tile has the first one's size (the images
+    # share one shape), so the canvas can be laid out from it
+    tiles = (_tile(image, width) for image in _panel_images(shown, result))
+    first = next(tiles)
+    tile_h = first.height + _CAPTION_HEIGHT
     gap = 6
     canvas = Image.new("RGB", (3 * width + 4 * gap, 2 * tile_h + 3 * gap), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
     font = ImageFont.load_default()
-    for i, (tile, caption) in enumerate(tiles):
+    for i, (tile, caption) in enumerate(zip(itertools.chain([first], tiles), captions)):
         x = gap + (i % 3) * (width + gap)
         y = gap + (i // 3) * (tile_h + gap)
         draw.text((x + 2, y + 4), caption, fill=(0, 0, 0), font=font)
