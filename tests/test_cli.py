@@ -53,6 +53,18 @@ def test_edges_writes_every_output(tmp_path, weld_png, capsys):
 
 
 @pytest.mark.infrastructure
+def test_writing_every_array_needs_a_full_extraction(tmp_path):
+    from refseg.claim1.outputs import write_outputs
+    from refseg.imageio import LoadedImage
+
+    rgb = weld_image(3).rgb
+    maps_only = features.extract(rgb, keep="maps")
+    with pytest.raises(ValueError, match='needs a result extracted with keep="all"'):
+        write_outputs(tmp_path, LoadedImage(rgb, "weld.png", "RGB", 8), maps_only, "all")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.infrastructure
 @given(st.integers(1, 60), st.integers(1, 60), st.integers(1, 59), st.integers(0, 2 ** 32 - 1))
 @settings(max_examples=30)
 def test_the_panel_shrinks_a_photograph_channel_by_channel_as_pillow_shrinks_it_whole(
