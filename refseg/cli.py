@@ -43,8 +43,8 @@ EXIT_TERMINATED = 143
 
 _FORCE_HELP = ("replace an existing output file that refseg did not write (never an input of "
                "the command)")
-_MAX_PIXELS_HELP = ("refuse larger images, before decoding them (default 25000000; about "
-                    "120 bytes of memory per pixel)")
+_MAX_PIXELS_HELP = ("refuse larger images, before decoding them (default 40000000; about "
+                    "70 bytes of memory per pixel, 24 with --arrays maps)")
 
 
 class _HelpFormatter(argparse.HelpFormatter):

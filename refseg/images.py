@@ -25,9 +25,10 @@ from refseg.claim1.preprocess import MIN_SIZE
 from refseg.trace import implements, infrastructure
 
 #: The largest image (rows x cols) read unless a caller asks for more: ``refseg edges`` peaks
-#: at about 120 bytes per pixel (0.72 GB for 3000x2000), so 25 megapixels (a 6000x4000
-#: photograph) needs some 3 GB; a file's declared size is checked before any pixel is decoded.
-MAX_PIXELS = 25_000_000
+#: at about 70 bytes per pixel (0.42 GB for 3000x2000), 24 with ``--arrays maps``, so 40
+#: megapixels (an industrial camera's frame) needs some 2.8 GB; a file's declared size is
+#: checked before any pixel is decoded.
+MAX_PIXELS = 40_000_000
 
 #: The most that ``max_pixels`` may be raised to.
 MAX_PIXELS_CEILING = 10 ** 10
@@ -130,8 +131,8 @@ def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS,
                 if rows * cols > max_pixels:
                     raise InputError(
                         f"{path}: {cols}x{rows} pixels is more than the limit of "
-                        f"{max_pixels:,} ({raise_hint or ''}about 120 bytes of memory per "
-                        "pixel are needed)")
+                        f"{max_pixels:,} ({raise_hint or ''}about 70 bytes of memory per "
+                        "pixel are needed, 24 with --arrays maps)")
                 frames = getattr(im, "n_frames", 1)
                 if frames > 1:
                     raise InputError(

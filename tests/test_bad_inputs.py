@@ -87,7 +87,7 @@ def edges_image_over_the_pixel_limit(tmp, w):
     # 9000x9000 zeros: some 80 KB of PNG that would take gigabytes to process
     (tmp / "huge.png").write_bytes(_png_bytes(np.zeros((9000, 9000), np.uint8)))
     return ["edges", tmp / "huge.png", "--out", tmp / "o"], \
-        "huge.png: 9000x9000 pixels is more than the limit of 25,000,000"
+        "huge.png: 9000x9000 pixels is more than the limit of 40,000,000"
 
 
 def edges_out_is_a_file(tmp, w):

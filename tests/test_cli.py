@@ -52,6 +52,59 @@ def test_edges_writes_every_output(tmp_path, weld_png, capsys):
     assert folder.stat().st_mode & 0o777 == default_mode(folder=True)
 
 
+@pytest.mark.infrastructure
+def test_writing_every_array_needs_a_full_extraction(tmp_path):
+    from refseg.claim1.outputs import write_outputs
+    from refseg.imageio import LoadedImage
+
+    rgb = weld_image(3).rgb
+    maps_only = features.extract(rgb, keep="maps")
+    with pytest.raises(ValueError, match='needs a result extracted with keep="all"'):
+        write_outputs(tmp_path, LoadedImage(rgb, "weld.png", "RGB", 8), maps_only, "all")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.infrastructure
+@given(st.integers(1, 60), st.integers(1, 60), st.integers(1, 59), st.integers(0, 2 ** 32 - 1))
+@settings(max_examples=30)
+def test_the_panel_shrinks_a_photograph_channel_by_channel_as_pillow_shrinks_it_whole(
+        rows, cols, narrower, seed):
+    from refseg.claim1.outputs import _shrunk_colour
+
+    rgb = np.random.default_rng(seed).integers(0, 256, (rows, cols, 3), dtype=np.uint8)
+    width = max(1, cols - narrower)
+    height = max(1, round(rows * width / cols))
+    whole = Image.fromarray(rgb).resize((width, height), Image.Resampling.BOX).convert("RGB")
+    assert np.array_equal(np.asarray(_shrunk_colour(rgb, width)), np.asarray(whole))
+
+
+@pytest.mark.claim("claim5.feature_module", "claim1.step2.extract")
+def test_edges_with_maps_only_writes_the_same_maps_and_report(tmp_path, weld_png):
+    """``--arrays maps`` (extraction without the float planes) writes the same PNG files byte
+    for byte, the same report, and an archive of exactly the maps and vectors, each equal to
+    its member in the ``--arrays all`` archive."""
+    second = tmp_path / "weld2.png"
+    Image.fromarray(weld_image(4).rgb).save(second)
+    folders = {}
+    for arrays in ("all", "maps"):
+        out = tmp_path / arrays
+        assert main(["edges", str(weld_png), str(second), "--out", str(out),
+                     "--arrays", arrays]) == 0
+        folders[arrays] = out
+    for stem in ("weld", "weld2"):
+        full, maps = folders["all"] / stem, folders["maps"] / stem
+        assert {p.name for p in full.iterdir()} == {p.name for p in maps.iterdir()}
+        for png in full.glob("*.png"):
+            assert png.read_bytes() == (maps / png.name).read_bytes(), png.name
+        assert (json.loads((full / "report.json").read_text())
+                == json.loads((maps / "report.json").read_text()))
+        with np.load(full / "features.npz") as a, np.load(maps / "features.npz") as m:
+            assert set(m.files) == {*OPERATORS, "feature_map", "weights", "cv", "std", "mean"}
+            assert set(m.files) < set(a.files)
+            for key in m.files:
+                assert m[key].dtype == a[key].dtype and np.array_equal(m[key], a[key]), key
+
+
 
 
 @pytest.mark.claim("claim5.feature_module", "claim5.acquisition_module")

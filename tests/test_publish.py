@@ -386,8 +386,8 @@ sys.exit(main(sys.argv[1:]))
 
 def test_synth_sizes_stay_within_what_dataset_check_reads(tmp_path):
     result = run_refseg("synth", "--count", "1", "--out", tmp_path / "set", "--size",
-                        "5024x5024")
-    one_line_error(result, "25,240,576 pixels, more than the 25,000,000")
+                        "6400x6400")
+    one_line_error(result, "40,960,000 pixels, more than the 40,000,000")
     assert "--max-pixels" not in result.stderr and not (tmp_path / "set").exists()
 
 

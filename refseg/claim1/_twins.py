@@ -127,6 +127,18 @@ def non_maximum_suppression(gx, gy, magnitude, low, high, tan_lo, tan_hi, out):
     out[...] = np.where(keep, np.where(m > high, 2, 1), 0)
 
 
+def non_maximum_suppression3x3(src, smooth, magnitude, low, high, tan_lo, tan_hi, out):
+    """Twin of ``_kernels.non_maximum_suppression3x3`` (claim1/_kernels.pxi), for
+    ``claim1.step2.edges.canny``.
+
+    :func:`non_maximum_suppression` on the gx and gy of :func:`gradient3x3` (``src``,
+    ``smooth``); the kernel forms them a row at a time instead of as whole images.
+    """
+    gx, gy, unused = (np.empty(np.shape(src)) for _ in range(3))
+    gradient3x3(src, smooth, gx, gy, unused)
+    non_maximum_suppression(gx, gy, magnitude, low, high, tan_lo, tan_hi, out)
+
+
 def hysteresis(candidates, out):
     """Twin of ``_kernels.hysteresis`` (claim1/_kernels.pxi), for ``claim1.step2.edges.canny``.
 

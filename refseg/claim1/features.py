@@ -8,7 +8,7 @@ References: [0075]-[0119], [0203]-[0214]; claim 1.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -57,6 +57,12 @@ class FeatureResult:
         The feature-region image, 1 on a decided edge.
     params : dict
         Every parameter and constant used (sigma, border, threshold rules, vote offset, ...).
+
+    Notes
+    -----
+    From ``extract(..., keep="maps")`` the float planes ``gray``, ``blurred``,
+    ``responses`` and ``final_weight`` are None: only the binary maps, the mean image and the
+    numbers are kept.
     """
 
     gray: np.ndarray
@@ -86,6 +92,16 @@ class FeatureResult:
         return notebook_html(self)
 
 
+#: What :func:`extract` keeps: every intermediate, or only the binary maps, the mean image and
+#: the numbers (each float plane it drops is 8 bytes per pixel).
+KEEP = ("all", "maps")
+
+
+def _check_keep(keep):
+    if keep not in KEEP:
+        raise InputError(f"keep: expected one of {', '.join(KEEP)}, got {keep!r}")
+
+
 def _check_pair(pair, name):
     if pair is None:
         return None, None
@@ -96,11 +112,40 @@ def _check_pair(pair, name):
     return low, high
 
 
+def _operator_maps(blurred, plane, canny_pair, thresholds, backend, keep_responses):
+    """Each operator's EdgeResult, its map written into its ``plane``; without
+    ``keep_responses`` each response is dropped as soon as its map and thresholds are made, so
+    that at most the blurred image and one response are held (gx and gy never are)."""
+    low, high = canny_pair
+
+    def done(result):
+        return result if keep_responses else replace(result, response=None)
+
+    magnitude = ops._magnitude(blurred, ops.SOBEL_SMOOTH, backend)
+    # Canny's automatic low threshold is the Sobel magnitude's Otsu threshold, as is Sobel's
+    # own: computed once for both
+    sobel_otsu = (ops._otsu(magnitude, ops.OTSU_BINS, backend)
+                  if thresholds["sobel"] is None or (low is None and high is None) else None)
+    results = {
+        "canny": done(ops._canny_from_blurred(blurred, magnitude, low, high, backend,
+                                              sobel_otsu, out=plane["canny"])),
+        "sobel": done(ops._threshold_magnitude("sobel", magnitude, thresholds["sobel"], backend,
+                                               sobel_otsu, out=plane["sobel"])),
+    }
+    del magnitude
+    results["prewitt"] = done(ops._threshold_magnitude(
+        "prewitt", ops._magnitude(blurred, ops.PREWITT_SMOOTH, backend), thresholds["prewitt"],
+        backend, out=plane["prewitt"]))
+    results["log"] = done(ops._log(blurred, thresholds["log"], backend, out=plane["log"]))
+    return results
+
+
 @implements("claim1.step2.extract")
 def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
             canny_thresholds: tuple[float, float] | None = None,
             sobel_threshold: float | None = None, prewitt_threshold: float | None = None,
-            log_threshold: float | None = None, backend: str = "cython") -> FeatureResult:
+            log_threshold: float | None = None, backend: str = "cython",
+            keep: str = "all") -> FeatureResult:
     """Claim-1 feature extraction: RGB image to feature-region image, keeping every step.
 
     Parameters
@@ -114,6 +159,11 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
     sobel_threshold, prewitt_threshold, log_threshold : float or None
         None: automatic (spec ``R-binary``).
     backend : {"cython", "numpy"}
+    keep : {"all", "maps"}
+        "all": every intermediate (about 61 bytes per pixel); "maps": the float planes
+        ``gray``, ``blurred``, ``responses`` and ``final_weight`` are dropped as soon as
+        they are used and returned as None (13 bytes per pixel kept, about 21 at the peak).
+        The maps, mean image, thresholds and weights are the same, bit for bit.
 
     Returns
     -------
@@ -135,35 +185,32 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
     ----------
     [0075]-[0119], [0203]-[0214].
     """
+    _check_keep(keep)
+    keep_all = keep == "all"
     low, high = _check_pair(canny_thresholds, "canny_thresholds")
     gray = preprocess.to_gray(rgb, backend=backend)
-    blurred = preprocess.gaussian_blur(gray, sigma, backend=backend)
-
     # blurred is validated float64 from here on: the private paths skip re-validation
-    gx, gy, magnitude = ops._gradient(blurred, ops.SOBEL_SMOOTH, backend)
-    prewitt_magnitude = ops._magnitude(blurred, ops.PREWITT_SMOOTH, backend)
-    # Canny's automatic low threshold is the Sobel magnitude's Otsu threshold, as is Sobel's
-    # own: computed once for both
-    sobel_otsu = (ops._otsu(magnitude, ops.OTSU_BINS, backend)
-                  if sobel_threshold is None or (low is None and high is None) else None)
+    blurred = preprocess.gaussian_blur(gray, sigma, backend=backend)
+    if not keep_all:
+        gray = None
     # each operator writes its map into one plane of the stack the vote reads
     stack = np.empty((len(OPERATORS),) + blurred.shape, dtype=np.uint8)
     plane = {k: stack[i] for i, k in enumerate(OPERATORS)}
-    results = {
-        "canny": ops._canny_from_gradient(gx, gy, magnitude, low, high, backend, sobel_otsu,
-                                          out=plane["canny"]),
-        "sobel": ops._threshold_magnitude("sobel", magnitude, sobel_threshold, backend,
-                                          sobel_otsu, out=plane["sobel"]),
-        "prewitt": ops._threshold_magnitude("prewitt", prewitt_magnitude, prewitt_threshold,
-                                            backend, out=plane["prewitt"]),
-        "log": ops._log(blurred, log_threshold, backend, out=plane["log"]),
-    }
+    results = _operator_maps(blurred, plane, (low, high),
+                             {"sobel": sobel_threshold, "prewitt": prewitt_threshold,
+                              "log": log_threshold}, backend, keep_all)
+    if not keep_all:
+        blurred = None
     edges = {k: results[k].edges for k in OPERATORS}
 
     mean_img, std, mean = weighting._binary_statistics(stack, backend)
     cv = weighting.coefficients_of_variation(std, mean)
     weights = weighting.operator_weights(cv)
-    final = weighting._vote(stack, weights, backend)
+    if keep_all:
+        final = weighting._vote(stack, weights, backend)
+        feature_map = weighting._decide(final)
+    else:
+        final, feature_map = None, weighting._vote_decision(stack, weights, backend)
 
     params = {
         "sigma": float(sigma),
@@ -189,9 +236,10 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
     }
     return FeatureResult(
         gray=gray, blurred=blurred,
-        responses={k: results[k].response for k in OPERATORS}, edges=edges,
+        responses={k: results[k].response for k in OPERATORS} if keep_all else None,
+        edges=edges,
         thresholds={k: results[k].thresholds for k in OPERATORS},
         mean_image=mean_img, std=std, mean=mean, cv=cv,
         intermediate_cv=weighting.intermediate_cv(cv), weights=weights,
-        final_weight=final, feature_map=weighting._decide(final), params=params,
+        final_weight=final, feature_map=feature_map, params=params,
     )

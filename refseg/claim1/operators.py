@@ -377,10 +377,9 @@ def _canny_thresholds(magnitude, backend):
     return low, CANNY_HIGH_RATIO * low
 
 
-def _canny_from_gradient(gx, gy, magnitude, low, high, backend, otsu=None,
-                         out=None) -> EdgeResult:
-    """``otsu``: the magnitude's Otsu threshold where the caller has it already; ``out``:
-    where to write the map."""
+def _checked_canny_thresholds(low, high, magnitude, backend, otsu):
+    """(low, high, automatic): the automatic pair (from ``otsu``, the magnitude's Otsu
+    threshold, where the caller has it already), or the given pair checked."""
     automatic = low is None and high is None
     if automatic:
         low, high = (_canny_thresholds(magnitude, backend) if otsu is None
@@ -392,12 +391,35 @@ def _canny_from_gradient(gx, gy, magnitude, low, high, backend, otsu=None,
         high = check_threshold(high, "canny high threshold")
         if low > high:
             raise InputError(f"canny thresholds: low {low} is above high {high}")
-    k = kernels(backend)
-    candidates = np.empty(magnitude.shape, dtype=np.uint8)
-    k.non_maximum_suppression(gx, gy, magnitude, low, high, TAN_22_5, TAN_67_5, candidates)
+    return low, high, automatic
+
+
+def _hysteresis_result(candidates, magnitude, low, high, automatic, backend, out):
     edges = _edge_map(magnitude.shape, out)
-    k.hysteresis(candidates, edges)
+    kernels(backend).hysteresis(candidates, edges)
     return EdgeResult("canny", magnitude, edges, {"low": low, "high": high}, automatic)
+
+
+def _canny_from_gradient(gx, gy, magnitude, low, high, backend, otsu=None,
+                         out=None) -> EdgeResult:
+    """``otsu``: the magnitude's Otsu threshold where the caller has it already; ``out``:
+    where to write the map."""
+    low, high, automatic = _checked_canny_thresholds(low, high, magnitude, backend, otsu)
+    candidates = np.empty(magnitude.shape, dtype=np.uint8)
+    kernels(backend).non_maximum_suppression(gx, gy, magnitude, low, high, TAN_22_5, TAN_67_5,
+                                             candidates)
+    return _hysteresis_result(candidates, magnitude, low, high, automatic, backend, out)
+
+
+def _canny_from_blurred(blurred, magnitude, low, high, backend, otsu=None,
+                        out=None) -> EdgeResult:
+    """:func:`_canny_from_gradient` with gx and gy formed from ``blurred`` a row at a time
+    (the same values), so that the two whole gradient images are never held."""
+    low, high, automatic = _checked_canny_thresholds(low, high, magnitude, backend, otsu)
+    candidates = np.empty(magnitude.shape, dtype=np.uint8)
+    kernels(backend).non_maximum_suppression3x3(blurred, SOBEL_SMOOTH, magnitude, low, high,
+                                                TAN_22_5, TAN_67_5, candidates)
+    return _hysteresis_result(candidates, magnitude, low, high, automatic, backend, out)
 
 
 @implements("claim1.step2.edges.canny")
@@ -434,5 +456,5 @@ def canny(blurred, low: float | None = None, high: float | None = None, *,
     ----------
     [0082]-[0083], [0212]-[0214]; spec ``R-canny``, ``R-binary``.
     """
-    gx, gy, magnitude = _gradient(_blurred(blurred), SOBEL_SMOOTH, backend)
-    return _canny_from_gradient(gx, gy, magnitude, low, high, backend)
+    g = _blurred(blurred)
+    return _canny_from_blurred(g, _magnitude(g, SOBEL_SMOOTH, backend), low, high, backend)

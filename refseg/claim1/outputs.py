@@ -8,16 +8,17 @@ from __future__ import annotations
 import base64
 import html
 import io
+import itertools
 import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from refseg import publish
+from refseg import allocator, publish
 from refseg.images import MAX_PIXELS, check_max_pixels, read_image
 from refseg._version import __version__
-from refseg.claim1 import features
+from refseg.claim1 import features, preprocess, weighting
 from refseg.claim1.features import STEP_CLAIMS, FeatureResult
 from refseg.claim1.operators import OPERATORS
 from refseg.errors import InputError
@@ -70,8 +71,20 @@ def report_dict(result: FeatureResult, source: dict | None = None) -> dict:
     }
 
 
+def _shrunk_colour(rgb: np.ndarray, width: int) -> Image.Image:
+    """An RGB image box-shrunk to ``width`` one channel at a time: the same pixels as shrinking
+    it whole, without Pillow's 4-byte-per-pixel copy of it."""
+    height = max(1, round(rgb.shape[0] * width / rgb.shape[1]))
+    return Image.merge("RGB", [
+        Image.fromarray(np.ascontiguousarray(rgb[..., c])).resize((width, height),
+                                                                 Image.Resampling.BOX)
+        for c in range(3)])
+
+
 def _tile(array: np.ndarray, width: int) -> Image.Image:
     """A display tile of an image or binary map, scaled to ``width`` (edges kept visible)."""
+    if array.ndim == 3 and width < array.shape[1]:
+        return _shrunk_colour(array, width)
     image = Image.fromarray(array)
     if image.width == width:
         return image.convert("RGB")
@@ -81,10 +94,16 @@ def _tile(array: np.ndarray, width: int) -> Image.Image:
             .convert("RGB")
     # shrinking: a box average would fade 1-pixel edges, so any edge in a box shows
     height = max(1, round(image.height * width / image.width))
-    if array.ndim == 2:
-        shrunk = np.asarray(image.resize((width, height), Image.Resampling.BOX), dtype=np.float64)
-        return Image.fromarray(np.where(shrunk > 0, 255, 0).astype(np.uint8)).convert("RGB")
-    return image.resize((width, height), Image.Resampling.BOX).convert("RGB")
+    shrunk = np.asarray(image.resize((width, height), Image.Resampling.BOX), dtype=np.float64)
+    return Image.fromarray(np.where(shrunk > 0, 255, 0).astype(np.uint8)).convert("RGB")
+
+
+def _panel_images(shown: np.ndarray, result: FeatureResult):
+    """The panel's images in its order, each 0-255 map made only when its tile is."""
+    yield shown
+    for k in OPERATORS:
+        yield result.edges[k] * np.uint8(255)
+    yield result.feature_map * np.uint8(255)
 
 
 @infrastructure("the figure of an extraction")
@@ -107,19 +126,21 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
     """
     cols = rgb.shape[1]
     width = int(np.clip(cols, *PANEL_TILE_WIDTH))
-    shown = np.clip(np.asarray(rgb, dtype=np.float64), 0, 255).round().astype(np.uint8)
-    tiles = [(_tile(shown, width), f"input image ({rgb.shape[0]} rows, {cols} columns)")]
-    for k in OPERATORS:
-        caption = f"{OPERATOR_NAMES[k]}  w={result.weights[k]:.3f}  V={result.cv[k]:.2f}"
-        tiles.append((_tile(result.edges[k] * np.uint8(255), width), caption))
-    tiles.append((_tile(result.feature_map * np.uint8(255), width),
-                  f"feature map (F >= 0): {int(result.feature_map.sum())} px"))
-    tile_h = max(t.height for t, _ in tiles) + _CAPTION_HEIGHT
+    shown = rgb if rgb.dtype == np.uint8 else _rounded_uint8(rgb, 1)
+    captions = [f"input image ({rgb.shape[0]} rows, {cols} columns)"]
+    captions += [f"{OPERATOR_NAMES[k]}  w={result.weights[k]:.3f}  V={result.cv[k]:.2f}"
+                 for k in OPERATORS]
+    captions.append(f"feature map (F >= 0): {int(result.feature_map.sum())} px")
+    # made one at a time and pasted at once: every tile has the first one's size (the images
+    # share one shape), so the canvas can be laid out from it
+    tiles = (_tile(image, width) for image in _panel_images(shown, result))
+    first = next(tiles)
+    tile_h = first.height + _CAPTION_HEIGHT
     gap = 6
     canvas = Image.new("RGB", (3 * width + 4 * gap, 2 * tile_h + 3 * gap), (255, 255, 255))
     draw = ImageDraw.Draw(canvas)
     font = ImageFont.load_default()
-    for i, (tile, caption) in enumerate(tiles):
+    for i, (tile, caption) in enumerate(zip(itertools.chain([first], tiles), captions)):
         x = gap + (i % 3) * (width + gap)
         y = gap + (i // 3) * (tile_h + gap)
         draw.text((x + 2, y + 4), caption, fill=(0, 0, 0), font=font)
@@ -152,6 +173,16 @@ def notebook_html(result: FeatureResult) -> str:
             f'<img src="data:image/png;base64,{data}" alt="claim-1 steps: the gray image, the '
             'four edge maps, the feature map" style="max-width:100%">'
             f'<table style="border-collapse:collapse"><tr>{head}</tr>{rows}</table></div>')
+
+
+def _rounded_uint8(image: np.ndarray, scale: float) -> np.ndarray:
+    """``clip(round(image * scale), 0, 255)`` as uint8, a block of rows at a time: no float
+    temporary of the whole image."""
+    out = np.empty(image.shape, dtype=np.uint8)
+    for block in weighting._row_blocks(*image.shape[:2]):
+        scaled = np.asarray(image[block], dtype=np.float64) * scale
+        out[block] = np.clip(np.round(scaled, out=scaled), 0, 255, out=scaled)
+    return out
 
 
 #: What ``features.npz`` may hold: every intermediate, or the binary maps and the vectors
@@ -193,16 +224,18 @@ def write_outputs(folder, loaded: LoadedImage, result: FeatureResult,
     ----------
     [0268].
     """
+    _check_npz_contents(arrays)
+    if arrays == "all" and result.gray is None:
+        raise ValueError('arrays="all" needs a result extracted with keep="all"')
     folder = Path(folder)
     names = []
     for k in OPERATORS:
         write_png(folder / f"{k}.png", result.edges[k] * np.uint8(255))
         names.append(f"{k}.png")
-    write_png(folder / "mean_image.png", np.round(result.mean_image * 255).astype(np.uint8))
+    write_png(folder / "mean_image.png", _rounded_uint8(result.mean_image, 255))
     write_png(folder / "feature_map.png", result.feature_map * np.uint8(255))
     write_png(folder / "panel.png", panel(loaded.pixels, result))
     names += ["mean_image.png", "feature_map.png", "panel.png"]
-    _check_npz_contents(arrays)
     kept = {
         **{k: result.edges[k] for k in OPERATORS}, "feature_map": result.feature_map,
         "weights": result.vector("weights"), "cv": result.vector("cv"),
@@ -265,7 +298,9 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
 
     Notes
     -----
-    This is ``refseg edges``. Each folder holds what :func:`write_outputs` writes.
+    This is ``refseg edges``. Each folder holds what :func:`write_outputs` writes. The images
+    are extracted one at a time, each just before its outputs are written, and with
+    ``arrays="maps"`` the float planes are not kept (``features.extract(..., keep="maps")``).
 
     References
     ----------
@@ -277,14 +312,19 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     _check_npz_contents(arrays)
     out = publish.check_output_folder(out)
     publish.check_replaceable(out, stems, OUTPUT_FILES | {WALKTHROUGH_PAGE}, "refseg edges")
-    loaded = [read_image(p, limit) for p in images]
-    kwargs = {} if sigma is None else {"sigma": sigma}
-    results = [features.extract(img.pixels, **kwargs) for img in loaded]
-    with publish.staged_folders(out) as staging:
-        for stem, img, result in zip(stems, loaded, results):
-            folder = staging.folder(stem)
-            page = Path(out) / stem / WALKTHROUGH_PAGE
-            if page.is_file() and not page.is_symlink():
-                os.link(page, folder / WALKTHROUGH_PAGE)
-            write_outputs(folder, img, result, arrays)
+    kwargs = {"keep": arrays}
+    if sigma is not None:
+        preprocess.gaussian_kernel(sigma)  # a bad sigma is refused before any image is read
+        kwargs["sigma"] = sigma
+    # a few whole-image arrays, each made once: freed memory goes back at once, so that the
+    # decoder's and each operator's do not add to the next step's peak
+    with allocator.return_freed_memory():
+        loaded = [read_image(p, limit) for p in images]
+        with publish.staged_folders(out) as staging:
+            for stem, img in zip(stems, loaded):
+                folder = staging.folder(stem)
+                page = Path(out) / stem / WALKTHROUGH_PAGE
+                if page.is_file() and not page.is_symlink():
+                    os.link(page, folder / WALKTHROUGH_PAGE)
+                write_outputs(folder, img, features.extract(img.pixels, **kwargs), arrays)
     return [Path(out) / s for s in stems]

@@ -240,6 +240,28 @@ def _vote(stack, weights, backend, offset=VOTE_OFFSET):
     return out
 
 
+#: Pixels per block of rows where a whole-image float temporary is avoided (8 MB of float64):
+#: large enough that the kernels still split a block over the cores.
+BLOCK_PIXELS = 2 ** 20
+
+
+def _row_blocks(rows, cols):
+    """Slices of consecutive rows, about :data:`BLOCK_PIXELS` pixels each, covering ``rows``."""
+    step = max(1, BLOCK_PIXELS // max(cols, 1))
+    return [slice(r, min(r + step, rows)) for r in range(0, rows, step)]
+
+
+def _vote_decision(stack, weights, backend):
+    """``_decide(_vote(stack, weights, backend))`` a block of rows at a time: the same map
+    (each pixel's F is formed alone), without the 8 bytes per pixel of a whole F."""
+    rows, cols = stack.shape[1:]
+    decision = np.empty((rows, cols), dtype=np.uint8)
+    for block in _row_blocks(rows, cols):
+        decision[block] = _decide(_vote(np.ascontiguousarray(stack[:, block]), weights,
+                                        backend))
+    return decision
+
+
 def _binary_statistics(stack, backend):
     """Mean image, std and pixel mean of binary maps in one pass; equal to
     :func:`mean_image`, :func:`standard_deviations` and :func:`pixel_means` (exact

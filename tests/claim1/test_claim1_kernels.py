@@ -75,6 +75,24 @@ def test_non_maximum_suppression(img, low, extra):
 
 
 @pytest.mark.claim("claim1.step2.edges.canny")
+@given(gray_images(min_side=1), st.floats(0, 200), st.floats(0, 400),
+       st.sampled_from(sorted(SMOOTHINGS)))
+def test_non_maximum_suppression3x3(img, low, extra, smoothing):
+    """Equal to its twin, and to non_maximum_suppression on the whole gx and gy it forms row
+    by row."""
+    smooth = SMOOTHINGS[smoothing]
+    gx, gy, mag = (np.zeros(img.shape) for _ in range(3))
+    fast.gradient3x3(img, smooth, gx, gy, mag)
+    args = (low, low + extra, TAN_22_5, TAN_67_5)
+    ours, theirs = both("non_maximum_suppression3x3", img, smooth, mag, *args,
+                        outputs=[(img.shape, np.uint8)])
+    assert_same((ours, theirs))
+    whole = np.zeros(img.shape, dtype=np.uint8)
+    fast.non_maximum_suppression(gx, gy, mag, *args, whole)
+    assert np.array_equal(ours[0], whole)
+
+
+@pytest.mark.claim("claim1.step2.edges.canny")
 @given(hnp.arrays(np.uint8, hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=30),
                   elements=st.sampled_from([0, 0, 0, 1, 1, 2])))
 def test_hysteresis(candidates):
@@ -172,6 +190,8 @@ def test_every_kernel_equals_its_twin_on_an_image_split_over_threads():
         ("threshold_above", (mag, low), [(shape, u8)]),
         ("non_maximum_suppression", (gx, gy, mag, low, 2 * low, TAN_22_5, TAN_67_5),
          [(shape, u8)]),
+        ("non_maximum_suppression3x3",
+         (blurred, SOBEL_SMOOTH, mag, low, 2 * low, TAN_22_5, TAN_67_5), [(shape, u8)]),
         ("hysteresis", (candidates,), [(shape, u8)]),
         ("zero_crossings", (log, 1.0), [(shape, u8)]),
         ("value_range", (log, True), [(2, f64)]),

@@ -1,4 +1,6 @@
 """Claim-1 extraction end to end: extract() against its public steps, and the weld ranking."""
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -55,6 +57,35 @@ def test_result_shapes_dtypes_and_backends_agree(rgb):
         assert fast.edges[k].dtype == np.uint8
     assert fast.weights == slow.weights and fast.thresholds == slow.thresholds
     assert fast.vector("weights").shape == (4,)
+
+
+@pytest.mark.claim("claim1.step2.extract")
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(rgb=rgb_images(), block_pixels=st.integers(1, 100), given_thresholds=st.booleans())
+def test_maps_only_extraction_keeps_the_same_maps_and_numbers(backend, rgb, block_pixels,
+                                                               given_thresholds):
+    """keep="maps" drops the float planes and nothing else changes: every map, the mean image,
+    every threshold, weight and parameter equal the full extraction's, also when the vote is
+    decided in blocks of a few rows (block_pixels)."""
+    kwargs = ({"canny_thresholds": (20.0, 45.0), "sobel_threshold": 30.0,
+               "prewitt_threshold": 25.0, "log_threshold": 4.0} if given_thresholds else {})
+    full = features.extract(rgb, backend=backend, **kwargs)
+    with mock.patch.object(weighting, "BLOCK_PIXELS", block_pixels):
+        maps = features.extract(rgb, backend=backend, keep="maps", **kwargs)
+    for k in OPERATORS:
+        assert maps.edges[k].dtype == np.uint8 and np.array_equal(maps.edges[k], full.edges[k])
+    for name in ("mean_image", "feature_map"):
+        a, b = getattr(maps, name), getattr(full, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for name in ("thresholds", "std", "mean", "cv", "intermediate_cv", "weights", "params"):
+        assert getattr(maps, name) == getattr(full, name), name
+    assert (maps.gray, maps.blurred, maps.responses, maps.final_weight) == (None,) * 4
+
+
+@pytest.mark.claim("claim1.step2.extract")
+def test_keep_is_checked():
+    with pytest.raises(InputError, match="keep: expected one of all, maps"):
+        features.extract(np.zeros((3, 3, 3), np.uint8), keep="floats")
 
 
 @pytest.mark.claim("claim1.step2.extract")
