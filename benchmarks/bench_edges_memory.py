@@ -11,7 +11,7 @@ baseline is subtracted: the peak of a process that imports what ``refseg edges``
 imports and loads the compiled kernels, with no image (the interpreter, NumPy, SciPy, Pillow,
 refseg and its kernels: a fixed cost, not a per-pixel one). The rest, divided by the image's
 pixels, is the figure reported. Reading the image is part of it, and the table shows its own
-share: a process that imports as above and reads the image (``refseg.imageio.read_image``),
+share: a process that imports as above and reads the image (``refseg.images.read_image``),
 minus the baseline.
 
 Budget of ``--arrays all``: the bytes per pixel of the arrays ``features.extract`` returns
@@ -47,7 +47,7 @@ from _common import machine_lines
 BASELINE = ("import refseg.cli, refseg.claim1.outputs\n"
             "from refseg.backend import kernels\n"
             "kernels('cython')\n")
-READ = BASELINE + "from refseg.imageio import read_image\nread_image({path!r})\n"
+READ = BASELINE + "from refseg.images import read_image\nread_image({path!r})\n"
 IMPORT_ONLY = "import refseg\n"
 ARRAYS = ("maps", "all")
 #: The targets (bytes per pixel with --arrays maps; the margin over the returned arrays).

@@ -55,7 +55,7 @@ def test_edges_writes_every_output(tmp_path, weld_png, capsys):
 @pytest.mark.infrastructure
 def test_writing_every_array_needs_a_full_extraction(tmp_path):
     from refseg.claim1.outputs import write_outputs
-    from refseg.imageio import LoadedImage
+    from refseg.images import LoadedImage
 
     rgb = weld_image(3).rgb
     maps_only = features.extract(rgb, keep="maps")
