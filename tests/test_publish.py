@@ -369,7 +369,7 @@ def test_golden_write_on_a_full_disk_names_the_file(tmp_path):
 import resource, signal, sys
 import numpy as np
 import refseg.golden.produce as produce
-produce.build_bundle = lambda threads=1, keep=(): (
+produce.build_bundle = lambda threads=1, keep=(), extra=None: (
     {"arrays": {}, "network": {"input_hw": [32, 32], "seed": 0}},
     {"x": np.random.default_rng(0).random(40_000)}, {})
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

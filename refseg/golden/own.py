@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import images, publish
+from refseg import publish
+from refseg.images import MAX_PIXELS, check_max_pixels, read_bytes, read_image
 from refseg.errors import InputError
 from refseg.golden.format import array_sha256, read_bundle
 
@@ -43,7 +44,7 @@ def read_user_images(paths, max_pixels: int | None = None) -> dict:
     InputError
         An unreadable or too large image (as ``refseg edges``), or two files of one name.
     """
-    limit = images.MAX_PIXELS if max_pixels is None else images.check_max_pixels(max_pixels)
+    limit = MAX_PIXELS if max_pixels is None else check_max_pixels(max_pixels)
     out, seen = {}, {}
     for path in map(Path, paths):
         name = image_name(path)
@@ -51,10 +52,10 @@ def read_user_images(paths, max_pixels: int | None = None) -> dict:
             raise InputError(f"{path}: has the same bundle name {name!r} as {seen[name]}; "
                              "rename one of them")
         seen[name] = path
-        loaded = images.read_image(path, limit)
+        loaded = read_image(path, limit)
         rgb = np.ascontiguousarray(as_rgb(loaded.pixels))
         record = {"source": "refseg golden write --images", "file": path.name,
-                  "file_sha256": hashlib.sha256(images.read_bytes(path)).hexdigest(),
+                  "file_sha256": hashlib.sha256(read_bytes(path)).hexdigest(),
                   "pixels_sha256": array_sha256(rgb), **loaded.info()}
         record.pop("path", None)
         out[name] = (rgb, record)

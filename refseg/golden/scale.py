@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import images, publish
+from refseg import publish
+from refseg.images import MAX_PIXELS, check_max_pixels, decode_image, read_bytes, read_image
 from refseg.errors import InputError
 from refseg.golden.check import CheckRow, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
@@ -91,8 +92,8 @@ def generate_reference(image, out_dir, max_pixels: int | None = None) -> str:
     """Read one image file and write ``out_dir/<name>.npz``: its claim-1 arrays under the
     bundle's names (atomically). Returns the name."""
     path = Path(image)
-    limit = images.MAX_PIXELS if max_pixels is None else max_pixels
-    loaded = images.read_image(path, limit)
+    limit = MAX_PIXELS if max_pixels is None else max_pixels
+    loaded = read_image(path, limit)
     name = image_name(path)
     arrays, _ = reference_arrays(name, np.ascontiguousarray(as_rgb(loaded.pixels)))
     publish.write_npz(Path(out_dir) / f"{name}.npz", compressed=True, **arrays)
@@ -179,14 +180,14 @@ def write_references(images, out, jobs: int | None = None,
     file each, the folder published whole (:func:`refseg.publish.staged_folders`)."""
     files = image_files(images)
     jobs = _jobs(jobs)
-    limit = images.MAX_PIXELS if max_pixels is None else images.check_max_pixels(max_pixels)
+    limit = MAX_PIXELS if max_pixels is None else check_max_pixels(max_pixels)
     names = {}
     for path in files:
         name = image_name(path)
         if name in names:
             raise InputError(f"{path}: has the same name {name!r} as {names[name]}")
         names[name] = path
-        images.decode_image(images.read_bytes(path), path, limit)  # readable, not too large
+        decode_image(read_bytes(path), path, limit)  # readable, not too large
     out = publish.check_output_folder(out)
     with publish.staged_folders(out) as staging:
         done = list(_run(generate_reference, [(p, staging.root, limit) for p in files], jobs))
