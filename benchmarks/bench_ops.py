@@ -5,7 +5,7 @@ training step.
 What is compared
 ----------------
 Every Conv2D / Conv2DTranspose layer of the Res-Mobile Net decoder at a 224x224 input
-(``shared/reference/NOTES.md`` section 2: 3x3 kernels with bias, Keras padding "same",
+(``spec/measurements.md``, M-keras-padding and M-keras-shapes: 3x3 kernels with bias, Keras padding "same",
 transposed convolutions stride 2 except the stride-1 prediction layer), at batch 1 and 4:
 
 * **refseg**: ``refseg.autograd.conv2d`` / ``conv2d_transpose`` on NHWC float32 (im2col /
@@ -307,7 +307,7 @@ DECODER = ["x1", "x2", "x3", "x4", "x5", "x6", "x7a", "x7b", "x8", "x9", "x10", 
            "x12", "x13", "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23",
            "prediction"]
 
-#: Backbone taps the decoder reads, (H, W, C) at a 224x224 input (NOTES.md section 2).
+#: Backbone taps the decoder reads, (H, W, C) at a 224x224 input (spec/measurements.md, M-keras-shapes).
 #: conv2_block3_1_relu and block_1_expand_relu are tapped by the patent but used by no Add.
 TAPS = {
     "post_relu": (7, 7, 2048), "conv4_block6_1_relu": (14, 14, 256),

@@ -354,11 +354,15 @@ def _element(e, registry, source, citations, errata, seen_readings) -> str:
              f'<div class="en"><h3>refseg\'s rendering</h3><p>{_inline(e.text)}</p>'
              + (f'<p class="reason">{_inline(e.reason)}</p>' if e.reason else "")
              + "</div></div>"]
-    rendered = [f"<li>[{p}] {_inline(registry.paragraphs[p])}</li>"
+    # each paragraph as published beside refseg's rendering, so that one can be held to the other
+    rendered = [f'<li>[{p}] <span class="zh" lang="zh-Hans">'
+                f'{_e(registry.description.get(p, ""))}</span><br>'
+                f"{_inline(registry.paragraphs[p])}</li>"
                 for p in e.paragraphs if p in registry.paragraphs]
     if rendered:
-        parts.append(f"<details><summary>The description's paragraphs, in English "
-                     f"({len(rendered)})</summary><ul>{''.join(rendered)}</ul></details>")
+        parts.append(f"<details><summary>The description's paragraphs, in Chinese and "
+                     f"English ({len(rendered)})</summary><ul>{''.join(rendered)}</ul>"
+                     "</details>")
     if e.readings:
         parts.append("<h3>Readings</h3>")
         for r in e.readings:
