@@ -124,3 +124,16 @@ def loaded_machine(monkeypatch):
     _kernels.set_openmp_threads(2)
     yield
     _kernels.set_openmp_threads(ceiling)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """Remove this session's temporary folders (data sets, runs, bundles), failed tests' too,
+    unless REFSEG_KEEP_TMP=1: the suite leaves nothing in the temp folder."""
+    import shutil
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)
+    given = getattr(factory, "_given_basetemp", None)  # --basetemp: the user's folder
+    if basetemp is not None and given is None and os.environ.get("REFSEG_KEEP_TMP") != "1":
+        shutil.rmtree(basetemp, ignore_errors=True)

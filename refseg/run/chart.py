@@ -863,8 +863,9 @@ def _weights_section(source) -> str:
             status = "not in this folder"
         rows.append(f"<tr><th>{_e(run['name'])}</th><td>{status}</td></tr>")
     return ('<section id="weights"><h2>The runs\' weights</h2>'
-            "<p>A run's weights are its <code>checkpoint.npz</code> (the trained decoder and "
-            "Adam's state) and <code>backbones.npz</code> (the calibrated backbones).</p>"
+            "<p>A run's weights are its <code>checkpoint.npz</code> (the trained decoder) "
+            "and <code>backbones.npz</code> (the calibrated batch-norm statistics, the seed "
+            "that regenerates the rest of the starting weights, and their digest).</p>"
             f"<table><tr><th>run</th><th>weights</th></tr>{''.join(rows)}</table></section>")
 
 
