@@ -182,7 +182,14 @@ def _initialise_from(model, config) -> int:
     if tuple(source_config.branches) != tuple(config.branches):
         raise InputError(f"{source}: its branches {list(source_config.branches)} differ from "
                          f"this run's {list(config.branches)}")
-    return _restore(model, source, source_config.seed)
+    if source_config.seed == config.seed:
+        return _restore(model, source, config.seed)
+    # the source's starting weights regenerate from its own seed, not this run's
+    source_model = ResMobileNet(config.input_hw, branches=config.branches,
+                                seed=source_config.seed)
+    epoch = _restore(source_model, source, source_config.seed)
+    model.set_weights(source_model.weights(), source=str(source))
+    return epoch
 
 
 # -------------------------------------------------------------------------------- training

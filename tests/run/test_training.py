@@ -618,3 +618,20 @@ def test_only_a_run_that_kept_its_optimizer_state_trains_further(tmp_path, data,
     after = checkpoint_arrays(dropped)
     assert after.keys() == before.keys() and all(
         np.array_equal(after[k], v) for k, v in before.items())
+
+
+@pytest.mark.claim("claim1.step3.train")
+def test_a_run_of_another_seed_starts_from_the_source_runs_weights(tmp_path, data, straight):
+    """--init-from a run of another seed: the new run's starting weights (stored against its
+    own seed's draw) are the source's last weights, every one of them."""
+    config = TrainConfig(**{**SMALL, "epochs": 1, "seed": 5}, learning_rate=1e-12,
+                         init_from=str(straight[0]))
+    run = tmp_path / "other-seed"
+    quiet_train(data, run, config)
+    source = checkpoint_arrays(straight[0])
+    source_start = starting_weights(straight[0], TrainConfig(**SMALL))
+    start = starting_weights(run, config)
+    assert start.keys() == source_start.keys()
+    for key, value in start.items():
+        np.testing.assert_array_equal(value, source.get(f"model/{key}", source_start[key]),
+                                      err_msg=key)
