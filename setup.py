@@ -15,6 +15,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
 SPEC_FILES = ("registry.toml", "traceability.md", "readings.md", "errata.md", "claims_zh.txt",
+              "description_zh.txt", "measurements.md", "keras_backbones_224.txt",
               "golden_pins.json")
 #: shipped when the checkout has them
 OPTIONAL_SPEC_FILES = ("sensitivity.md",)

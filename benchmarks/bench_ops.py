@@ -253,7 +253,7 @@ class Layer:
         return f"{op} {self.cin}->{self.cout} {self.size}->{self.out_size}"
 
 
-#: Backbone taps the decoder reads, (H, W, C) at a 224x224 input (NOTES.md section 2).
+#: Backbone taps the decoder reads, (H, W, C) at a 224x224 input (spec/measurements.md, M-keras-shapes).
 #: conv2_block3_1_relu and block_1_expand_relu are tapped by the patent but used by no Add.
 TAPS = {
     "post_relu": (7, 7, 2048), "conv4_block6_1_relu": (14, 14, 256),

@@ -95,12 +95,15 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--epochs", type=int, default=8, help="training epochs of each run")
     d.add_argument("--input-size", default="64x224", help="network input HxW")
     d.add_argument("--seed", type=int, default=0, help="seed of the first weld")
+    d.add_argument("--seeds", type=int, default=None,
+                   help="run the demo with seeds S, S+1, ... (at least 2) into --out/seed-<s>/ "
+                        "and write the scores' mean and spread (seeds.md, seeds.json)")
     d.add_argument("--jobs", type=int, default=None,
                    help="extraction processes (default: one per core)")
     d.add_argument("--train-backbone", action="store_true",
                    help="train the backbones too (an extension; the patent freezes them)")
     d.add_argument("--keep-checkpoints", action="store_true",
-                   help="keep the weights of all four runs, about 1.4 GB (default: only the "
+                   help="keep the weights of all four runs, about 280 MB (default: only the "
                         "patent's network and the best run keep theirs)")
 
     rp = sub.add_parser("report", help="(re)write the claim chart index.html of a demo or run "
@@ -192,6 +195,12 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, default=0,
                     help="seed of the split, the shuffling and the random weights")
     tr.add_argument("--resume", action="store_true", help="continue the run in --out")
+    tr.add_argument("--keep-optimizer-state", action="store_true",
+                    help="keep Adam's state in the last checkpoint, so that --resume can train "
+                         "the finished run for more epochs (dropped by default: two thirds of "
+                         "checkpoint.npz)")
+    tr.add_argument("--keep-cache", action="store_true",
+                    help="keep the tap cache (cache/) when training ends")
     tr.add_argument("--jobs", type=int, default=None,
                     help="extraction processes (default: one per core)")
 
@@ -300,6 +309,10 @@ def _demo(args) -> str:
         count=args.count, test_count=args.test_count, epochs=args.epochs,
         input_hw=_input_size(args.input_size), seed=args.seed, jobs=args.jobs,
         train_backbone=args.train_backbone, keep_checkpoints=args.keep_checkpoints)
+    if args.seeds is not None:
+        from refseg.run.seeds import run_demo_seeds
+
+        return str(run_demo_seeds(args.out, settings, args.seeds))
     from refseg.run.demo import run_demo
 
     return str(run_demo(args.out, settings))
@@ -406,7 +419,9 @@ def _train(args) -> str:
     config.check()
     from refseg.run.training import train
 
-    history = train(args.data, args.out, config, resume=args.resume, jobs=args.jobs)
+    history = train(args.data, args.out, config, resume=args.resume, jobs=args.jobs,
+                    keep_optimizer_state=args.keep_optimizer_state,
+                    keep_cache=args.keep_cache)
     return str(args.out / "metrics.jsonl") if history else str(args.out)
 
 

@@ -30,6 +30,9 @@ STATUSES = ("implemented", "planned", "not-applicable")
 MATRIX_FILE = "traceability.md"
 #: The patent's claims in Chinese, a verbatim copy of the claims file of the seeds.
 CLAIMS_FILE = "claims_zh.txt"
+#: The patent's description in Chinese, paragraphs [0069]-[0273], a verbatim copy of the
+#: description file of the seeds (one paragraph per line, a few continued on the next lines).
+DESCRIPTION_FILE = "description_zh.txt"
 #: {claim element: names of the golden arrays that pin it}, generated with the matrix.
 GOLDEN_PINS_FILE = "golden_pins.json"
 #: The sensitivity audit of the readings (``refseg audit readings``), when present.
@@ -103,6 +106,8 @@ class Registry:
     claims_text: str = ""
     #: ``sensitivity.md`` when the spec has one, else ""
     sensitivity_text: str = ""
+    #: the Chinese description, {paragraph number "0069": its text} (:func:`description_text`)
+    description: dict[str, str] = field(default_factory=dict)
 
 
 def spec_dir() -> Path:
@@ -128,6 +133,25 @@ def claims_text(raw: str) -> str:
         else:
             out.append(piece)
     return "\n\n".join(out)
+
+
+def description_text(raw: str) -> dict[str, str]:
+    """{paragraph number: text} of the description file, whose paragraphs each begin a line
+    with their number in brackets ("[0069] ..."); a line without a number continues the
+    paragraph before it (joined with a line break). Text before the first number is refused."""
+    paragraphs: dict[str, str] = {}
+    last = None
+    for line in raw.splitlines():
+        if line.startswith("[") and line[1:5].isdigit() and line[5:6] == "]":
+            last = line[1:5]
+            if last in paragraphs:
+                raise ValueError(f"{DESCRIPTION_FILE}: paragraph [{last}] twice")
+            paragraphs[last] = line[6:].strip()
+        elif line.strip():
+            if last is None:
+                raise ValueError(f"{DESCRIPTION_FILE}: text before the first paragraph")
+            paragraphs[last] += "\n" + line.strip()
+    return paragraphs
 
 
 def _reading_ids(readings_text: str) -> set[str]:
@@ -161,9 +185,10 @@ def load_registry(directory: Path | None = None) -> Registry:
     errata = (directory / "errata.md").read_text(encoding="utf-8")
     claims = claims_text((directory / CLAIMS_FILE).read_text(encoding="utf-8"))
     sensitivity = directory / SENSITIVITY_FILE
+    description = description_text((directory / DESCRIPTION_FILE).read_text(encoding="utf-8"))
     return Registry(elements, paragraphs, readings, errata, directory, _reading_ids(readings),
                     claims, sensitivity.read_text(encoding="utf-8")
-                    if sensitivity.is_file() else "")
+                    if sensitivity.is_file() else "", description)
 
 
 def _import_all() -> None:

@@ -341,3 +341,28 @@ def test_edges_replaces_its_own_outputs_but_never_a_folder_of_the_users(tmp_path
     err = capsys.readouterr().err
     assert "holds files refseg edges did not write (notes.txt)" in err and err.count("\n") == 1
     assert (out / "weld" / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.infrastructure
+def test_python_m_refseg_in_a_source_tree_without_kernels_says_so_in_one_line(tmp_path):
+    """``python -m refseg`` run beside a source tree's ``refseg/`` (which shadows the
+    installed package and has no compiled kernels): one line telling to install, exit 2, no
+    traceback, nothing written."""
+    import shutil
+    import subprocess
+    import sys
+
+    from checkout import ROOT
+
+    shutil.copytree(ROOT / "refseg", tmp_path / "refseg",
+                    ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    image = tmp_path / "weld.png"
+    Image.fromarray(weld_image(seed=0).rgb).save(image)
+    result = subprocess.run([sys.executable, "-m", "refseg", "edges", str(image), "--out",
+                             str(tmp_path / "out")], capture_output=True, text=True,
+                            cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("refseg: error: "), result.stderr
+    assert "python -m pip install ." in lines[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()

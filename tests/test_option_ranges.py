@@ -102,3 +102,12 @@ def test_edges_refuses_a_sigma_out_of_range(tmp_path, data, sigma):
     assert result.returncode == 2 and "sigma: expected a number from 0.01 to 1000" in \
         result.stderr and result.stderr.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("seeds", ["1", "0", "101"])
+def test_demo_seeds_out_of_range_fail_before_any_work(tmp_path, seeds):
+    out = tmp_path / "out"
+    result = run_refseg("demo", "--out", out, "--seeds", seeds, "--count", "5",
+                        "--test-count", "1", "--epochs", "1", "--input-size", "32x64")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "--seeds must be an integer from 2" in result.stderr and not out.exists()

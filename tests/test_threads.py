@@ -2,8 +2,6 @@
 an independent reading of the same libraries' thread counts), and the thread count of a network
 run sized to the machine's load, on real and on simulated neighbours."""
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -104,26 +102,80 @@ def test_cores_used_by_others_is_the_busy_time_less_the_process_own_over_the_wal
     assert threads.cores_used_by_others(before, before) == 0.0
 
 
-def test_read_cpu_sees_a_busy_neighbour_and_not_this_process():
-    """A busy child process, and this process spinning with no child: the first reads as at
-    least 0.7 cores of others' load, the second as under 0.5 (this process's own time is taken
-    out). The suite runs alone on its machine, as CI runs it."""
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)
-        start = threads.read_cpu()
-        time.sleep(0.8)
-        with_child = threads.cores_used_by_others(start, threads.read_cpu())
-    finally:
-        child.kill()
-        child.wait()
+class _Machine:
+    """A simulated machine for ``read_cpu``: its ``/proc/stat`` file (per-core busy ticks),
+    its clock and this process's CPU time, advanced by the test."""
+
+    def __init__(self, path, cores):
+        self.path, self.cores = path, sorted(cores)
+        self.ticks = {core: 0 for core in self.cores}
+        self.wall, self.own = 100.0, 2.0
+        self.write()
+
+    def write(self):
+        # a core this process may not run on, always busy, must never be counted
+        outside = max(self.cores) + 1
+        lines = [b"cpu  1 2 3 4 5 6 7 8 0 0"]
+        lines += [b"cpu%d %d 0 0 5000 7 0 0 900 0 0" % (c, t) for c, t in self.ticks.items()]
+        lines += [b"cpu%d %d 0 0 0 0 0 0 0 0 0" % (outside, 10 ** 9 + int(self.wall * 100)),
+                  b"intr 1", b"procs_running 2"]
+        self.path.write_bytes(b"\n".join(lines) + b"\n")
+
+    def run(self, seconds, neighbour_cores, own_cores):
+        """``seconds`` of wall time in which other processes keep ``neighbour_cores`` busy
+        and this process ``own_cores``, spread over the first cores."""
+        tick = os.sysconf("SC_CLK_TCK")
+        spent = (neighbour_cores + own_cores) * seconds * tick
+        for core in self.cores:
+            share = min(spent, seconds * tick)
+            self.ticks[core] += round(share)
+            spent -= share
+        self.wall += seconds
+        self.own += own_cores * seconds
+        self.write()
+
+    def monotonic(self):
+        return self.wall
+
+    def process_time(self):
+        return self.own
+
+
+@pytest.mark.parametrize("neighbour, own, expected", [
+    (1.0, 0.0, 1.0),    # a busy neighbour on one core, this process idle
+    (0.0, 1.0, 0.0),    # this process spinning alone: its own time is taken out
+    (1.0, 1.0, 1.0),    # both
+    (0.5, 0.0, 0.5),
+    (0.0, 0.0, 0.0),
+])
+def test_read_cpu_on_a_simulated_machine_sees_a_busy_neighbour_and_not_this_process(
+        tmp_path, monkeypatch, neighbour, own, expected):
+    """``read_cpu`` and ``cores_used_by_others`` on a simulated ``/proc/stat``, clock and
+    process time: others' load is read as what it is, this process's own time never
+    counts, and cores outside the process's affinity are left out. (A test on the real
+    machine's load would fail whenever anything else runs beside the suite.)"""
+    machine = _Machine(tmp_path / "stat", {3, 5})
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {3, 5})
+    monkeypatch.setattr(threads, "_STAT", machine.path)
+    monkeypatch.setattr(threads, "time", machine)
     start = threads.read_cpu()
-    deadline = time.monotonic() + 0.8
-    while time.monotonic() < deadline:
+    machine.run(0.8, neighbour, own)
+    others = threads.cores_used_by_others(start, threads.read_cpu())
+    assert others == pytest.approx(expected, abs=1.5 / (0.8 * os.sysconf("SC_CLK_TCK")))
+
+
+def test_read_cpu_reads_the_real_proc_stat():
+    """On the machine itself (no assertion on its load): the counters are read, never run
+    backwards, and the process's own time is its CPU time."""
+    first = threads.read_cpu()
+    assert first is not None and first.busy > 0
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
         pass
-    alone = threads.cores_used_by_others(start, threads.read_cpu())
-    assert with_child >= 0.7, with_child
-    assert alone < 0.5, alone
+    second = threads.read_cpu()
+    assert second.wall >= first.wall and second.busy >= first.busy
+    assert second.own - first.own >= 0.05
+    assert threads.cores_used_by_others(first, second) >= 0.0
 
 
 @settings(max_examples=200, deadline=None)

@@ -2,6 +2,7 @@
 and tested, every public function either implements an element or is marked as
 infrastructure, every test cites what it tests, and spec/traceability.md is current."""
 import inspect
+import re
 import subprocess
 import sys
 
@@ -78,6 +79,93 @@ def test_the_shipped_claims_are_the_seeds_claims():
         "甲；\n\n乙表示丙。\n\n6.丁：\n\n戊"
     joined = trace.claims_text(raw.decode("utf-8"))
     assert len(joined) == len(raw.decode("utf-8")) - 2 * 6  # the six breaks inside sentences
+
+
+def test_the_shipped_description_is_the_seeds_description():
+    """description_zh.txt is the seeds' description file, byte for byte (its SHA-256, of the
+    file as received), and description_text finds its 205 paragraphs [0069]-[0273], in order,
+    each once, with the lines that continue a paragraph kept in it."""
+    import hashlib
+
+    raw = (ROOT / "spec" / trace.DESCRIPTION_FILE).read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == \
+        "f791df2640f8f93412154328f7a80452004d9097d3a5394fb4bdfb1e72178b2d"
+    paragraphs = trace.description_text(raw.decode("utf-8"))
+    assert list(paragraphs) == [f"{n:04d}" for n in range(69, 274)]
+    assert paragraphs["0213"].startswith("在焊接图像中焊缝区域比较微弱")
+    assert "0.4124" in paragraphs["0213"]
+    assert trace.description_text("[0001] 甲\n乙\n\n[0002] 丙\n") == \
+        {"0001": "甲\n乙", "0002": "丙"}
+    for bad in ("前言\n[0001] 甲\n", "[0001] 甲\n[0001] 乙\n"):
+        with pytest.raises(ValueError):
+            trace.description_text(bad)
+    assert REGISTRY.description == paragraphs
+
+
+#: Editorial notes in a rendering ("[sic: ...; E7]", "(formula image, missing from the
+#: text: ...)"), which carry numbers of their own.
+_NOTE = re.compile(r"\[[^\]]*\]|\([^)]*missing from the text[^)]*\)")
+#: A number standing alone: not part of a name (x7, beta1, ReLU6, E10), a size (3x3) or
+#: "2-D".
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:\.\d+)?(?![A-Za-z0-9]|-[A-Za-z])")
+_CHINESE_NUMERALS = "零一二三四五六七八九十"
+
+
+def test_every_paragraph_rendering_is_of_a_paragraph_of_the_shipped_text():
+    """Each English rendering of registry.toml sits under a paragraph id of the shipped
+    description, and keeps that paragraph's numbers: every number standing alone in the
+    rendering (notes aside) is in the Chinese paragraph, in digits or, up to ten, as a
+    Chinese numeral. A rendering filed under the wrong id, or a number changed in
+    rendering, fails."""
+    description = REGISTRY.description
+    assert set(REGISTRY.paragraphs) <= set(description)
+    checked = 0
+    for pid, english in REGISTRY.paragraphs.items():
+        chinese = description[pid]
+        for number in _NUMBER.findall(_NOTE.sub("", english)):
+            checked += 1
+            assert number in chinese or (number.isdigit() and int(number) <= 10 and
+                                         _CHINESE_NUMERALS[int(number)] in chinese), \
+                (pid, number, english)
+    assert checked >= 100  # the check has numbers to hold (0.4124, 550, 156, 0.001, ...)
+    assert _NUMBER.findall(_NOTE.sub("", "3x3, x7 [sic: E7] 2-D 0.4124 and 16 (formula "
+                                          "image, missing from the text: 9)")) == \
+        ["0.4124", "16"]
+
+
+def test_every_cited_paragraph_is_in_the_shipped_description():
+    """Every paragraph the registry's elements cite, and every "[0NNN]" written in the spec,
+    the docs, the README and refseg's code, is a paragraph of the shipped description."""
+    description = REGISTRY.description
+    for element in REGISTRY.elements.values():
+        for pid in element.paragraphs:
+            assert pid in description, (element.id, pid)
+    files = [*(ROOT / "spec").glob("*.md"), ROOT / "spec" / "registry.toml", ROOT / "README.md",
+             *(ROOT / "docs").glob("*.md"), *(ROOT / "refseg").glob("**/*.py")]
+    cited = 0
+    for path in files:
+        for pid in re.findall(r"\[(\d{4})\]", path.read_text(encoding="utf-8")):
+            cited += 1
+            assert pid in description, (path.relative_to(ROOT), pid)
+    assert cited > 500
+
+
+def test_the_spec_docs_and_code_name_no_file_outside_the_repository():
+    """No path to the workbench the project was built beside ("../shared/", "shared/
+    reference", "shared/seeds"), and every "spec/<file>" they name ships in spec/."""
+    files = [*(ROOT / "spec").glob("*.*"), ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
+             *(ROOT / "refseg").glob("**/*.py"), *(ROOT / "tests").glob("**/*.py"),
+             *(ROOT / "benchmarks").glob("*.py")]
+    outside = re.compile(r"\.\./shared|shared/(?:reference|seeds)|NOTES\.md")
+    for path in files:
+        if path.suffix not in (".md", ".py", ".toml", ".txt", ".json"):
+            continue
+        if path.name == "test_traceability.py":  # this test names what it looks for
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert not outside.search(text), (path.relative_to(ROOT), outside.search(text)[0])
+        for name in re.findall(r"\bspec/([\w.-]+\.(?:md|toml|txt|json|py))", text):
+            assert (ROOT / "spec" / name).is_file(), (path.relative_to(ROOT), name)
 
 
 def test_reading_ids_named_in_code_exist():

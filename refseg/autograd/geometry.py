@@ -98,7 +98,7 @@ def transpose_output(size: int, kernel: int, stride: int, padding: str,
 
     References
     ----------
-    [0146], [0152], [0194]; ``../shared/reference/NOTES.md`` section 2.
+    [0146], [0152], [0194]; ``spec/measurements.md``, M-keras-padding.
     """
     _check(size, kernel, stride, padding, op)
     if padding == "valid":

@@ -193,7 +193,7 @@ class Model:
         Without pretrained weights the frozen backbones are random, and their default
         statistics (mean 0, variance 1) let activations vanish (MobileNetV2's
         block_16_project ~1e-11): calibrating them on the training images before freezing is
-        refseg's documented extension to the patent (R-frozen; NOTES.md section 4).
+        refseg's documented extension to the patent (R-frozen; spec/measurements.md, M-random-backbones).
 
         Parameters
         ----------

@@ -296,11 +296,15 @@ def _element(e, registry, source, citations, errata, seen_readings) -> str:
              f'<div class="en"><h3>refseg\'s rendering</h3><p>{h.inline(e.text)}</p>'
              + (f'<p class="reason">{h.inline(e.reason)}</p>' if e.reason else "")
              + "</div></div>"]
-    rendered = [f"<li>[{p}] {h.inline(registry.paragraphs[p])}</li>"
+    # each paragraph as published beside refseg's rendering, so that one can be held to the other
+    rendered = [f'<li>[{p}] <span class="zh" lang="zh-Hans">'
+                f'{h.escape(registry.description.get(p, ""))}</span><br>'
+                f"{h.inline(registry.paragraphs[p])}</li>"
                 for p in e.paragraphs if p in registry.paragraphs]
     if rendered:
-        parts.append(f"<details><summary>The description's paragraphs, in English "
-                     f"({len(rendered)})</summary><ul>{''.join(rendered)}</ul></details>")
+        parts.append(f"<details><summary>The description's paragraphs, in Chinese and "
+                     f"English ({len(rendered)})</summary><ul>{''.join(rendered)}</ul>"
+                     "</details>")
     if e.readings:
         parts.append("<h3>Readings</h3>")
         for r in e.readings:
@@ -807,8 +811,9 @@ def _weights_section(source) -> str:
             status = "not in this folder"
         rows.append(f"<tr><th>{h.escape(run['name'])}</th><td>{status}</td></tr>")
     return ('<section id="weights"><h2>The runs\' weights</h2>'
-            "<p>A run's weights are its <code>checkpoint.npz</code> (the trained decoder and "
-            "Adam's state) and <code>backbones.npz</code> (the calibrated backbones).</p>"
+            "<p>A run's weights are its <code>checkpoint.npz</code> (the trained decoder) "
+            "and <code>backbones.npz</code> (the calibrated batch-norm statistics, the seed "
+            "that regenerates the rest of the starting weights, and their digest).</p>"
             f"<table><tr><th>run</th><th>weights</th></tr>{''.join(rows)}</table></section>")
 
 

@@ -8,12 +8,16 @@ A run folder holds:
   trained);
 - ``cache/``: the network inputs' tap features, computed once per image by the frozen
   backbones and kept as memory-mapped ``.npy`` files (the page cache holds them when they fit
-  in memory, the disk when they do not); absent with ``train_backbone``, where the backbones
-  change every step and run on the images themselves;
-- ``backbones.npz``: the backbone weights the run started from (after batch-norm calibration);
+  in memory, the disk when they do not), removed when training ends unless ``keep_cache``;
+  absent with ``train_backbone``, where the backbones change every step and run on the images
+  themselves;
+- ``backbones.npz``: the weights the run started from (after batch-norm calibration), as
+  what regenerates them: the arrays that differ from the seed's draw, the seed and a digest
+  (``refseg.run.storage``);
 - ``checkpoint.npz``: the trained weights (the decoder's, plus the backbones' weights and
   moving statistics with ``train_backbone``), Adam's state, the epoch and the metrics history,
   written atomically at the end of every epoch (one file, so a kill leaves the last one whole);
+  Adam's state is dropped at the last epoch unless ``keep_optimizer_state``;
 - ``metrics.jsonl``: one line per epoch (training loss and pixel accuracy, validation loss,
   pixel accuracy, per-class IoU and mIoU);
 - ``curves.png``: loss and accuracy per epoch (like fig. 8).
@@ -43,6 +47,8 @@ from refseg.run.curves import write_curves
 from refseg.run.records import read_json, read_run_config
 from refseg.run.resume import (PATH_SETTINGS, THREADS_RECORD, check_apart, clear_new_run,
                                recorded_tiles, same_path, trained_epochs)
+from refseg.run.storage import (STARTING_FILE, check_resumable, drop_optimizer_state,
+                                load_starting_weights, write_starting_weights)
 from refseg.trace import implements, infrastructure
 from refseg.threads import bits_independent_of_load, sized_to_load
 
@@ -135,7 +141,7 @@ def load_run(run_dir) -> tuple[ResMobileNet, TrainConfig]:
     run = Path(run_dir)
     config = _run_config(run, "not a finished or checkpointed refseg run")
     model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
-    _restore(model, run)
+    _restore(model, run, config.seed)
     return model, config
 
 
@@ -154,12 +160,10 @@ def _run_config(run: Path, problem: str) -> TrainConfig:
     return read_run_config(run / "config.json")
 
 
-def _restore(model, run: Path) -> int:
-    """Set ``model``'s weights to the run's starting ones (``backbones.npz``), then to its last
-    checkpoint's; returns the checkpoint's epoch."""
-    report = model.load_weights(run / "backbones.npz", strict=False)
-    if report.problems:
-        raise InputError(f"{run / 'backbones.npz'}: {report.problem_line()}")
+def _restore(model, run: Path, seed: int) -> int:
+    """Set ``model`` (built with the run's ``seed``) to the run's starting weights
+    (``backbones.npz``), then to its last checkpoint's; returns the checkpoint's epoch."""
+    load_starting_weights(model, run / STARTING_FILE, seed)
     weights, _, epoch, _ = _read_checkpoint(run / "checkpoint.npz")
     report = model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
     if report.problems and set(report.problems) != {"missing"}:
@@ -175,7 +179,14 @@ def _initialise_from(model, config) -> int:
     if tuple(source_config.branches) != tuple(config.branches):
         raise InputError(f"{source}: its branches {list(source_config.branches)} differ from "
                          f"this run's {list(config.branches)}")
-    return _restore(model, source)
+    if source_config.seed == config.seed:
+        return _restore(model, source, config.seed)
+    # the source's starting weights regenerate from its own seed, not this run's
+    source_model = ResMobileNet(config.input_hw, branches=config.branches,
+                                seed=source_config.seed)
+    epoch = _restore(source_model, source, source_config.seed)
+    model.set_weights(source_model.weights(), source=str(source))
+    return epoch
 
 
 # -------------------------------------------------------------------------------- training
@@ -256,7 +267,8 @@ def _duration(seconds: float) -> str:
             "claim5.training_module")
 def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
           stop_after_epoch: int | None = None, log=None,
-          shown_as=None) -> list[dict]:
+          shown_as=None, keep_optimizer_state: bool = False,
+          keep_cache: bool = False) -> list[dict]:
     """Train the fusion network on a data set folder; returns the metrics history.
 
     Parameters
@@ -278,6 +290,11 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     shown_as : path or None
         The run folder as the log names it (default ``run_dir``): where a staged run will be
         once it is published.
+    keep_optimizer_state : bool
+        Keep Adam's state in the last epoch's checkpoint (needed to train the run further
+        with ``resume``; dropped by default, two thirds of the checkpoint).
+    keep_cache : bool
+        Keep the tap cache when training ends (removed by default; rebuilt on demand).
 
     Returns
     -------
@@ -323,13 +340,17 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     # one writer at a time; what a killed one left is swept under the lock
     with locked_folder(run):
         saved = _check_run(run, config, resume)
+        if resume:
+            check_resumable(run / "checkpoint.npz", config.epochs)
         tiles = recorded_tiles(run, log) if resume else None
         try:
             with bits_independent_of_load(tiles) as count:
                 if tiles is None:
                     write_json(run / THREADS_RECORD, {"tiling_threads": count})
                 return _train(data_dir, run, config, saved, resume=resume, jobs=jobs,
-                              stop_after_epoch=stop_after_epoch, log=log, shown_as=shown_as)
+                              stop_after_epoch=stop_after_epoch, log=log, shown_as=shown_as,
+                              keep_optimizer_state=keep_optimizer_state,
+                              keep_cache=keep_cache)
         except Exception:
             if not resume and not (run / "checkpoint.npz").exists():
                 clear_new_run(run, fresh)  # nothing to resume: the folder as it was
@@ -337,7 +358,7 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
 
 
 def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, stop_after_epoch,
-           log, shown_as) -> list[dict]:
+           log, shown_as, keep_optimizer_state, keep_cache) -> list[dict]:
     """:func:`train` in its locked run folder."""
     started = time.perf_counter()
     data = dataset.load_dataset(data_dir)
@@ -346,7 +367,7 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
         _check_data(run, identity, log)
     train_set, validation_set = _split(data, config)
     model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
-    calibrated = resume and (run / "backbones.npz").is_file()
+    calibrated = resume and (run / STARTING_FILE).is_file()
     # the starting weights are read and checked before any image is extracted
     loaded = None if calibrated else _load_starting_weights(model, config, log)
     if not resume:
@@ -362,7 +383,7 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
         x_train, y_train, x_val, y_val = _first_data_set(train_set, validation_set, config,
                                                          jobs, log)
     if calibrated:
-        model.load_weights(run / "backbones.npz", strict=False)
+        load_starting_weights(model, run / STARTING_FILE, config.seed)
     else:
         if (loaded is None and config.calibrate) or config.recalibrate:
             calibration = x_train[:config.calibration_images]
@@ -373,7 +394,7 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
             write_json(run / "weights.json", loaded)
         write_json(run / DATA_RECORD, identity)
         write_json(run / "config.json", config.to_json())
-        model.save_weights(run / "backbones.npz")
+        write_starting_weights(model, run / STARTING_FILE, config.seed)
     if config.train_backbone:
         for branch in config.branches:
             model.freeze(branch, frozen=False)
@@ -418,9 +439,12 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
               f"{entry['train_pixel_accuracy']:.4f}; validation loss {entry['val_loss']:.4f}, "
               f"accuracy {entry['val_pixel_accuracy']:.4f}, mIoU {entry['val_miou']:.4f} "
               f"({_duration(entry['seconds'])})", file=log)
-        _write_epoch(run, model, optimizer, epoch, history)
+        _write_epoch(run, model, optimizer, epoch, history,
+                     keep_optimizer_state or epoch < config.epochs)
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             break
+    if not keep_cache and len(history) == config.epochs:
+        remove_cache(run)
     print(f"done in {_duration(time.perf_counter() - started)}: {shown_as or run}", file=log)
     return history
 
@@ -547,7 +571,8 @@ def _resume_checkpoint(run: Path, model, optimizer, saved: TrainConfig, config: 
         raise InputError(f"{run}: the learning-rate steps change epoch {changed[0]}, "
                          f"already trained (the checkpoint is after epoch {epoch})")
     model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
-    optimizer.load_state_dict(state)
+    if state:
+        optimizer.load_state_dict(state)
     print(f"resumed after epoch {epoch}", file=log)
     return history, epoch + 1
 
@@ -598,9 +623,13 @@ def _line_start(log) -> str:
     return "\r" if _on_terminal(log) else ""
 
 
-def _write_epoch(run: Path, model, optimizer, epoch: int, history: list) -> None:
-    """The epoch's checkpoint, metrics and curves, each written atomically."""
-    write_npz(run / "checkpoint.npz", **_checkpoint_arrays(model, optimizer, epoch, history))
+def _write_epoch(run: Path, model, optimizer, epoch: int, history: list,
+                 keep_optimizer_state: bool) -> None:
+    """The epoch's checkpoint (with Adam's state if ``keep_optimizer_state``), metrics and
+    curves, each written atomically."""
+    arrays = _checkpoint_arrays(model, optimizer, epoch, history)
+    write_npz(run / "checkpoint.npz",
+              **(arrays if keep_optimizer_state else drop_optimizer_state(arrays)))
     _write_metrics(run / "metrics.jsonl", history)
     write_curves(history, run / "curves.png")
 

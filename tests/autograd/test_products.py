@@ -160,7 +160,10 @@ def test_a_products_tail_equals_the_pass_after_it_bit_for_bit(dtype, shape, tail
     """scale, shift and bounds applied to each tile as its BLAS call returns give what the
     product followed by channel_affine, channel_add or clamp gives (the batch norm, the bias,
     the ReLU after a convolution), on both backends and at 1 and 2 threads, where 2 threads cut
-    the larger products into tiles; -0.0, ties at the bounds and a NaN included."""
+    the larger products into tiles; -0.0, ties at the bounds and a NaN included. Each backend
+    is held to its own product followed by the pass: the product itself can differ between
+    the backends by the one exception of ``test_tile_loop_equals_its_twin_bit_for_bit``
+    (float64, one output column: 1 ulp apart), which is checked here by its condition."""
     planes, m, k, n = shape
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((planes, m, k)).astype(dtype)
@@ -170,24 +173,31 @@ def test_a_products_tail_equals_the_pass_after_it_bit_for_bit(dtype, shape, tail
     if shift is not None:
         shift[::7] = -0.0
         shift[0] = np.nan
-    with limit_threads(threads):
-        plain = matmul_stack(a, b)
-        fused = [matmul_stack(a, b, scale=scale, shift=shift, bounds=bounds, backend=backend)
-                 for backend in ("cython", "numpy")]
     from refseg import _twins as passes
 
-    expected = plain.copy()
-    for plane in expected:
-        if tail == "affine":
-            passes.channel_affine(plane, scale, shift, *bounds, plane)
-        elif tail == "shift":
-            passes.channel_add(plane, shift, *bounds, plane)
-        else:
-            passes.clamp(plane, *bounds, plane)
     unsigned = np.uint32 if dtype == np.float32 else np.uint64
-    for result in fused:
+    plains = {}
+    for backend in ("cython", "numpy"):
+        with limit_threads(threads):
+            plain = matmul_stack(a, b, backend=backend)
+            fused = matmul_stack(a, b, scale=scale, shift=shift, bounds=bounds,
+                                 backend=backend)
+        plains[backend] = plain
+        expected = plain.copy()
+        for plane in expected:
+            if tail == "affine":
+                passes.channel_affine(plane, scale, shift, *bounds, plane)
+            elif tail == "shift":
+                passes.channel_add(plane, shift, *bounds, plane)
+            else:
+                passes.clamp(plane, *bounds, plane)
         # the bits themselves: -0.0 and +0.0 differ here, as do two NaNs' payloads
-        np.testing.assert_array_equal(result.view(unsigned), expected.view(unsigned))
+        np.testing.assert_array_equal(fused.view(unsigned), expected.view(unsigned))
+    if dtype == np.float64 and n == 1:
+        np.testing.assert_array_max_ulp(plains["cython"], plains["numpy"], maxulp=1)
+    else:
+        np.testing.assert_array_equal(plains["cython"].view(unsigned),
+                                      plains["numpy"].view(unsigned))
 
 
 def test_a_products_tail_is_refused_where_it_means_nothing():

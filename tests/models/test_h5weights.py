@@ -4,10 +4,9 @@ Files are written by Keras itself (its legacy HDF5 writer, ``model.save("x.h5")`
 ``model.save_weights("x.weights.h5")``) and, for the layout of the distributed Keras 2 files, by
 h5py. Every converted array must equal its Keras variable exactly. The expected keys and shapes
 of the two backbones are derived here, independently of refseg.models, from the layer graph in
-``../shared/reference/keras_backbones_224.txt``.
+``spec/keras_backbones_224.txt``.
 """
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,13 +17,13 @@ from refseg.errors import InputError
 from refseg.models.h5 import (STATUS_IGNORED, STATUS_MISSHAPED, STATUS_OK, STATUS_UNEXPECTED,
                               convert_h5, inspect_npz)
 from anchors import require
-from checkout import run_refseg
+from checkout import SPEC, run_refseg
 
 # the converter is a tool; the two tests of the backbones' shapes also cite claim 2
 pytestmark = pytest.mark.infrastructure
 
-# a copy of ../shared/reference/keras_backbones_224.txt, so that a clean clone has it
-REFERENCE = Path(__file__).resolve().parent / "keras_backbones_224.txt"
+# the layer graph Keras 3.15.1 gives the two backbones, shipped with the spec
+REFERENCE = SPEC / "keras_backbones_224.txt"
 #: Parameter counts of the two backbones (include_top=False), as keras.applications reports them.
 PARAMETERS = {"resnet50v2": 23_564_800, "mobilenetv2": 2_257_984}
 LEGACY_LAYOUTS = ("legacy-weights", "legacy-model")

@@ -10,7 +10,7 @@ from refseg.errors import InputError
 from refseg.models import ResMobileNet, known_weight_shapes, mobilenetv2, preprocess_input
 from refseg.autograd.optim import Adam
 
-# ../shared/reference/NOTES.md section 2 (Keras' shapes at 224x224)
+# Keras' tap shapes at 224x224 (spec/measurements.md, M-keras-shapes)
 TAPS_224 = {
     "post_relu": (7, 7, 2048), "conv4_block6_1_relu": (14, 14, 256),
     "conv3_block4_1_relu": (28, 28, 128), "conv2_block3_1_relu": (56, 56, 64),

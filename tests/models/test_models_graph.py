@@ -1,8 +1,7 @@
-"""The backbones' layer graphs against Keras' own (``../shared/reference/keras_backbones_224.txt``,
+"""The backbones' layer graphs against Keras' own (``spec/keras_backbones_224.txt``,
 read from keras 3.15.1): every layer's name, type, configuration, inputs and output shape."""
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,10 @@ from refseg.models.graph import INPUT
 from refseg.models.mobilenetv2 import mobilenetv2_graph
 from refseg.models.resnet50v2 import resnet50v2_graph
 
-# a copy of ../shared/reference/keras_backbones_224.txt, so that a clean clone has it
-REFERENCE = Path(__file__).resolve().parent / "keras_backbones_224.txt"
+from checkout import SPEC
+
+# the layer graph Keras 3.15.1 gives the two backbones, shipped with the spec
+REFERENCE = SPEC / "keras_backbones_224.txt"
 LINE = re.compile(r"^(\S+) (\S+) (.*?)<- (\S*)\s+out=(\(.*\))$")
 
 

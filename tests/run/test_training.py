@@ -2,6 +2,7 @@
 2-4, claim 4, claim 5's training and output modules)."""
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -40,6 +41,16 @@ def quiet_train(*args, **kwargs):
 def checkpoint_arrays(run):
     with np.load(run / "checkpoint.npz", allow_pickle=False) as npz:
         return {k: npz[k] for k in npz.files if k != "history"}
+
+
+def starting_weights(run, config):
+    """Every starting weight of a run, regenerated from its backbones.npz."""
+    from refseg.models import ResMobileNet
+    from refseg.run.storage import load_starting_weights
+
+    model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
+    load_starting_weights(model, run / "backbones.npz", config.seed)
+    return {k: v.copy() for k, v in model.weights().items()}
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +155,7 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
     assert [{k: v for k, v in h.items() if k != "seconds"} for h in resumed] == [
         {k: v for k, v in h.items() if k != "seconds"} for h in whole]
 
-    with np.load(tmp_path / "whole" / "backbones.npz", allow_pickle=False) as npz:
-        start = {k: npz[k] for k in npz.files}
+    start = starting_weights(tmp_path / "whole", config)
     for key in ("conv1_conv/kernel", "conv2_block1_preact_bn/moving_mean", "Conv1/kernel",
                 "bn_Conv1/moving_variance"):
         assert not np.array_equal(expected[f"model/{key}"], start[key]), key
@@ -177,8 +187,12 @@ def test_learning_rate_steps_apply_from_their_epoch_and_may_be_added_on_resume(t
     assert [h["learning_rate"] for h in straight[1]] == [1e-3, 1e-3]
     assert whole[0] | {"seconds": 0} == straight[1][0] | {"seconds": 0}
     quiet_train(data, tmp_path / "added", TrainConfig(**SMALL), stop_after_epoch=1)
-    resumed = quiet_train(data, tmp_path / "added", stepped, resume=True)
-    expected, got = checkpoint_arrays(tmp_path / "whole"), checkpoint_arrays(tmp_path / "added")
+    # Adam's state kept, so that the finished run can be resumed below
+    resumed = quiet_train(data, tmp_path / "added", stepped, resume=True,
+                          keep_optimizer_state=True)
+    expected = checkpoint_arrays(tmp_path / "whole")
+    got = {k: v for k, v in checkpoint_arrays(tmp_path / "added").items()
+           if not k.startswith("optimizer/")}
     plain = checkpoint_arrays(straight[0])
     assert got.keys() == expected.keys()
     for key, value in expected.items():
@@ -217,10 +231,8 @@ def test_a_run_can_start_from_another_runs_checkpoint_at_another_input_size(tmp_
     run = tmp_path / "bigger"
     quiet_train(data, run, config, stop_after_epoch=1)
     source = checkpoint_arrays(straight[0])
-    with np.load(straight[0] / "backbones.npz", allow_pickle=False) as npz:
-        source_backbones = {k: npz[k] for k in npz.files}
-    with np.load(run / "backbones.npz", allow_pickle=False) as npz:
-        start = {k: npz[k] for k in npz.files}
+    source_backbones = starting_weights(straight[0], TrainConfig(**SMALL))
+    start = starting_weights(run, config)
     assert start.keys() == source_backbones.keys()
     for key, value in start.items():
         expected = source.get(f"model/{key}", source_backbones[key])
@@ -432,8 +444,8 @@ def test_loaded_backbones_are_used_as_loaded_unless_recalibration_is_asked(
     run = tmp_path / "run"
     quiet_train(data, run, TrainConfig(**{**SMALL, "epochs": 1}, weights=str(weight_file),
                                        recalibrate=recalibrate))
-    with np.load(weight_file, allow_pickle=False) as given, \
-            np.load(run / "backbones.npz", allow_pickle=False) as used:
+    used = starting_weights(run, TrainConfig(**{**SMALL, "epochs": 1}))
+    with np.load(weight_file, allow_pickle=False) as given:
         moving = [k for k in given.files if "moving_" in k]
         assert len(moving) == 2 * 99
         for key in given.files:
@@ -605,3 +617,79 @@ def test_a_training_step_is_forward_loss_backward_and_adam_and_reports_the_loss_
         assert np.array_equal(a.data, b.data) and a.grad is None
     after, _ = training_step(models[0], optimizers[0], x, index, labels[index])
     assert not np.array_equal(after.data, p.data)  # the update moved the decoder
+
+
+@pytest.mark.infrastructure
+def test_a_finished_run_keeps_what_predicting_needs_and_no_more(tmp_path, data, straight):
+    """A finished run's starting weights are the calibrated moving statistics over the seed's
+    draw (a few percent of the weights' bytes), its checkpoint has no optimizer state and its
+    tap cache is gone; a record that regenerates other weights, or names another seed, is
+    refused naming the file."""
+    from refseg.run.storage import DIGEST_KEY, SEED_KEY
+
+    run = straight[0]
+    with np.load(run / "backbones.npz", allow_pickle=False) as npz:
+        stored = {k: npz[k] for k in npz.files}
+    weights = [k for k in stored if not k.startswith("@")]
+    assert weights and all("moving_" in k for k in weights), weights[:5]
+    everything = starting_weights(run, TrainConfig(**SMALL))
+    assert sum(stored[k].nbytes for k in weights) < 0.05 * sum(
+        v.nbytes for v in everything.values())
+    assert not any(k.startswith("optimizer/") for k in checkpoint_arrays(run))
+    assert not (run / "cache").exists()
+
+    for change, message in (({SEED_KEY: np.array(7)}, "drawn with seed 7"),
+                            ({DIGEST_KEY: np.frombuffer(b"0" * 64, np.uint8)},
+                             "regenerated from seed 0 differ")):
+        copy = tmp_path / f"copy{len(message)}"
+        shutil.copytree(run, copy)
+        np.savez(copy / "backbones.npz", **{**stored, **change})
+        with pytest.raises(InputError, match=message):
+            load_run(copy)
+
+
+@pytest.mark.claim("claim1.step3.train")
+def test_only_a_run_that_kept_its_optimizer_state_trains_further(tmp_path, data, straight):
+    """keep_optimizer_state keeps Adam's state in the last checkpoint, and such a run resumed
+    for a third epoch ends bit for bit where a 3-epoch run stopped after epoch 2 and resumed
+    does; the run without it is refused, unchanged, with a line saying why."""
+    config = TrainConfig(**{**SMALL, "epochs": 3})
+    kept = tmp_path / "kept"
+    quiet_train(data, kept, TrainConfig(**SMALL), keep_optimizer_state=True, keep_cache=True)
+    assert any(k.startswith("optimizer/") for k in checkpoint_arrays(kept))
+    assert (kept / "cache").is_dir()
+    quiet_train(data, kept, config, resume=True)
+    stopped = tmp_path / "stopped"
+    quiet_train(data, stopped, config, stop_after_epoch=2)
+    quiet_train(data, stopped, config, resume=True)
+    expected, got = checkpoint_arrays(stopped), checkpoint_arrays(kept)
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+    dropped = tmp_path / "dropped"
+    shutil.copytree(straight[0], dropped)
+    before = checkpoint_arrays(dropped)
+    with pytest.raises(InputError, match="optimizer state was dropped; training it further "
+                                         "needs a run trained with --keep-optimizer-state"):
+        quiet_train(data, dropped, config, resume=True)
+    after = checkpoint_arrays(dropped)
+    assert after.keys() == before.keys() and all(
+        np.array_equal(after[k], v) for k, v in before.items())
+
+
+@pytest.mark.claim("claim1.step3.train")
+def test_a_run_of_another_seed_starts_from_the_source_runs_weights(tmp_path, data, straight):
+    """--init-from a run of another seed: the new run's starting weights (stored against its
+    own seed's draw) are the source's last weights, every one of them."""
+    config = TrainConfig(**{**SMALL, "epochs": 1, "seed": 5}, learning_rate=1e-12,
+                         init_from=str(straight[0]))
+    run = tmp_path / "other-seed"
+    quiet_train(data, run, config)
+    source = checkpoint_arrays(straight[0])
+    source_start = starting_weights(straight[0], TrainConfig(**SMALL))
+    start = starting_weights(run, config)
+    assert start.keys() == source_start.keys()
+    for key, value in start.items():
+        np.testing.assert_array_equal(value, source.get(f"model/{key}", source_start[key]),
+                                      err_msg=key)
