@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import imageio
+from refseg import publish
 from refseg.errors import InputError
 from refseg.run.config import check_range
 from refseg.trace import infrastructure
@@ -149,7 +149,7 @@ def write_seed_table(out, folders) -> Path:
     machines = sorted({json.loads((Path(f) / "demo.json").read_text(encoding="utf-8"))
                        ["machine"].get("cpu", "?") for f in folders})
     stats["machines"] = machines
-    imageio.write_json(out / RECORD, stats)
+    publish.write_json(out / RECORD, stats)
     table = format_seed_table(stats) + f"\nMachines: {'; '.join(machines)}.\n"
-    imageio.write_text(out / TABLE, table)
+    publish.write_text(out / TABLE, table)
     return out / TABLE

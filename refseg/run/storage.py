@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from refseg.errors import InputError
-from refseg.imageio import write_npz
+from refseg.publish import write_npz
 from refseg.models import ResMobileNet
 from refseg.models.weights import read_weight_file
 from refseg.trace import infrastructure
