@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 
 from refseg._version import __version__
+from refseg.data.kinds import INPUT_KINDS
 from refseg.errors import InputError
 
 INFRASTRUCTURE = "the command line: parsing and dispatch"
@@ -147,8 +148,11 @@ def _parser() -> argparse.ArgumentParser:
                                                            "resuming)")
     tr.add_argument("--batch-size", type=int, default=8, help="images per Adam step")
     tr.add_argument("--input-size", default="64x224", help="HxW, multiples of 32")
-    tr.add_argument("--input", choices=("feature", "gray"), default="feature",
-                    help="claim-1 feature image (the patent's) or the plain gray image")
+    tr.add_argument("--input", choices=INPUT_KINDS, default=INPUT_KINDS[0],
+                    help="the claim-1 feature image (refseg's reading), the plain gray "
+                         "image, or another reading of the feature regions (R-dataset: the "
+                         "gray image masked by the map, undilated or dilated, or gray and "
+                         "map as channels)")
     tr.add_argument("--branches", choices=("both", "resnet50v2", "mobilenetv2"),
                     default="both", help="both backbones (the patent's) or one alone")
     tr.add_argument("--weights", type=Path, default=None,
