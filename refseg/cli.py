@@ -212,9 +212,16 @@ def _parser() -> argparse.ArgumentParser:
                     help="3 photographs and 4 welds instead of 40 (seconds); without --out, "
                          "print the quick-check block and write nothing")
     ar.add_argument("--downstream", action="store_true",
-                    help="also train demo-sized networks on the feature images of the "
-                         "alternatives that move the feature map most (CPU minutes; with "
-                         "--quick, tiny trainings)")
+                    help="also train demo-sized networks on every input kind of R-dataset "
+                         "with refseg's and the paired claim-1 readings, and on the gray "
+                         "image, at each of --seeds (CPU hours; with --quick, tiny "
+                         "trainings)")
+    ar.add_argument("--seeds", type=_seed_list, default=None,
+                    help="training seeds of --downstream, comma-separated (default 0,1,2)")
+    ar.add_argument("--record", type=Path, default=None,
+                    help="record each --downstream run in this file as it finishes and skip "
+                         "the runs it holds (resume a killed audit); without --downstream, "
+                         "render the R-dataset section from the runs it holds")
     ar.add_argument("--count", type=int, default=None,
                     help="training welds of --downstream (default: the demo's 160)")
     ar.add_argument("--test-count", type=int, default=None,
@@ -343,6 +350,14 @@ def _learning_rate_step(text: str) -> tuple[int, float]:
         raise argparse.ArgumentTypeError(f"expected EPOCH:RATE, got {text!r}") from None
 
 
+def _seed_list(text: str) -> tuple[int, ...]:
+    """"0,1,2" -> (0, 1, 2) (the audit checks the seeds themselves)."""
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seeds such as 0,1,2, got {text!r}") from None
+
+
 def _train(args) -> str:
     from refseg.run.config import BRANCHES, TrainConfig
 
@@ -387,7 +402,8 @@ def _audit(args) -> str:
     from refseg.audit.readings import run_audit
 
     return run_audit(args.out, quick=args.quick, downstream=args.downstream, jobs=args.jobs,
-                     count=args.count, test_count=args.test_count, epochs=args.epochs)
+                     count=args.count, test_count=args.test_count, epochs=args.epochs,
+                     seeds=args.seeds, record=args.record)
 
 
 def _golden(args) -> tuple[str, int]:

@@ -1,10 +1,11 @@
-"""The downstream part of the sensitivity audit: demo-sized trainings on the feature images of
-some alternative readings, against refseg's readings and the gray input, in one run.
+"""The downstream part of the sensitivity audit: demo-sized trainings on the network inputs of
+the readings of R-dataset and of some claim-1 alternatives, against the gray input.
 
 Each run is a ``refseg demo`` fusion run (frozen random backbones with calibrated batch norm,
-the demo's synthetic welds, epochs, batch and input size; R-frozen) whose feature input comes
-from :func:`refseg.claim1.alternatives.feature_image` (``TrainConfig.feature_reading``). All
-runs are scored on the demo's test welds.
+the demo's synthetic welds, epochs, batch and input size; R-frozen) whose input is one kind of
+:mod:`refseg.data.kinds`, built from the feature map of refseg's readings or of an alternative
+(:func:`refseg.claim1.alternatives.feature_image`, ``TrainConfig.feature_reading``). All runs
+are scored on the demo's test welds.
 
 :func:`run_grid` trains the grid of R-dataset: every input kind (``refseg.data.kinds``) with
 refseg's claim-1 readings and with :data:`PAIRED_READINGS`, over several training seeds, each
@@ -35,70 +36,6 @@ TEST_SEED_OFFSET = 100_000
 QUICK = DemoSettings(count=6, test_count=2, epochs=1, input_hw=(32, 96))
 #: The first line of a record file (:func:`run_grid`) names it so.
 RECORD_KIND = "refseg audit readings --downstream"
-
-
-def runs_for(alternatives) -> list[tuple[str, str, str | None]]:
-    """(name, input kind, feature reading) of every run: the gray input, refseg's readings,
-    then each alternative."""
-    return ([("gray input", "gray", None), ("chosen readings", "feature", None)]
-            + [(name, "feature", name) for name in alternatives])
-
-
-def run_downstream(work, alternatives, settings: DemoSettings = DemoSettings(),
-                   log=sys.stderr) -> dict:
-    """Train and score every run of :func:`runs_for` in the folder ``work``.
-
-    Parameters
-    ----------
-    work : path
-        An empty or new folder for the data sets and runs (the caller removes it).
-    alternatives : list of str
-        Names of ``refseg.claim1.alternatives.ALTERNATIVES``.
-    settings : DemoSettings
-        Data set sizes, epochs, batch, input size, seed, extraction processes.
-    log : file
-
-    Returns
-    -------
-    dict
-        ``settings`` (JSON-ready) and ``runs``: per run its name, input, reading, final
-        validation accuracy, test pixel accuracy, per-class IoU, mIoU, boundary F1 and
-        training seconds.
-    """
-    work = Path(work)
-    write_synthetic_dataset(work / "data", settings.count, settings.seed)
-    write_synthetic_dataset(work / "test", settings.test_count,
-                            settings.seed + TEST_SEED_OFFSET)
-    runs = runs_for(alternatives)
-    histories, seconds = {}, {}
-    for index, (name, kind, reading) in enumerate(runs, start=1):
-        print(f"downstream {index}/{len(runs)}: {name}", file=log)
-        config = TrainConfig(epochs=settings.epochs, batch_size=settings.batch_size,
-                             input_hw=settings.input_hw, input_kind=kind, seed=settings.seed,
-                             feature_reading=reading)
-        folder = work / "runs" / f"run{index}"
-        started = time.perf_counter()
-        histories[name] = train(work / "data", folder, config, jobs=settings.jobs, log=log)
-        seconds[name] = time.perf_counter() - started
-        remove_cache(folder)
-    rows, _, _ = evaluate_runs(work / "test", [work / "runs" / f"run{i}"
-                                               for i in range(1, len(runs) + 1)])
-    out = []
-    for (name, kind, reading), row in zip(runs, rows):
-        s = row.scores
-        out.append({"name": name, "input": kind, "reading": reading,
-                    "val_pixel_accuracy": histories[name][-1]["val_pixel_accuracy"],
-                    "pixel_accuracy": float(s.pixel_accuracy),
-                    "iou": [None if v != v else float(v) for v in s.class_iou],
-                    "miou": float(s.mean_iou),
-                    "boundary_f1": float(s.boundary_f1), "seconds": seconds[name]})
-    return {"settings": {"count": settings.count, "test_count": settings.test_count,
-                         "epochs": settings.epochs, "batch_size": settings.batch_size,
-                         "input_hw": list(settings.input_hw), "seed": settings.seed,
-                         "test_seeds": [settings.seed + TEST_SEED_OFFSET,
-                                        settings.seed + TEST_SEED_OFFSET
-                                        + settings.test_count - 1]},
-            "runs": out}
 
 
 # ------------------------------------------------------------------ the R-dataset grid
@@ -141,7 +78,8 @@ def grid_runs(seeds, readings=PAIRED_READINGS, extras=()) -> list[GridRun]:
     return runs
 
 
-def _settings_json(settings: DemoSettings) -> dict:
+def settings_json(settings: DemoSettings) -> dict:
+    """The settings a record and a block carry (JSON-ready)."""
     return {"count": settings.count, "test_count": settings.test_count,
             "epochs": settings.epochs, "batch_size": settings.batch_size,
             "input_hw": list(settings.input_hw), "seed": settings.seed,
@@ -162,7 +100,7 @@ def read_record(path, settings: DemoSettings) -> list[dict]:
         raise InputError(f"{path}: not a downstream record ({e})") from None
     if not lines or lines[0].get("record") != RECORD_KIND:
         raise InputError(f"{path}: not a downstream record of refseg audit readings")
-    if lines[0]["settings"] != _settings_json(settings):
+    if lines[0]["settings"] != settings_json(settings):
         raise InputError(f"{path}: recorded with other settings ({lines[0]['settings']})")
     return lines[1:]
 
@@ -174,7 +112,8 @@ def _append(path: Path, entry: dict) -> None:
         os.fsync(f.fileno())
 
 
-def run_grid(work, runs, settings: DemoSettings, record, log=sys.stderr) -> dict:
+def run_grid(work, runs, settings: DemoSettings, record, log=sys.stderr,
+             stamp: dict | None = None) -> dict:
     """Train and score every run of ``runs`` not yet in the record file, appending each
     result to it as it is scored; a killed grid resumes where it stopped.
 
@@ -189,6 +128,8 @@ def run_grid(work, runs, settings: DemoSettings, record, log=sys.stderr) -> dict
     record : path
         The record file (JSON lines), created when missing.
     log : file
+    stamp : dict or None
+        Recorded with each new run (the commit that trained it).
 
     Returns
     -------
@@ -200,7 +141,7 @@ def run_grid(work, runs, settings: DemoSettings, record, log=sys.stderr) -> dict
     work, record = Path(work), Path(record)
     done = {(r["seed"], r["kind"], r["reading"]): r for r in read_record(record, settings)}
     if not record.is_file():
-        _append(record, {"record": RECORD_KIND, "settings": _settings_json(settings)})
+        _append(record, {"record": RECORD_KIND, "settings": settings_json(settings)})
     todo = [run for run in runs if run.key() not in done]
     if todo:
         write_synthetic_dataset(work / "data", settings.count, settings.seed)
@@ -224,11 +165,11 @@ def run_grid(work, runs, settings: DemoSettings, record, log=sys.stderr) -> dict
                  "pixel_accuracy": float(s.pixel_accuracy),
                  "iou": [None if v != v else float(v) for v in s.class_iou],
                  "miou": float(s.mean_iou), "boundary_f1": float(s.boundary_f1),
-                 "seconds": seconds}
+                 "seconds": seconds, **(stamp or {})}
         _append(record, entry)
         done[run.key()] = entry
         print(f"downstream: {run.name()}: test pixel accuracy {entry['pixel_accuracy']:.4f}, "
               f"contour IoU {entry['iou'][0] or 0:.4f}, boundary F1 "
               f"{entry['boundary_f1']:.4f} ({seconds / 60:.1f} min)", file=log, flush=True)
-    return {"settings": _settings_json(settings),
+    return {"settings": settings_json(settings),
             "runs": [done[run.key()] for run in runs if run.key() in done]}
