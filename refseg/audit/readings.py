@@ -293,7 +293,7 @@ def quick_section(summary: dict) -> str:
     lines = [QUICK_BEGIN,
              "The same measures on the quick corpus (the three photographs and welds "
              f"{QUICK_WELD_SEEDS[0]}-{QUICK_WELD_SEEDS[-1]}). `refseg audit readings --quick` "
-             "prints this block; `tests/audit/test_readings.py` recomputes it with the "
+             "prints this block; `tests/audit/test_audit.py` recomputes it with the "
              "installed code and fails when it differs.", "",
              COLUMNS.replace("| alternative |", "| reading: alternative |", 1),
              _row("chosen readings", summary[CHOSEN])]
