@@ -155,8 +155,9 @@ def block(result: dict | None, commit: str, command: str) -> str:
     demo = all(s[k] == getattr(settings, k) for k in ("count", "test_count", "epochs"))
     lines = [
         BEGIN,
-        f"Measured at commit {', '.join(_commits(result, commit))} by `{command}`: the fusion network with frozen random "
-        f"backbones (batch norm calibrated, R-frozen) trained on {s['count']} synthetic welds "
+        f"Measured at commit {', '.join(_commits(result, commit))} by `{command}`: the fusion "
+        "network with frozen random backbones (batch norm calibrated, R-frozen) trained on "
+        f"{s['count']} synthetic welds "
         f"(seeds {s['seed']}-{s['seed'] + s['count'] - 1}, drawn once; 80 % training, 20 % "
         f"validation) for {s['epochs']} epochs, batch {s['batch_size']}, input "
         f"{s['input_hw'][0]}x{s['input_hw'][1]}, Adam 0.001"
@@ -203,14 +204,46 @@ def section_intro() -> str:
     return "\n".join([
         "## Downstream over seeds: what the network sees", "",
         "### R-dataset", "",
-        "The first data set and the network's input ([readings.md](readings.md#r-dataset-the-first-data-set-and-"
-        "the-networks-input)). Claim 1 step 2 and [0075] form the first data set from the "
-        "\"feature regions\" (特征区域) with their labels; [0121] speaks of the image "
-        "\"containing the feature regions\", which drops much useless information; [0264] of "
-        "\"edge-extraction images\". A region of an image can be read as the map (refseg's "
-        "reading, `feature`), as the image's pixels inside it (`masked-gray`; `masked-gray-"
-        f"dilated`, the map dilated by {MASK_RADIUS} pixels: the 5x5 neighbourhood each "
+        "The first data set and the network's input ([readings.md](readings.md#r-dataset-the-"
+        "first-data-set-and-the-networks-input)). Claim 1 step 2 and [0075] form the first "
+        "data set from the \"feature regions\" (特征区域) with their labels; [0121] speaks of "
+        "the image \"containing the feature regions\", which drops much useless information; "
+        "[0264] of \"edge-extraction images\". A region of an image can be read as the map "
+        "(refseg's reading, `feature`), as the image's pixels inside it (`masked-gray`; "
+        f"`masked-gray-dilated`, the map dilated by {MASK_RADIUS} pixels: the 5x5 neighbourhood each "
         "feature pixel is decided from), or as both (`gray-and-feature`). Each is trained "
         f"({kinds}) with refseg's claim-1 readings and with `weights-equal` and "
         "`weights-inverse` (R-weights), the two readings that raised the feature input most "
-        "in the single-seed screen below, against the gray input at the same seeds.", ""])
+        "in the single-seed screen above, against the gray input at the same seeds.", ""])
+
+
+def marked_block(text: str, begin: str, end: str) -> str | None:
+    """The part of ``text`` from ``begin`` to the first ``end`` after it (markers included),
+    or None."""
+    if begin not in text or end not in text:
+        return None
+    start = text.index(begin)
+    return text[start:text.index(end, start) + len(end)]
+
+
+def kept_block(previous: str, begin: str, end: str, numbers: tuple[str, str], render):
+    """A block of the previous file re-rendered from the numbers it carries (at the commit
+    they were measured), with those numbers; (None, None) when it has none."""
+    kept = marked_block(previous, begin, end)
+    carried = None if kept is None else marked_block(kept, *numbers)
+    if carried is None:
+        return None, None
+    result = json.loads(carried[len(numbers[0]):-len(numbers[1])])
+    return render(result, result.pop("commit"), result.pop("command")), result
+
+
+def closing_line(dataset_text: str) -> str:
+    """The R-dataset block's sentence on [0121], its run count, compute and machine."""
+    carried = marked_block(dataset_text, NUMBERS_BEGIN, NUMBERS_END)
+    if carried is None:
+        return "R-dataset: not measured."
+    result = json.loads(carried[len(NUMBERS_BEGIN):-len(NUMBERS_END)])
+    hours = sum(r["seconds"] for r in result["runs"]) / 3600
+    return (sentence_0121(summarise_grid(result["runs"]))
+            + f" ({len(result['runs'])} runs, {hours:.1f} h of training on "
+            f"{result.get('machine', 'an unrecorded machine')}.)")

@@ -31,6 +31,7 @@ import scipy
 
 from refseg import imageio, trace
 from refseg.audit import network_inputs
+from refseg.audit.network_inputs import marked_block
 from refseg._version import __version__
 from refseg.backend import cpu_model
 from refseg.claim1.alternatives import ALTERNATIVES, BY_NAME, Variant, extract_variant, \
@@ -374,19 +375,6 @@ def downstream_block(result: dict | None, commit: str, command: str) -> str:
     return "\n".join(lines)
 
 
-def _dataset_line(dataset_text: str) -> str:
-    """The R-dataset block's sentence on [0121], its run count, compute and machine."""
-    carried = _block(dataset_text, network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END)
-    if carried is None:
-        return "R-dataset: not measured."
-    result = json.loads(carried[len(network_inputs.NUMBERS_BEGIN):
-                                -len(network_inputs.NUMBERS_END)])
-    hours = sum(r["seconds"] for r in result["runs"]) / 3600
-    return (network_inputs.sentence_0121(network_inputs.summarise_grid(result["runs"]))
-            + f" ({len(result['runs'])} runs, {hours:.1f} h of training on "
-            f"{result.get('machine', 'an unrecorded machine')}.)")
-
-
 def closing_note(summary: dict, downstream_text: str, dataset_text: str = "") -> str:
     """The closing note: the readings whose choice changes the outcome most, what the
     patent's order and example tolerate, how close the weights come to [0213]'s, the contour
@@ -436,7 +424,7 @@ def closing_note(summary: dict, downstream_text: str, dataset_text: str = "") ->
         "- No pixel changes on any image under: "
         + (", ".join(f"`{n}`" for n in idle) or "none") + ".",
         f"- {down}",
-        f"- {_dataset_line(dataset_text)}", ""])
+        f"- {network_inputs.closing_line(dataset_text)}", ""])
 
 
 def _machine() -> str:
@@ -531,16 +519,9 @@ def render(summary: dict, quick_summary: dict, downstream_text: str, dataset_tex
     return "\n".join(lines)
 
 
-def _block(text: str, begin: str, end: str) -> str | None:
-    if begin not in text or end not in text:
-        return None
-    start = text.index(begin)
-    return text[start:text.index(end, start) + len(end)]
-
-
 def shipped_quick_section(text: str) -> str | None:
     """The quick-check block of a ``sensitivity.md`` text (markers included), or None."""
-    return _block(text, QUICK_BEGIN, QUICK_END)
+    return marked_block(text, QUICK_BEGIN, QUICK_END)
 
 
 def quick_summary_of(results: dict, images) -> dict:
@@ -549,17 +530,6 @@ def quick_summary_of(results: dict, images) -> dict:
              if im.classes is None or int(im.name[4:]) in QUICK_WELD_SEEDS}
     subset = {n: r for n, r in results.items() if n in quick}
     return summarise(subset, [im.name for im in images if im.classes is not None])
-
-
-def _kept_block(previous: str, begin: str, end: str, numbers: tuple[str, str], render):
-    """A block of the previous file re-rendered from the numbers it carries (at the commit
-    they were measured), with those numbers; (None, None) when it has none."""
-    kept = _block(previous, begin, end)
-    carried = None if kept is None else _block(kept, *numbers)
-    if carried is None:
-        return None, None
-    result = json.loads(carried[len(numbers[0]):-len(numbers[1])])
-    return render(result, result.pop("commit"), result.pop("command")), result
 
 
 def _grid(settings, seeds, record, summary, commit: str, log) -> dict:
@@ -642,8 +612,8 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
                + ",".join(map(str, seeds)))
     target = None if out is not None else checkout / "spec" / SENSITIVITY_FILE
     previous = target.read_text(encoding="utf-8") if target and target.is_file() else ""
-    screen, screen_numbers = _kept_block(previous, DOWN_BEGIN, DOWN_END,
-                                         (NUMBERS_BEGIN, NUMBERS_END), downstream_block)
+    screen, screen_numbers = network_inputs.kept_block(
+        previous, DOWN_BEGIN, DOWN_END, (NUMBERS_BEGIN, NUMBERS_END), downstream_block)
     if screen is None:
         screen = downstream_block(None, commit, command)
     if downstream:
@@ -656,9 +626,9 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
                 "runs": [r for r in read_record(record, settings) if r["seed"] in seeds]}
         dataset = network_inputs.block(grid, commit, command)
     else:
-        dataset, grid = _kept_block(previous, network_inputs.BEGIN, network_inputs.END,
-                                    (network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END),
-                                    network_inputs.block)
+        dataset, grid = network_inputs.kept_block(
+            previous, network_inputs.BEGIN, network_inputs.END,
+            (network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END), network_inputs.block)
         if dataset is None:
             dataset = network_inputs.block(None, commit, command)
     text = render(summary, quick_summary, screen, dataset, quick=quick, commit=commit)

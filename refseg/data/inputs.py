@@ -3,9 +3,9 @@
 Each training image goes through the claim-1 feature extraction at its own resolution; the
 binary feature-region image is resized to the network's input size and repeated to three
 channels in [-1, 1] (R-dataset); the other readings of the feature regions
-(:mod:`refseg.data.kinds`) mask the gray image with the map or carry both as channels. The plain grayscale image is the alternative input the
-patent compares against ([0121], [0264]). Labels are resized with nearest neighbours, so they
-stay exact class ids.
+(:mod:`refseg.data.kinds`) mask the gray image with the map or carry both as channels. The
+plain grayscale image is the alternative input the patent compares against ([0121], [0264]).
+Labels are resized with nearest neighbours, so they stay exact class ids.
 """
 from __future__ import annotations
 

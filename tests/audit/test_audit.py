@@ -224,14 +224,14 @@ def test_the_r_dataset_block_survives_a_regeneration(tmp_path):
     """A sensitivity.md whose R-dataset block carries numbers is re-rendered from them (at
     the commit they were measured) when --downstream is not given."""
     block = network_inputs.block(_grid_result([0.01, 0.03]), "abc1234", "cmd")
-    text, numbers = readings._kept_block(
+    text, numbers = network_inputs.kept_block(
         f"intro\n{block}\nrest", network_inputs.BEGIN, network_inputs.END,
         (network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END), network_inputs.block)
     assert text == block and numbers["runs"] == _grid_result([0.01, 0.03])["runs"]
-    assert readings._kept_block("no block", network_inputs.BEGIN, network_inputs.END,
+    assert network_inputs.kept_block("no block", network_inputs.BEGIN, network_inputs.END,
                                 (network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END),
                                 network_inputs.block) == (None, None)
-    line = readings._dataset_line(block)
+    line = network_inputs.closing_line(block)
     assert line.startswith("[0121] over 2+ training seeds") and "4 runs, 0.1 h" in line
 
 
