@@ -210,8 +210,8 @@ def section_intro() -> str:
         "the image \"containing the feature regions\", which drops much useless information; "
         "[0264] of \"edge-extraction images\". A region of an image can be read as the map "
         "(refseg's reading, `feature`), as the image's pixels inside it (`masked-gray`; "
-        f"`masked-gray-dilated`, the map dilated by {MASK_RADIUS} pixels: the 5x5 neighbourhood each "
-        "feature pixel is decided from), or as both (`gray-and-feature`). Each is trained "
+        f"`masked-gray-dilated`, the map dilated by {MASK_RADIUS} pixels: the 5x5 "
+        "neighbourhood each feature pixel is decided from), or as both (`gray-and-feature`). Each is trained "
         f"({kinds}) with refseg's claim-1 readings and with `weights-equal` and "
         "`weights-inverse` (R-weights), the two readings that raised the feature input most "
         "in the single-seed screen above, against the gray input at the same seeds.", ""])
