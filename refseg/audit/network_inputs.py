@@ -211,10 +211,12 @@ def section_intro() -> str:
         "[0264] of \"edge-extraction images\". A region of an image can be read as the map "
         "(refseg's reading, `feature`), as the image's pixels inside it (`masked-gray`; "
         f"`masked-gray-dilated`, the map dilated by {MASK_RADIUS} pixels: the 5x5 "
-        "neighbourhood each feature pixel is decided from), or as both (`gray-and-feature`). Each is trained "
-        f"({kinds}) with refseg's claim-1 readings and with `weights-equal` and "
-        "`weights-inverse` (R-weights), the two readings that raised the feature input most "
-        "in the single-seed screen above, against the gray input at the same seeds.", ""])
+        "neighbourhood each feature pixel is decided from), or as both "
+        "(`gray-and-feature`). `--downstream` trains each of them "
+        f"({kinds}) with refseg's claim-1 readings, then with `weights-equal` and "
+        "`weights-inverse` (R-weights: the two readings that raised the feature input most in "
+        "the single-seed screen above), and the gray input, at the same seeds; the tables "
+        "show the runs made, with the seeds of each.", ""])
 
 
 def marked_block(text: str, begin: str, end: str) -> str | None:
