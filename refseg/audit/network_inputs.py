@@ -114,29 +114,36 @@ def _difference(p) -> str:
 
 
 def sentence_0121(summary: list[dict]) -> str:
-    """One sentence on [0121] from the paired pixel-accuracy intervals."""
+    """One sentence on [0121] from the paired pixel-accuracy intervals: the inputs above,
+    level with and below the gray input, each with its mean difference, interval and
+    seeds."""
     arms = [e for e in summary if e["kind"] != GRAY]
     if not arms:
         return "[0121]: not measured."
-    above = [e for e in arms if verdict(e["pixel_accuracy"]["paired"]) == "above gray"]
-    below = [e for e in arms if verdict(e["pixel_accuracy"]["paired"]) == "below gray"]
-    level = [e for e in arms if e not in above and e not in below]
-    best = max(arms, key=lambda e: e["pixel_accuracy"]["paired"]["mean"])
-    seeds = min(len(e["seeds"]) for e in arms)
+    groups = {"above gray": [], "below gray": [], "other": []}
+    for e in arms:
+        v = verdict(e["pixel_accuracy"]["paired"])
+        groups[v if v in groups else "other"].append(e)
 
     def names(group):
-        return ", ".join(f"`{e['kind']}`" + (f" with `{e['reading']}`" if e["reading"] else "")
-                         for e in group)
+        return "; ".join(
+            f"`{e['kind']}`" + (f" with `{e['reading']}`" if e["reading"] else "")
+            + f" {_difference(e['pixel_accuracy']['paired'])} "
+            f"({_count(e['pixel_accuracy']['paired']['n'], 'seed')})" for e in group)
 
-    p = best["pixel_accuracy"]["paired"]
-    head = (f"[0121] over {seeds}+ training seeds at the demo's size: "
-            + (f"inputs above the gray image (paired {CONFIDENCE:.0%} t interval above 0): "
-               f"{names(above)}; " if above else
-               "no reading of the feature regions beats the gray image (no paired "
-               f"{CONFIDENCE:.0%} t interval lies above 0); "))
-    return (head + (f"level with it (interval around 0): {names(level)}; " if level else "")
-            + (f"below it: {names(below)}; " if below else "")
-            + f"the best is {names([best])} at {_difference(p)} pixel accuracy against gray.")
+    parts = [f"[0121] at the demo's size, as the paired difference in test pixel accuracy to "
+             f"the gray input of the same seeds (mean [{CONFIDENCE:.0%} t interval]): "
+             + (f"above the gray image: {names(groups['above gray'])}" if groups["above gray"]
+                else "no input built from the feature regions is shown above the gray image")]
+    if groups["other"]:
+        parts.append(f"not resolved (interval around 0, or one seed): {names(groups['other'])}")
+    if groups["below gray"]:
+        parts.append(f"below it: {names(groups['below gray'])}")
+    return "; ".join(parts) + "."
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def _commits(result: dict, commit: str) -> list[str]:
@@ -165,13 +172,13 @@ def block(result: dict | None, commit: str, command: str) -> str:
         + f"; scored on {s['test_count']} test welds (seeds {s['test_seeds'][0]}-"
         f"{s['test_seeds'][1]}). A run's seed draws its split, its random backbones (then "
         "calibrated on its own inputs), the decoder's initial weights and the shuffles; every "
-        f"input is trained at the same seeds. {len(result['runs'])} runs, "
-        f"{minutes / 60:.1f} h of training in all, on {result.get('machine', 'unknown')}.", "",
+        f"input is trained at the same seeds. {_count(len(result['runs']), 'run')}, "
+        f"{minutes / 60:.1f} h of training (wall time) in all, on {result.get('machine', 'unknown')}.", "",
         "Inputs: " + "; ".join(f"`{k}`: {DESCRIPTIONS[k]}" for k in INPUT_KINDS) + ". A reading "
         "other than refseg's replaces the claim-1 feature map inside the input.", "",
         "| input | claim-1 reading | seeds | " + " | ".join(
             f"{label}: mean ± sd" for label in MEASURES.values()) + " | pixel accuracy per "
-        "seed | training |",
+        "seed | training (wall time) |",
         "|---|---|---|" + "---:|" * len(MEASURES) + "---|---:|"]
     for e in summary:
         label = _arm_label(e) if e["kind"] != GRAY else "`gray` | -"
@@ -247,5 +254,5 @@ def closing_line(dataset_text: str) -> str:
     result = json.loads(carried[len(NUMBERS_BEGIN):-len(NUMBERS_END)])
     hours = sum(r["seconds"] for r in result["runs"]) / 3600
     return (sentence_0121(summarise_grid(result["runs"]))
-            + f" ({len(result['runs'])} runs, {hours:.1f} h of training on "
+            + f" ({_count(len(result['runs']), 'run')}, {hours:.1f} h of training on "
             f"{result.get('machine', 'an unrecorded machine')}.)")

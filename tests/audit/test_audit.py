@@ -213,10 +213,14 @@ def test_the_paired_interval_and_the_r_dataset_block_by_hand():
     text = network_inputs.block(_grid_result([0.01, 0.03, 0.02]), "abc1234", "cmd")
     assert "| `feature` | refseg's | 3 | +0.0200 [-0.0048, +0.0448] |" in text
     assert "| not resolved |" in text and "3 runs" not in text and "6 runs" in text
-    assert "level with it (interval around 0): `feature`" in text
+    assert "no input built from the feature regions is shown above the gray image; not " \
+        "resolved (interval around 0, or one seed): `feature` +0.0200 [-0.0048, +0.0448] " \
+        "(3 seeds)." in text
     below = network_inputs.block(_grid_result([-0.1, -0.11, -0.12]), "abc1234", "cmd")
-    assert "no reading of the feature regions beats the gray image" in below
-    assert "below it: `feature`" in below and "| below gray |" in below
+    assert "no input built from the feature regions is shown above" in below
+    assert "; below it: `feature` -0.1100 [" in below and "| below gray |" in below
+    above = network_inputs.block(_grid_result([0.01, 0.011, 0.012]), "abc1234", "cmd")
+    assert "(mean [95% t interval]): above the gray image: `feature` +0.0110 [" in above
     assert "Not measured" in network_inputs.block(None, "abc1234", "cmd")
 
 
@@ -232,7 +236,8 @@ def test_the_r_dataset_block_survives_a_regeneration(tmp_path):
                                 (network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END),
                                 network_inputs.block) == (None, None)
     line = network_inputs.closing_line(block)
-    assert line.startswith("[0121] over 2+ training seeds") and "4 runs, 0.1 h" in line
+    assert line.startswith("[0121] at the demo's size") and "(2 seeds)" in line
+    assert "4 runs, 0.1 h of training on a test machine" in line
 
 
 def test_the_patent_distance_and_the_deciding_operator_by_hand():
