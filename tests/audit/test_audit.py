@@ -51,7 +51,10 @@ def test_bad_invocations_exit_2_with_one_line_and_write_nothing(tmp_path):
     for args in (["--out", blocker], ["--quick", "--downstream"], [],
                  ["--out", tmp_path / "o", "--epochs", "0"],
                  ["--out", tmp_path / "o", "--count", "1000000"],
-                 ["--out", tmp_path / "o", "--jobs", "0"]):
+                 ["--out", tmp_path / "o", "--jobs", "0"],
+                 ["--out", tmp_path / "o", "--seeds", "a,b"],
+                 ["--out", tmp_path / "o", "--seeds", "1,1"],
+                 ["--out", tmp_path / "o", "--record", blocker]):
         done = run_refseg("audit", "readings", *args, cwd=tmp_path)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
