@@ -32,6 +32,7 @@ import threading
 from pathlib import Path
 
 from refseg._version import __version__
+from refseg.data.kinds import INPUT_KINDS
 from refseg.errors import InputError
 
 INFRASTRUCTURE = "the command line: parsing and dispatch"
@@ -163,8 +164,11 @@ def _parser() -> argparse.ArgumentParser:
                                                            "resuming)")
     tr.add_argument("--batch-size", type=int, default=8, help="images per Adam step")
     tr.add_argument("--input-size", default="64x224", help="HxW, multiples of 32")
-    tr.add_argument("--input", choices=("feature", "gray"), default="feature",
-                    help="claim-1 feature image (the patent's) or the plain gray image")
+    tr.add_argument("--input", choices=INPUT_KINDS, default=INPUT_KINDS[0],
+                    help="the claim-1 feature image (refseg's reading), the plain gray "
+                         "image, or another reading of the feature regions (R-dataset: the "
+                         "gray image masked by the map, undilated or dilated, or gray and "
+                         "map as channels)")
     tr.add_argument("--branches", choices=("both", "resnet50v2", "mobilenetv2"),
                     default="both", help="both backbones (the patent's) or one alone")
     tr.add_argument("--weights", type=Path, default=None,
@@ -230,9 +234,16 @@ def _parser() -> argparse.ArgumentParser:
                     help="3 photographs and 4 welds instead of 40 (seconds); without --out, "
                          "print the quick-check block and write nothing")
     ar.add_argument("--downstream", action="store_true",
-                    help="also train demo-sized networks on the feature images of the "
-                         "alternatives that move the feature map most (CPU minutes; with "
-                         "--quick, tiny trainings)")
+                    help="also train demo-sized networks on every input kind of R-dataset "
+                         "with refseg's and the paired claim-1 readings, and on the gray "
+                         "image, at each of --seeds (CPU hours; with --quick, tiny "
+                         "trainings)")
+    ar.add_argument("--seeds", type=_seed_list, default=None,
+                    help="training seeds of --downstream, comma-separated (default 0,1,2)")
+    ar.add_argument("--record", type=Path, default=None,
+                    help="record each --downstream run in this file as it finishes and skip "
+                         "the runs it holds (resume a killed audit); without --downstream, "
+                         "render the R-dataset section from the runs it holds")
     ar.add_argument("--count", type=int, default=None,
                     help="training welds of --downstream (default: the demo's 160)")
     ar.add_argument("--test-count", type=int, default=None,
@@ -402,6 +413,14 @@ def _learning_rate_step(text: str) -> tuple[int, float]:
         raise argparse.ArgumentTypeError(f"expected EPOCH:RATE, got {text!r}") from None
 
 
+def _seed_list(text: str) -> tuple[int, ...]:
+    """"0,1,2" -> (0, 1, 2) (the audit checks the seeds themselves)."""
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seeds such as 0,1,2, got {text!r}") from None
+
+
 def _train(args) -> str:
     from refseg.run.config import BRANCHES, TrainConfig
 
@@ -448,7 +467,8 @@ def _audit(args) -> str:
     from refseg.audit.readings import run_audit
 
     return run_audit(args.out, quick=args.quick, downstream=args.downstream, jobs=args.jobs,
-                     count=args.count, test_count=args.test_count, epochs=args.epochs)
+                     count=args.count, test_count=args.test_count, epochs=args.epochs,
+                     seeds=args.seeds, record=args.record)
 
 
 def _golden(args) -> tuple[str, int]:

@@ -1,21 +1,32 @@
-"""The downstream part of the sensitivity audit: demo-sized trainings on the feature images of
-some alternative readings, against refseg's readings and the gray input, in one run.
+"""The downstream part of the sensitivity audit: demo-sized trainings on the network inputs of
+the readings of R-dataset and of some claim-1 alternatives, against the gray input.
 
 Each run is a ``refseg demo`` fusion run (frozen random backbones with calibrated batch norm,
-the demo's synthetic welds, epochs, batch and input size; R-frozen) whose feature input comes
-from :func:`refseg.claim1.alternatives.feature_image` (``TrainConfig.feature_reading``). All
-runs are scored on the demo's test welds.
+the demo's synthetic welds, epochs, batch and input size; R-frozen) whose input is one kind of
+:mod:`refseg.data.kinds`, built from the feature map of refseg's readings or of an alternative
+(:func:`refseg.claim1.alternatives.feature_image`, ``TrainConfig.feature_reading``). All runs
+are scored on the demo's test welds.
+
+:func:`run_grid` trains the grid of R-dataset: every input kind (``refseg.data.kinds``) with
+refseg's claim-1 readings and with :data:`PAIRED_READINGS`, over several training seeds, each
+run recorded as it is scored, so that an interrupted grid resumes and a partial one is usable.
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from refseg.data.kinds import FEATURE, FEATURE_KINDS, GRAY
 from refseg.data.synthetic import write_synthetic_dataset
+from refseg.errors import InputError
 from refseg.run.config import DemoSettings, TrainConfig
 from refseg.run.evaluation import evaluate_runs
-from refseg.run.training import remove_cache, train
+from refseg.run.training import train
 
 INFRASTRUCTURE = "the sensitivity audit's trainings"
 
@@ -23,67 +34,142 @@ INFRASTRUCTURE = "the sensitivity audit's trainings"
 TEST_SEED_OFFSET = 100_000
 #: The quick mode's trainings: as the demo's smallest test, seconds each.
 QUICK = DemoSettings(count=6, test_count=2, epochs=1, input_hw=(32, 96))
+#: The first line of a record file (:func:`run_grid`) names it so.
+RECORD_KIND = "refseg audit readings --downstream"
 
 
-def runs_for(alternatives) -> list[tuple[str, str, str | None]]:
-    """(name, input kind, feature reading) of every run: the gray input, refseg's readings,
-    then each alternative."""
-    return ([("gray input", "gray", None), ("chosen readings", "feature", None)]
-            + [(name, "feature", name) for name in alternatives])
+# ------------------------------------------------------------------ the R-dataset grid
+#: The claim-1 readings each input kind built from the feature map is trained with: refseg's
+#: (None) and the two that raised the feature input most in the single-seed screen.
+PAIRED_READINGS = (None, "weights-equal", "weights-inverse")
+#: Training seeds of ``--downstream`` (each: the split, the random backbones and their
+#: calibration, the decoder's initial weights, the shuffles).
+DEFAULT_SEEDS = (0, 1, 2)
 
 
-def run_downstream(work, alternatives, settings: DemoSettings = DemoSettings(),
-                   log=sys.stderr) -> dict:
-    """Train and score every run of :func:`runs_for` in the folder ``work``.
+@dataclass(frozen=True)
+class GridRun:
+    """One training of the grid: its seed, input kind and claim-1 reading (None: refseg's)."""
+
+    seed: int
+    kind: str
+    reading: str | None = None
+
+    def key(self) -> tuple:
+        return (self.seed, self.kind, self.reading)
+
+    def name(self) -> str:
+        return f"{self.kind}" + (f" + {self.reading}" if self.reading else "") + \
+            f", seed {self.seed}"
+
+
+def grid_runs(seeds, readings=PAIRED_READINGS, extras=()) -> list[GridRun]:
+    """Every run of the grid in the order it is trained, so that a run cut short has the most
+    useful part done: per reading (refseg's first), per seed, the gray input (once per seed)
+    and each kind built from the feature map; then ``extras`` (more claim-1 readings, on the
+    feature map alone) per seed."""
+    runs = []
+    for reading in readings:
+        for seed in seeds:
+            if reading is None:
+                runs.append(GridRun(seed, GRAY))
+            runs += [GridRun(seed, kind, reading) for kind in FEATURE_KINDS]
+    runs += [GridRun(seed, FEATURE, reading) for reading in extras for seed in seeds]
+    return runs
+
+
+def settings_json(settings: DemoSettings) -> dict:
+    """The settings a record and a block carry (JSON-ready)."""
+    return {"count": settings.count, "test_count": settings.test_count,
+            "epochs": settings.epochs, "batch_size": settings.batch_size,
+            "input_hw": list(settings.input_hw), "seed": settings.seed,
+            "test_seeds": [settings.seed + TEST_SEED_OFFSET,
+                           settings.seed + TEST_SEED_OFFSET + settings.test_count - 1]}
+
+
+def read_record(path, settings: DemoSettings) -> list[dict]:
+    """The finished runs of a record file (JSON lines: the settings, then one run a line);
+    [] when there is none. InputError when it holds other settings or is not a record."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    try:
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not a downstream record ({e})") from None
+    if not lines or lines[0].get("record") != RECORD_KIND:
+        raise InputError(f"{path}: not a downstream record of refseg audit readings")
+    if lines[0]["settings"] != settings_json(settings):
+        raise InputError(f"{path}: recorded with other settings ({lines[0]['settings']})")
+    return lines[1:]
+
+
+def _append(path: Path, entry: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def run_grid(work, runs, settings: DemoSettings, record, log=sys.stderr,
+             stamp: dict | None = None) -> dict:
+    """Train and score every run of ``runs`` not yet in the record file, appending each
+    result to it as it is scored; a killed grid resumes where it stopped.
 
     Parameters
     ----------
     work : path
         An empty or new folder for the data sets and runs (the caller removes it).
-    alternatives : list of str
-        Names of ``refseg.claim1.alternatives.ALTERNATIVES``.
+    runs : list of GridRun
     settings : DemoSettings
-        Data set sizes, epochs, batch, input size, seed, extraction processes.
+        Data set sizes (drawn once, from ``settings.seed``), epochs, batch, input size,
+        extraction processes; each run's own seed is its training seed.
+    record : path
+        The record file (JSON lines), created when missing.
     log : file
+    stamp : dict or None
+        Recorded with each new run (the commit that trained it).
 
     Returns
     -------
     dict
-        ``settings`` (JSON-ready) and ``runs``: per run its name, input, reading, final
-        validation accuracy, test pixel accuracy, per-class IoU, mIoU, boundary F1 and
-        training seconds.
+        ``settings`` (JSON-ready) and ``runs``: per run of ``runs`` that the record holds, its
+        seed, input kind, reading, final validation accuracy, test pixel accuracy, per-class
+        IoU, mIoU, boundary F1 and training seconds.
     """
-    work = Path(work)
-    write_synthetic_dataset(work / "data", settings.count, settings.seed)
-    write_synthetic_dataset(work / "test", settings.test_count,
-                            settings.seed + TEST_SEED_OFFSET)
-    runs = runs_for(alternatives)
-    histories, seconds = {}, {}
-    for index, (name, kind, reading) in enumerate(runs, start=1):
-        print(f"downstream {index}/{len(runs)}: {name}", file=log)
+    work, record = Path(work), Path(record)
+    done = {(r["seed"], r["kind"], r["reading"]): r for r in read_record(record, settings)}
+    if not record.is_file():
+        _append(record, {"record": RECORD_KIND, "settings": settings_json(settings)})
+    todo = [run for run in runs if run.key() not in done]
+    if todo:
+        write_synthetic_dataset(work / "data", settings.count, settings.seed)
+        write_synthetic_dataset(work / "test", settings.test_count,
+                                settings.seed + TEST_SEED_OFFSET)
+    for index, run in enumerate(todo, start=1):
+        print(f"downstream {index}/{len(todo)} ({len(done)} recorded): {run.name()}",
+              file=log, flush=True)
         config = TrainConfig(epochs=settings.epochs, batch_size=settings.batch_size,
-                             input_hw=settings.input_hw, input_kind=kind, seed=settings.seed,
-                             feature_reading=reading)
+                             input_hw=settings.input_hw, input_kind=run.kind, seed=run.seed,
+                             feature_reading=run.reading)
         folder = work / "runs" / f"run{index}"
         started = time.perf_counter()
-        histories[name] = train(work / "data", folder, config, jobs=settings.jobs, log=log)
-        seconds[name] = time.perf_counter() - started
-        remove_cache(folder)
-    rows, _, _ = evaluate_runs(work / "test", [work / "runs" / f"run{i}"
-                                               for i in range(1, len(runs) + 1)])
-    out = []
-    for (name, kind, reading), row in zip(runs, rows):
-        s = row.scores
-        out.append({"name": name, "input": kind, "reading": reading,
-                    "val_pixel_accuracy": histories[name][-1]["val_pixel_accuracy"],
-                    "pixel_accuracy": float(s.pixel_accuracy),
-                    "iou": [None if v != v else float(v) for v in s.class_iou],
-                    "miou": float(s.mean_iou),
-                    "boundary_f1": float(s.boundary_f1), "seconds": seconds[name]})
-    return {"settings": {"count": settings.count, "test_count": settings.test_count,
-                         "epochs": settings.epochs, "batch_size": settings.batch_size,
-                         "input_hw": list(settings.input_hw), "seed": settings.seed,
-                         "test_seeds": [settings.seed + TEST_SEED_OFFSET,
-                                        settings.seed + TEST_SEED_OFFSET
-                                        + settings.test_count - 1]},
-            "runs": out}
+        history = train(work / "data", folder, config, jobs=settings.jobs, log=log)
+        seconds = time.perf_counter() - started
+        rows, _, _ = evaluate_runs(work / "test", [folder])
+        shutil.rmtree(folder)  # taps and checkpoints: hundreds of MB a run
+        s = rows[0].scores
+        entry = {"seed": run.seed, "kind": run.kind, "reading": run.reading,
+                 "val_pixel_accuracy": history[-1]["val_pixel_accuracy"],
+                 "pixel_accuracy": float(s.pixel_accuracy),
+                 "iou": [None if v != v else float(v) for v in s.class_iou],
+                 "miou": float(s.mean_iou), "boundary_f1": float(s.boundary_f1),
+                 "seconds": seconds, **(stamp or {})}
+        _append(record, entry)
+        done[run.key()] = entry
+        print(f"downstream: {run.name()}: test pixel accuracy {entry['pixel_accuracy']:.4f}, "
+              f"contour IoU {entry['iou'][0] or 0:.4f}, boundary F1 "
+              f"{entry['boundary_f1']:.4f} ({seconds / 60:.1f} min)", file=log, flush=True)
+    return {"settings": settings_json(settings),
+            "runs": [done[run.key()] for run in runs if run.key() in done]}

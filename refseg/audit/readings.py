@@ -30,6 +30,8 @@ import numpy as np
 import scipy
 
 from refseg import publish, trace
+from refseg.audit import network_inputs
+from refseg.audit.network_inputs import marked_block
 from refseg._version import __version__
 from refseg.backend import cpu_model
 from refseg.claim1.alternatives import ALTERNATIVES, BY_NAME, Variant, extract_variant, \
@@ -81,10 +83,10 @@ NOT_AUDITED = {
                "hold: every image is 8-bit RGB",
     "R-traverse": "no alternative: each pixel's decision depends on that pixel alone, so no "
                   "traversal order changes the feature map",
-    "R-dataset": "its alternatives (nearest-neighbour resizing, re-thresholding the resized "
-                 "map) change the network's input, not the feature map; they would need "
-                 "trainings of their own and are not run",
 }
+#: Readings audited downstream only (their alternatives change the network's input, not the
+#: feature map): their section is rendered from trainings.
+AUDITED_DOWNSTREAM = ("R-dataset",)
 #: Markers of the sections the command keeps or the test compares.
 QUICK_BEGIN, QUICK_END = "<!-- quick-check: begin -->", "<!-- quick-check: end -->"
 #: The downstream block carries its numbers, so that a later regeneration renders it anew.
@@ -134,11 +136,42 @@ def measure_image(image: CorpusImage) -> dict[str, dict]:
                   if np.array_equal(fm, (np.asarray(r.edges[k]) > 0).astype(np.uint8))]
         entry = {"weights": [r.weights[k] for k in OPERATORS], "feature": float(fm.mean()),
                  "changed": float(np.mean(fm != chosen)),
-                 "single": single[0] if single else None}
+                 "single": single[0] if single else None,
+                 "distance": patent_distance(r.weights),
+                 "decides": deciding_operator(r.weights, variant.offset)}
         if image.classes is not None:
             entry["contour"] = list(contour_coverage(fm, image.classes))
         out[name] = entry
     return out
+
+
+def patent_distance(weights) -> float:
+    """How far four weights lie from [0213]'s: half the sum of the absolute differences (the
+    share of the vote that would have to move; 0 equal, 1 disjoint)."""
+    return 0.5 * sum(abs(float(weights[k]) - PATENT_WEIGHTS[k]) for k in OPERATORS)
+
+
+def deciding_operator(weights, offset: float = 1.5) -> str | None:
+    """The operator whose edge alone decides every pixel of a binary vote, or None.
+
+    F = sum_i w_i X_i - offset >= 0 with X_i in {1, 2} (R-final) rises with each X_i, so one
+    operator decides alone exactly when a pixel where it alone has an edge is an edge and a
+    pixel where all but it have one is not: its edge map is then the feature map whatever the
+    others find. Both cases are computed as the vote computes F (float64, in
+    :data:`OPERATORS` order). [0213]'s weights never allow it (0.4124 < 0.5).
+    """
+    def final(x) -> float:
+        total = 0.0
+        for k in OPERATORS:
+            total += float(weights[k]) * x[k]
+        return total - offset
+
+    for k in OPERATORS:
+        alone = final({i: 2.0 if i == k else 1.0 for i in OPERATORS})
+        without = final({i: 1.0 if i == k else 2.0 for i in OPERATORS})
+        if alone >= 0 > without:
+            return k
+    return None
 
 
 def measure(images, log=None) -> dict[str, dict[str, dict]]:
@@ -173,6 +206,7 @@ def summarise(results: dict, labelled: list[str]) -> dict[str, dict]:
         changed = [rows[n]["changed"] for n in names]
         worst = max(names, key=lambda n: (rows[n]["changed"], n))
         singles = Counter(rows[n]["single"] for n in names if rows[n]["single"])
+        deciders = Counter(rows[n]["decides"] for n in names if rows[n]["decides"])
         covered = sum(rows[n]["contour"][0] for n in names if "contour" in rows[n])
         total = sum(rows[n]["contour"][1] for n in names if "contour" in rows[n])
         out[variant_name] = {
@@ -183,30 +217,38 @@ def summarise(results: dict, labelled: list[str]) -> dict[str, dict]:
             "worst_image": worst, "feature_median": float(np.median(
                 [rows[n]["feature"] for n in names])),
             "single": sum(singles.values()), "single_by": dict(sorted(singles.items())),
+            "distance": float(np.median([rows[n]["distance"] for n in welds])),
+            "decides": sum(deciders.values()), "decides_by": dict(sorted(deciders.items())),
             "images": len(names), "contour": covered / total if total else None}
     return out
 
 
 # ------------------------------------------------------------------------------ rendering
-COLUMNS = ("| alternative | weights C / S / P / L | [0213] order | [0107]-[0115] | feature px | "
-           "changed: median | changed: worst | single-operator maps | contour kept |\n"
-           "|---|---|---|---|---:|---:|---:|---|---:|")
+COLUMNS = ("| alternative | weights C / S / P / L | [0213] order | [0213] distance | "
+           "[0107]-[0115] | feature px | changed: median | changed: worst | one operator "
+           "decides | single-operator maps | contour kept |\n"
+           "|---|---|---|---:|---|---:|---:|---:|---|---|---:|")
 
 
 def _pct(x, digits=2) -> str:
     return "-" if x is None else f"{100 * x:.{digits}f} %"
 
 
+def _count_by(total, by, images) -> str:
+    named = ", ".join(f"{k} {n}" for k, n in by.items())
+    return f"{total}/{images}" + (f" ({named})" if named else "")
+
+
 def _row(label, s) -> str:
     weights = " / ".join(f"{w:.3f}" for w in s["weights"])
-    by = ", ".join(f"{k} {n}" for k, n in s["single_by"].items())
-    single = f"{s['single']}/{s['images']}" + (f" ({by})" if by else "")
+    single = _count_by(s["single"], s["single_by"], s["images"])
+    decides = _count_by(s["decides"], s["decides_by"], s["images"])
     worst = (f"{_pct(s['changed_worst'])} ({s['worst_image']})" if s["changed_worst"] > 0
              else _pct(0.0))
     label = label.replace("|", "\\|")  # a pipe inside a cell would split it
-    return (f"| {label} | {weights} | {s['order']}/{s['order_of']} | "
+    return (f"| {label} | {weights} | {s['order']}/{s['order_of']} | {s['distance']:.3f} | "
             f"{'exact' if s['example'] else 'fails'} | {_pct(s['feature_median'])} | "
-            f"{_pct(s['changed_median'])} | {worst} | {single} | "
+            f"{_pct(s['changed_median'])} | {worst} | {decides} | {single} | "
             f"{_pct(s['contour'], 1)} |")
 
 
@@ -252,7 +294,7 @@ def quick_section(summary: dict) -> str:
     lines = [QUICK_BEGIN,
              "The same measures on the quick corpus (the three photographs and welds "
              f"{QUICK_WELD_SEEDS[0]}-{QUICK_WELD_SEEDS[-1]}). `refseg audit readings --quick` "
-             "prints this block; `tests/audit/test_readings.py` recomputes it with the "
+             "prints this block; `tests/audit/test_audit.py` recomputes it with the "
              "installed code and fails when it differs.", "",
              COLUMNS.replace("| alternative |", "| reading: alternative |", 1),
              _row("chosen readings", summary[CHOSEN])]
@@ -275,8 +317,7 @@ def downstream_block(result: dict | None, commit: str, command: str) -> str:
     """The downstream block (markers included): the table of the runs, or a note that they
     were not run."""
     if result is None:
-        return "\n".join([DOWN_BEGIN, "Not measured: `refseg audit readings --downstream` "
-                          "trains these runs (CPU minutes).", "", "Downstream: not measured.",
+        return "\n".join([DOWN_BEGIN, "Not measured.", "", "Downstream: not measured.",
                           DOWN_END])
     s = result["settings"]
     demo = DemoSettings()
@@ -334,9 +375,10 @@ def downstream_block(result: dict | None, commit: str, command: str) -> str:
     return "\n".join(lines)
 
 
-def closing_note(summary: dict, downstream_text: str) -> str:
+def closing_note(summary: dict, downstream_text: str, dataset_text: str = "") -> str:
     """The closing note: the readings whose choice changes the outcome most, what the
-    patent's order and example tolerate, the contour kept, and the downstream line."""
+    patent's order and example tolerate, how close the weights come to [0213]'s, the contour
+    kept, and the downstream lines."""
     by_reading = {}
     for a in ALTERNATIVES:
         s = summary[a.name]
@@ -355,6 +397,8 @@ def closing_note(summary: dict, downstream_text: str) -> str:
     covered = [(summary[a.name]["contour"], a.name) for a in ALTERNATIVES
                if summary[a.name]["contour"] is not None]
     high, low = max(covered), min(covered)
+    distances = [(summary[a.name]["distance"], a.name) for a in ALTERNATIVES]
+    near, far = min(distances), max(distances)
     block = downstream_text.splitlines()
     first = next((i for i, line in enumerate(block) if line.startswith("Downstream:")), None)
     down = ("Downstream: not measured." if first is None else " ".join(
@@ -371,11 +415,16 @@ def closing_note(summary: dict, downstream_text: str) -> str:
         f"- Contour pixels kept: {_pct(chosen['contour'], 1)} with refseg's readings; most "
         f"with `{high[1]}` ({_pct(high[0], 1)}), fewest with `{low[1]}` "
         f"({_pct(low[0], 1)}).",
+        f"- [0213]'s values: refseg's readings lie {chosen['distance']:.3f} from them (median "
+        f"over the welds); closest `{near[1]}` ({near[0]:.3f}), farthest `{far[1]}` "
+        f"({far[0]:.3f}). One operator decides alone on {chosen['decides']} of "
+        f"{chosen['images']} images with refseg's readings (never with [0213]'s weights).",
         f"- Single-operator feature maps: {chosen['single']} of {chosen['images']} images with "
         "refseg's readings.",
         "- No pixel changes on any image under: "
         + (", ".join(f"`{n}`" for n in idle) or "none") + ".",
-        f"- {down}", ""])
+        f"- {down}",
+        f"- {network_inputs.closing_line(dataset_text)}", ""])
 
 
 def _machine() -> str:
@@ -401,8 +450,8 @@ def _commit(folder: Path | None) -> str:
     return head + (" + uncommitted changes" if dirty else "")
 
 
-def render(summary: dict, quick_summary: dict, downstream_text: str, *, quick: bool,
-           commit: str) -> str:
+def render(summary: dict, quick_summary: dict, downstream_text: str, dataset_text: str, *,
+           quick: bool, commit: str) -> str:
     """The whole ``sensitivity.md``."""
     seeds = QUICK_WELD_SEEDS if quick else WELD_SEEDS
     count = len(seeds) + len(PHOTOS)
@@ -429,13 +478,20 @@ def render(summary: dict, quick_summary: dict, downstream_text: str, *, quick: b
         f"([0213]: {' / '.join(f'{PATENT_WEIGHTS[k]:.4f}' for k in OPERATORS)}).",
         "- *[0213] order*: welds on which w_C > w_L > max(w_S, w_P) and w_S, w_P lie within "
         f"{SOBEL_PREWITT_GAP} of each other (the patent's gap is 0.0023).",
+        "- *[0213] distance*: how far the weights lie from [0213]'s values, half the sum of "
+        "the four absolute differences (the share of the vote that would have to move: 0 "
+        "equal, 1 disjoint), median over the welds.",
         "- *[0107]-[0115]*: the worked example with the text's weights 0.4 / 0.2 / 0.2 / 0.2: "
         "all four positions decided as the text says (exact) or not.",
         "- *feature px*: median share of feature pixels per image.",
         "- *changed*: share of feature-map pixels that differ from the map of refseg's "
         "readings: median over the images, and the worst image.",
+        "- *one operator decides*: images on which one operator's weight alone reaches the "
+        "vote's quorum (offset - 1, one half for refseg's 1.5) and the other three together "
+        "do not, so that its edge map is the feature map whatever the others find (by "
+        "operator; [0213]'s weights never allow it: 0.4124 < 0.5).",
         "- *single-operator maps*: images whose feature map equals one operator's edge map "
-        "exactly (by operator).",
+        "exactly (by operator): those of the previous column, and maps equal by chance.",
         "- *contour kept*: share of the welds' labelled contour pixels within 1 pixel "
         "(4-neighbourhood) of a feature pixel, pooled over the welds (the demo measures 61 % "
         "on its first 20 training welds).", "",
@@ -447,27 +503,25 @@ def render(summary: dict, quick_summary: dict, downstream_text: str, *, quick: b
         "outside this audit, which measures the feature extraction; the downstream runs "
         "below keep them fixed.", "",
         "## Downstream: does any reading let the feature image help?", "",
+        "The single-seed screen that chose the claim-1 readings paired in *R-dataset* below. "
         f"Runs: the gray input, refseg's readings, the {DOWNSTREAM_TOP} alternatives that move "
         "the feature map most (median changed share; the continuous kinds left out) and "
         "continuous edge responses (`continuous-graded`: the network gets "
-        "sum_i w_i E_i in [0, 1] instead of the binary feature map).", "",
+        "sum_i w_i E_i in [0, 1] instead of the binary feature map). Kept as measured; "
+        "`--downstream` now trains the grid of *R-dataset*, whose `feature` rows repeat these "
+        "runs over seeds.", "",
         downstream_text, "",
-        closing_note(summary, downstream_text),
+        network_inputs.section_intro(),
+        dataset_text, "",
+        closing_note(summary, downstream_text, dataset_text),
         "## Quick check", "",
         quick_section(quick_summary), ""]
     return "\n".join(lines)
 
 
-def _block(text: str, begin: str, end: str) -> str | None:
-    if begin not in text or end not in text:
-        return None
-    start = text.index(begin)
-    return text[start:text.index(end, start) + len(end)]
-
-
 def shipped_quick_section(text: str) -> str | None:
     """The quick-check block of a ``sensitivity.md`` text (markers included), or None."""
-    return _block(text, QUICK_BEGIN, QUICK_END)
+    return marked_block(text, QUICK_BEGIN, QUICK_END)
 
 
 def quick_summary_of(results: dict, images) -> dict:
@@ -478,8 +532,24 @@ def quick_summary_of(results: dict, images) -> dict:
     return summarise(subset, [im.name for im in images if im.classes is not None])
 
 
+def _grid(settings, seeds, record, summary, commit: str, log) -> dict:
+    """The R-dataset grid's runs (:func:`refseg.audit.downstream.run_grid`), the screen's
+    other readings last; recorded in ``record`` or in a temporary file."""
+    from refseg.audit import downstream
+
+    extras = [n for n in downstream_choice(summary) if n not in downstream.PAIRED_READINGS]
+    runs = downstream.grid_runs(seeds, downstream.PAIRED_READINGS, extras)
+    print(f"downstream: {len(runs)} runs (seeds {', '.join(map(str, seeds))})", file=log)
+    with tempfile.TemporaryDirectory(prefix="refseg-audit-") as work:
+        target = Path(work) / "record.jsonl" if record is None else Path(record)
+        result = downstream.run_grid(Path(work) / "grid", runs, settings, target, log,
+                                     stamp={"commit": commit})
+    return {**result, "machine": _machine()}
+
+
 def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=None,
-              count=None, test_count=None, epochs=None, log=sys.stderr) -> str:
+              count=None, test_count=None, epochs=None, seeds=None, record=None,
+              log=sys.stderr) -> str:
     """``refseg audit readings``; returns the line (or, ``quick`` without ``out``, the
     quick-check block) to print.
 
@@ -493,14 +563,23 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
     quick : bool
         The quick corpus (3 photographs, 4 welds) and, with ``downstream``, tiny trainings.
     downstream : bool
-        Also train the downstream runs (:mod:`refseg.audit.downstream`).
+        Also train the R-dataset grid (:func:`refseg.audit.downstream.run_grid`): every
+        input kind with refseg's and the paired claim-1 readings, and the gray input, at
+        each of ``seeds``.
     jobs : int or None
         Extraction processes of the trainings.
     count, test_count, epochs : int or None
         Training welds, test welds and epochs of the trainings, in place of the demo's (or,
         with ``quick``, the quick mode's); the file says when they are fewer than the demo's.
+    seeds : sequence of int or None
+        Training seeds of the grid (default :data:`refseg.audit.downstream.DEFAULT_SEEDS`).
+    record : path or None
+        Record the grid's runs in this file as they finish, and skip those it already holds
+        (a killed grid resumes). Without ``downstream``: render the R-dataset section from
+        the runs of ``seeds`` that the record holds, training nothing. None: a temporary
+        record.
     """
-    from refseg.audit.downstream import QUICK, run_downstream
+    from refseg.audit.downstream import DEFAULT_SEEDS, QUICK
 
     checkout = trace.checkout_folder()
     if out is not None:
@@ -511,10 +590,16 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
     elif not quick and checkout is None:
         raise InputError(f"{Path.cwd()}: not a refseg source checkout (no spec/registry.toml "
                          "and tests/conftest.py); give --out DIR")
+    seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise InputError(f"--seeds: expected distinct seeds >= 0, got {list(seeds)}")
     settings = QUICK if quick else DemoSettings()
     given = {"jobs": jobs, "count": count, "test_count": test_count, "epochs": epochs}
     settings = DemoSettings(**{**settings.__dict__,
                                **{k: v for k, v in given.items() if v is not None}})
+    if record is not None:
+        from refseg.audit.downstream import read_record
+        read_record(record, settings)  # another grid's record fails before any work
     images = corpus(quick)
     labelled = [im.name for im in images if im.classes is not None]
     results = measure(images, log)
@@ -523,24 +608,30 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
     if out is None and quick:
         return quick_section(quick_summary)
     commit = _commit(checkout)
-    command = "refseg audit readings" + (" --quick" if quick else "") + " --downstream"
+    command = ("refseg audit readings" + (" --quick" if quick else "") + " --downstream --seeds "
+               + ",".join(map(str, seeds)))
     target = None if out is not None else checkout / "spec" / SENSITIVITY_FILE
     previous = target.read_text(encoding="utf-8") if target and target.is_file() else ""
-    numbers = None
+    screen, screen_numbers = network_inputs.kept_block(
+        previous, DOWN_BEGIN, DOWN_END, (NUMBERS_BEGIN, NUMBERS_END), downstream_block)
+    if screen is None:
+        screen = downstream_block(None, commit, command)
     if downstream:
-        chosen = downstream_choice(summary)
-        print(f"downstream runs: gray input, chosen readings, {', '.join(chosen)}", file=log)
-        with tempfile.TemporaryDirectory(prefix="refseg-audit-") as work:
-            numbers = run_downstream(work, chosen, settings, log)
-        block = downstream_block(numbers, commit, command)
+        grid = _grid(settings, seeds, record, summary, commit, log)
+        dataset = network_inputs.block(grid, commit, command)
+    elif record is not None:  # the runs a record holds, rendered; nothing trained
+        from refseg.audit.downstream import read_record, settings_json
+
+        grid = {"settings": settings_json(settings), "machine": _machine(),
+                "runs": [r for r in read_record(record, settings) if r["seed"] in seeds]}
+        dataset = network_inputs.block(grid, commit, command)
     else:
-        block = _block(previous, DOWN_BEGIN, DOWN_END) or downstream_block(None, commit,
-                                                                             command)
-        kept = _block(block, NUMBERS_BEGIN, NUMBERS_END)
-        if kept is not None:  # re-rendered from its numbers, at the commit they were measured
-            numbers = json.loads(kept[len(NUMBERS_BEGIN):-len(NUMBERS_END)])
-            block = downstream_block(numbers, numbers.pop("commit"), numbers.pop("command"))
-    text = render(summary, quick_summary, block, quick=quick, commit=commit)
+        dataset, grid = network_inputs.kept_block(
+            previous, network_inputs.BEGIN, network_inputs.END,
+            (network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END), network_inputs.block)
+        if dataset is None:
+            dataset = network_inputs.block(None, commit, command)
+    text = render(summary, quick_summary, screen, dataset, quick=quick, commit=commit)
     if target is not None:
         if previous == text:
             return f"{target}: up to date"
@@ -554,5 +645,5 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
             "alternatives": {a.name: {"reading": a.reading, "text": a.text,
                                       "changes": a.variant.changes()} for a in ALTERNATIVES},
             "per_image": results, "summary": summary, "quick_summary": quick_summary,
-            "downstream": numbers})
+            "downstream": screen_numbers, "r_dataset": grid})
     return f"{out / SENSITIVITY_FILE}, {out / NUMBERS_FILE}"

@@ -2,9 +2,10 @@
 
 Each training image goes through the claim-1 feature extraction at its own resolution; the
 binary feature-region image is resized to the network's input size and repeated to three
-channels in [-1, 1] (R-dataset). The plain grayscale image is the alternative input the
-patent compares against ([0121], [0264]). Labels are resized with nearest neighbours, so they
-stay exact class ids.
+channels in [-1, 1] (R-dataset); the other readings of the feature regions
+(:mod:`refseg.data.kinds`) mask the gray image with the map or carry both as channels. The
+plain grayscale image is the alternative input the patent compares against ([0121], [0264]).
+Labels are resized with nearest neighbours, so they stay exact class ids.
 """
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from PIL import Image
+from scipy import ndimage
 
 from refseg.claim1 import alternatives
 from refseg.claim1 import features
 from refseg.claim1 import preprocess
+from refseg.data import kinds
 from refseg.errors import InputError
-from refseg.run.config import INPUT_KINDS
 from refseg.trace import implements, infrastructure
 
 
@@ -32,8 +34,20 @@ def _resize(plane: np.ndarray, input_hw, resample) -> np.ndarray:
     return np.asarray(image.resize((w, h), resample=resample), dtype=np.float32)
 
 
+def _feature_map(rgb, reading) -> np.ndarray:
+    """The claim-1 feature map (M, N) float32 0/1, under refseg's readings or ``reading``."""
+    if reading is None:
+        return features.extract(rgb).feature_map.astype(np.float32)
+    return alternatives.feature_image(rgb, reading).astype(np.float32)
+
+
+def _dilated(feature_map: np.ndarray, radius: int) -> np.ndarray:
+    """The map dilated by a (2 radius + 1)-square (values in [0, 1] kept as the maximum)."""
+    return ndimage.maximum_filter(feature_map, size=2 * radius + 1, mode="constant")
+
+
 @implements("claim1.step2.dataset", "claim1.step4.predict")
-def network_input(rgb: np.ndarray, input_hw, kind: str = "feature",
+def network_input(rgb: np.ndarray, input_hw, kind: str = kinds.FEATURE,
                   reading: str | None = None) -> np.ndarray:
     """One image as the network's input.
 
@@ -42,12 +56,17 @@ def network_input(rgb: np.ndarray, input_hw, kind: str = "feature",
     rgb : ndarray of shape (M, N, 3), uint8 (or (M, N) gray)
     input_hw : (int, int)
         The network's input size (H, W), multiples of 32.
-    kind : {"feature", "gray"}
-        "feature": the claim-1 feature-region image (0/1); "gray": the grayscale image (0-255).
+    kind : str
+        One of ``refseg.data.kinds.INPUT_KINDS`` (R-dataset): "feature", the claim-1
+        feature-region image (0/1, refseg's reading); "gray", the grayscale image (0-255);
+        "masked-gray", the gray image on the feature map, 0 elsewhere; "masked-gray-dilated",
+        the same on the map dilated by ``refseg.data.kinds.MASK_RADIUS``; "gray-and-feature",
+        the channels gray, feature map, gray.
     reading : str or None
-        For "feature" only: the name of an alternative to refseg's readings
-        (``refseg.claim1.alternatives.ALTERNATIVES``) whose feature image replaces the
-        claim-1 one, for the sensitivity audit; None: refseg's readings.
+        For the kinds built from the feature map (``refseg.data.kinds.FEATURE_KINDS``): the
+        name of an alternative to refseg's claim-1 readings
+        (``refseg.claim1.alternatives.ALTERNATIVES``) whose feature image replaces the claim-1
+        one, for the sensitivity audit; None: refseg's readings.
 
     Returns
     -------
@@ -55,31 +74,43 @@ def network_input(rgb: np.ndarray, input_hw, kind: str = "feature",
 
     Notes
     -----
-    1. "feature": ``refseg.claim1.features.extract`` at the image's resolution ([0075], [0203]);
-       "gray": ``refseg.claim1.preprocess.to_gray`` ([0079]).
-    2. Resize to (H, W), bilinear (Pillow, on floats: a binary map becomes a coverage
+    1. The feature map by ``refseg.claim1.features.extract`` at the image's resolution ([0075],
+       [0203]); the gray image by ``refseg.claim1.preprocess.to_gray`` ([0079]); a masked kind
+       multiplies the gray image by the map (dilated for "masked-gray-dilated") at the image's
+       resolution.
+    2. Resize each plane to (H, W), bilinear (Pillow, on floats: a binary map becomes a coverage
        fraction rather than aliased pixels) ([0196]).
-    3. Scale to [-1, 1] (feature: 2f - 1; gray: g / 127.5 - 1, as the backbones expect) and
-       repeat to three channels.
+    3. Scale to [-1, 1] (a map: 2f - 1; a gray plane: g / 127.5 - 1, as the backbones expect)
+       and repeat the plane to three channels ("gray-and-feature": gray, map, gray).
 
     References
     ----------
-    [0075], [0121], [0196], [0203]; R-dataset.
+    [0075], [0121], [0196], [0203], [0264]; R-dataset.
     """
-    if kind not in INPUT_KINDS:
-        raise InputError(f"input kind must be one of {INPUT_KINDS}, got {kind!r}")
-    if reading is not None and kind != "feature":
-        raise InputError(f"reading {reading!r}: alternative readings apply to the feature "
-                         "input only")
-    if kind == "feature":
-        plane = (features.extract(rgb).feature_map.astype(np.float32) if reading is None
-                 else alternatives.feature_image(rgb, reading))
-        plane = _resize(plane, input_hw, Image.BILINEAR) * 2 - 1
+    if kind not in kinds.INPUT_KINDS:
+        raise InputError(f"input kind must be one of {kinds.INPUT_KINDS}, got {kind!r}")
+    if reading is not None and kind not in kinds.FEATURE_KINDS:
+        raise InputError(f"reading {reading!r}: alternative readings apply to the inputs "
+                         f"built from the feature map ({', '.join(kinds.FEATURE_KINDS)}) only")
+    if kind != kinds.FEATURE:
+        gray = np.asarray(rgb if np.ndim(rgb) == 2 else preprocess.to_gray(rgb), np.float32)
+    if kind != kinds.GRAY:
+        fmap = _feature_map(rgb, reading)
+    if kind == kinds.FEATURE:
+        planes = [_resize(fmap, input_hw, Image.BILINEAR) * 2 - 1]
+    elif kind == kinds.GRAY:
+        planes = [_resize(gray, input_hw, Image.BILINEAR) / 127.5 - 1]
+    elif kind in (kinds.MASKED_GRAY, kinds.MASKED_GRAY_DILATED):
+        mask = fmap if kind == kinds.MASKED_GRAY else _dilated(fmap, kinds.MASK_RADIUS)
+        planes = [_resize(gray * mask, input_hw, Image.BILINEAR) / 127.5 - 1]
     else:
-        gray = rgb if np.ndim(rgb) == 2 else preprocess.to_gray(rgb)
-        plane = _resize(np.asarray(gray, np.float32), input_hw, Image.BILINEAR) / 127.5 - 1
-    plane = np.clip(plane, -1, 1)  # bilinear cannot overshoot, but rounding may by an ulp
-    return np.repeat(plane[:, :, None], 3, axis=2)
+        g = _resize(gray, input_hw, Image.BILINEAR) / 127.5 - 1
+        planes = [g, _resize(fmap, input_hw, Image.BILINEAR) * 2 - 1, g]
+    # bilinear cannot overshoot, but rounding may by an ulp
+    planes = [np.clip(p, -1, 1) for p in planes]
+    if len(planes) == 1:
+        return np.repeat(planes[0][:, :, None], 3, axis=2)
+    return np.stack(planes, axis=2)
 
 
 @implements("claim1.step2.dataset")
@@ -130,7 +161,7 @@ def _worker_start(parent: int) -> None:
 
 
 @implements("claim1.step2.dataset")
-def prepare(pairs, input_hw, kind: str = "feature", jobs: int | None = None,
+def prepare(pairs, input_hw, kind: str = kinds.FEATURE, jobs: int | None = None,
             reading: str | None = None):
     """Network inputs and resized labels of many (rgb, classes) pairs, spread over processes.
 
@@ -138,7 +169,8 @@ def prepare(pairs, input_hw, kind: str = "feature", jobs: int | None = None,
     ----------
     pairs : iterable of (ndarray (M, N, 3) uint8, ndarray (M, N) uint8 or None)
     input_hw : (int, int)
-    kind : {"feature", "gray"}
+    kind : str
+        One of ``refseg.data.kinds.INPUT_KINDS`` (see :func:`network_input`).
     jobs : int or None
         Worker processes (default: every core this process may use; 1 runs in-process).
     reading : str or None

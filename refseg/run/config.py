@@ -5,8 +5,9 @@ Nothing here imports the network, the kernels or SciPy, so that ``refseg train``
 demo`` and ``refseg synth`` refuse an option out of range before the heavy imports (in about a
 third of a second), and ``refseg.run.training``, ``refseg.run.demo`` and
 ``refseg.data.synthetic`` hold the work itself. The names a
-run is configured with (the decoder's branches, the kinds of network input) have their home
-here, and the modules that act on them import them from here.
+run is configured with (the decoder's branches) have their home here, and the modules that act
+on them import them from here; the kinds of network input have theirs in
+:mod:`refseg.data.kinds`.
 """
 from __future__ import annotations
 
@@ -14,13 +15,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from refseg.data.kinds import FEATURE_KINDS, INPUT_KINDS
 from refseg.errors import InputError
 from refseg.trace import infrastructure
 
 #: The decoder's branches, each reading one backbone's taps (``refseg.models.decoder``).
 BRANCHES = ("resnet50v2", "mobilenetv2")
-#: The network inputs a run can train on (``refseg.data.inputs.network_input``).
-INPUT_KINDS = ("feature", "gray")
 #: The ranges of the numeric settings, checked before anything is read or written: wide
 #: enough for any run on one machine, narrow enough that a typo fails at once instead of
 #: running for days or asking for terabytes.
@@ -179,8 +179,9 @@ class TrainConfig:
                              f"{self.validation_fraction}")
         _check_rate(self.learning_rate, "learning rate")
         if self.feature_reading is not None:
-            if self.input_kind != "feature":
-                raise InputError("feature_reading applies to the feature input only")
+            if self.input_kind not in FEATURE_KINDS:
+                raise InputError(f"feature_reading applies to the inputs built from the "
+                                 f"feature map ({', '.join(FEATURE_KINDS)}) only")
             # SciPy's ndimage comes with the alternatives: only runs that name one import it
             from refseg.claim1.alternatives import alternative
 
