@@ -161,7 +161,7 @@ def _fake_bundle_patch(tag: str) -> str:
     return f"""
 import numpy as np
 import refseg.golden.produce as produce
-produce.build_bundle = lambda threads=1, keep=(): (
+produce.build_bundle = lambda threads=1, keep=(), extra=None: (
     {{"arrays": {{}}, "tag": "{tag}"}}, {{"x": np.arange(3.0)}}, {{}})
 """
 
