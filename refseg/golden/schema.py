@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from refseg.errors import InputError
+from refseg.jsontext import bracket_depth
 
 INFRASTRUCTURE = "golden files: the manifest's schema and validation"
 
@@ -77,7 +78,7 @@ def load_manifest(path: Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not readable ({exc})") from None
     # counting brackets first keeps the parser's recursion far from Python's limit
-    if _bracket_depth(text) > MAX_DEPTH:
+    if bracket_depth(text) > MAX_DEPTH:
         raise InputError(f"{path}: nested deeper than a manifest ({MAX_DEPTH} levels)")
     try:
         data = json.loads(text, parse_float=_finite, parse_constant=_constant)
@@ -86,28 +87,6 @@ def load_manifest(path: Path) -> dict:
     if _depth(data, MAX_DEPTH) > MAX_DEPTH:
         raise InputError(f"{path}: nested deeper than a manifest ({MAX_DEPTH} levels)")
     return data
-
-
-def _bracket_depth(text: str) -> int:
-    """Deepest bracket nesting outside strings (an upper bound for malformed text)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
 
 
 def _where(path: tuple) -> str:

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from refseg.errors import InputError
+from refseg.jsontext import bracket_depth
 from refseg.run.config import TrainConfig
 
 INFRASTRUCTURE = "reading the records of run and demo folders"
@@ -39,7 +40,7 @@ def read_json(path: Path, what: str = "JSON"):
 
 def parse_json(text: str, path, what: str = "JSON"):
     """``text`` parsed, refusing NaN/Infinity literals and absurd nesting."""
-    if _depth(text) > MAX_DEPTH:
+    if bracket_depth(text) > MAX_DEPTH:
         raise InputError(f"{path}: nested more than {MAX_DEPTH} levels deep; not {what} "
                          "refseg wrote")
 
@@ -49,25 +50,6 @@ def parse_json(text: str, path, what: str = "JSON"):
         return json.loads(text, parse_constant=refuse)
     except (ValueError, RecursionError) as exc:
         raise InputError(f"{path}: not {what} ({exc})") from None
-
-
-def _depth(text: str) -> int:
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            escaped = not escaped and ch == "\\"
-            if ch == '"' and not escaped:
-                in_string = False
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
 
 
 def _number(value, path, where: str, fraction: bool = False, none_ok: bool = False):
