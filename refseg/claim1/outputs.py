@@ -148,12 +148,22 @@ def panel(rgb: np.ndarray, result: FeatureResult) -> np.ndarray:
     return np.asarray(canvas)
 
 
+#: The gray level of the notebook panel's input tile when a result kept only its maps.
+MAPS_ONLY_TILE = 128
+
+
 @infrastructure("showing an extraction in a notebook")
 def notebook_html(result: FeatureResult) -> str:
     """An extraction as HTML for Jupyter (``FeatureResult._repr_html_``): the step panel
     (:func:`panel`, its input tile the gray image) and the table of the operators' thresholds,
-    edge pixels, σ, μ, V and weights."""
-    gray = np.clip(np.round(result.gray), 0, 255).astype(np.uint8)
+    edge pixels, σ, μ, V and weights. A maps-only result (``extract(..., keep="maps")``) kept no
+    gray image: its input tile is left mid-gray and the text says so."""
+    if result.gray is None:
+        gray = np.full(result.feature_map.shape, MAPS_ONLY_TILE, dtype=np.uint8)
+        kept = " Only the maps were kept (keep=\"maps\"): the panel's input tile is blank."
+    else:
+        gray = np.clip(np.round(result.gray), 0, 255).astype(np.uint8)
+        kept = ""
     buffer = io.BytesIO()
     Image.fromarray(panel(np.dstack([gray] * 3), result)).save(buffer, format="PNG")
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
@@ -169,7 +179,7 @@ def notebook_html(result: FeatureResult) -> str:
     rows_, cols = result.feature_map.shape
     return (f"<div><p><strong>FeatureResult</strong>: claim 1 on a {rows_}x{cols} image, "
             f"{int(result.feature_map.sum())} feature pixels ({result.feature_map.mean():.2%}); "
-            f"σ = {result.params['sigma']:g}, ΣV = {result.intermediate_cv:.4f}.</p>"
+            f"σ = {result.params['sigma']:g}, ΣV = {result.intermediate_cv:.4f}.{kept}</p>"
             f'<img src="data:image/png;base64,{data}" alt="claim-1 steps: the gray image, the '
             'four edge maps, the feature map" style="max-width:100%">'
             f'<table style="border-collapse:collapse"><tr>{head}</tr>{rows}</table></div>')

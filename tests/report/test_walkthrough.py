@@ -192,6 +192,25 @@ def test_an_extraction_shows_itself_in_a_notebook():
     assert f"{int(result.feature_map.sum())} feature pixels" in shown
 
 
+def test_a_maps_only_extraction_shows_itself_too():
+    """A result that kept only its maps has no gray image: the view still draws the panel, with
+    a blank input tile, says what was not kept, and keeps the operators' table."""
+    import base64
+    import io
+
+    from refseg.claim1.outputs import MAPS_ONLY_TILE, panel
+
+    result = refseg.extract(square_image(), keep="maps")
+    shown = result._repr_html_()
+    data = re.search(r'src="data:image/png;base64,([^"]+)"', shown).group(1)
+    image = np.asarray(Image.open(io.BytesIO(base64.b64decode(data))))
+    blank = np.full(result.feature_map.shape + (3,), MAPS_ONLY_TILE, dtype=np.uint8)
+    assert np.array_equal(image, panel(blank, result))
+    assert 'Only the maps were kept (keep="maps")' in shown
+    for op in walkthrough.OPERATOR_NAMES:
+        assert f"{result.weights[op]:.4f}" in shown
+
+
 def guide_cells() -> list[str]:
     text = (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
     section = text.split("## Claim 1 step by step: a walkthrough page and a notebook")[1]
