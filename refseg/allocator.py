@@ -26,7 +26,7 @@ import contextlib
 import ctypes
 import os
 
-from refseg.trace import infrastructure
+from refseg.cite import infrastructure
 
 #: ``mallopt`` parameters (glibc's malloc.h).
 M_TRIM_THRESHOLD = -1

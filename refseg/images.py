@@ -22,7 +22,7 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from refseg.errors import InputError
 from refseg.claim1.preprocess import MIN_SIZE
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 #: The largest image (rows x cols) read unless a caller asks for more: ``refseg edges`` peaks
 #: at about 70 bytes per pixel (0.42 GB for 3000x2000), 24 with ``--arrays maps``, so 40

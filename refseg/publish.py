@@ -39,7 +39,7 @@ import numpy as np
 from PIL import Image
 
 from refseg.errors import InputError
-from refseg.trace import infrastructure
+from refseg.cite import infrastructure
 
 #: Every output folder refseg publishes holds this file; it is also the folder's lock.
 OUTPUT_MARKER = ".refseg-output"

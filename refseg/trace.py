@@ -1,8 +1,8 @@
-"""Traceability: claim-element IDs, typed citations, and the generated matrix.
+"""Traceability: claim-element IDs, the citations checked both ways, and the generated matrix.
 
 The registry of claim elements lives in ``spec/registry.toml`` (stable IDs such as
 ``claim1.step2.cv``, each with its paragraphs, status, English text and readings). Citations are
-typed, as in duvet:
+typed, as in duvet (the code's decorators live in :mod:`refseg.cite`):
 
 - ``@implements("claim1.step2.cv")`` on a function or class that implements a claim element;
 - ``@infrastructure("why")`` on a public function that implements none (file writing, hashing,
@@ -26,6 +26,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from refseg.cite import CITATIONS, CITING_OBJECTS
+
 STATUSES = ("implemented", "planned", "not-applicable")
 MATRIX_FILE = "traceability.md"
 #: The patent's claims in Chinese, a verbatim copy of the claims file of the seeds.
@@ -38,42 +40,6 @@ GOLDEN_PINS_FILE = "golden_pins.json"
 #: The sensitivity audit of the readings (``refseg audit readings``), when present.
 SENSITIVITY_FILE = "sensitivity.md"
 INFRASTRUCTURE = "the citation machinery itself"
-
-# qualified name of each citing function or class -> the element IDs it cites
-_CITATIONS: dict[str, tuple[str, ...]] = {}
-# qualified name of each citing function or class -> the object, for its file and line
-_OBJECTS: dict[str, object] = {}
-
-
-def implements(*element_ids: str):
-    """Decorator: record that the decorated function or class implements these claim elements.
-
-    The IDs are checked against ``spec/registry.toml`` by the test suite, not at import time,
-    so that importing refseg never depends on reading the spec.
-    """
-    if not element_ids or not all(isinstance(i, str) and i for i in element_ids):
-        raise TypeError("implements() takes one or more claim-element IDs as strings")
-
-    def mark(obj):
-        obj.__claims__ = tuple(element_ids)
-        _CITATIONS[f"{obj.__module__}.{obj.__qualname__}"] = tuple(element_ids)
-        _OBJECTS[f"{obj.__module__}.{obj.__qualname__}"] = obj
-        return obj
-
-    return mark
-
-
-def infrastructure(reason: str):
-    """Decorator: the decorated public function or class implements no claim element; it
-    serves those that do (``reason`` says how, e.g. "atomic file writing")."""
-    if not isinstance(reason, str) or not reason.strip():
-        raise TypeError("infrastructure() takes the reason as a non-empty string")
-
-    def mark(obj):
-        obj.__infrastructure__ = reason
-        return obj
-
-    return mark
 
 
 @dataclass(frozen=True)
@@ -202,7 +168,7 @@ def _import_all() -> None:
 def code_citations() -> dict[str, tuple[str, ...]]:
     """Import every refseg module and return {qualified name: cited IDs}."""
     _import_all()
-    return dict(sorted(_CITATIONS.items()))
+    return dict(sorted(CITATIONS.items()))
 
 
 def code_locations() -> dict[str, str]:
@@ -215,7 +181,7 @@ def code_locations() -> dict[str, str]:
     _import_all()
     package = Path(refseg.__file__).resolve().parent
     out = {}
-    for name, obj in sorted(_OBJECTS.items()):
+    for name, obj in sorted(CITING_OBJECTS.items()):
         obj = inspect.unwrap(obj)  # a contextmanager's wrapper lives in contextlib
         try:
             path = Path(inspect.getsourcefile(obj)).resolve()

@@ -36,7 +36,7 @@ from refseg.autograd.products import matmul
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.cite import implements
 
 
 def _check_nhwc(x, op, name="input"):

@@ -13,7 +13,7 @@ import numpy as np
 
 from refseg.autograd.geometry import flipped_kernel
 from refseg.backend import kernels
-from refseg.trace import implements
+from refseg.cite import implements
 
 
 @implements("claim2.fusion", "claim4.propagation")

@@ -23,7 +23,7 @@ from refseg.autograd.elementwise import UNCLAMPED
 from refseg.autograd.products import matmul
 from refseg.autograd.workspace import workspace
 from refseg.backend import kernels
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: Bytes of the column-matrix block built at a time: small enough to stay in cache between
 #: im2col and the matrix product, large enough for an efficient GEMM (smaller blocks split the

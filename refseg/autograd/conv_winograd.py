@@ -23,7 +23,7 @@ from refseg.autograd.geometry import flipped_kernel
 from refseg.autograd.products import matmul_stack
 from refseg.autograd.workspace import workspace
 from refseg.backend import kernels
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: Bytes of the transformed tiles held at a time, input (P x tiles x Cin) and products
 #: (P x tiles x Cout) together: fewer, longer matrix products against data that stays in the

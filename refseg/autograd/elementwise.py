@@ -10,7 +10,7 @@ import numpy as np
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 
 def _flat(a) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from refseg.errors import InputError
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 PADDINGS = ("valid", "same")
 

@@ -13,7 +13,7 @@ from refseg import autograd as ag
 from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.autograd.tensor import Tensor
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.cite import implements
 
 
 #: Values drawn at a time by ``glorot_uniform`` (8 MiB of float64).

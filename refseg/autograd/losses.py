@@ -11,7 +11,7 @@ import numpy as np
 
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: Probabilities are clipped to [EPSILON, 1 - EPSILON] before the logarithm (Keras' epsilon).
 EPSILON = 1e-7

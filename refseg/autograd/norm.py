@@ -17,7 +17,7 @@ from refseg.autograd.elementwise import output_buffer, relu_bounds, relu_passes
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: Keras' default momentum of the moving statistics.
 DEFAULT_MOMENTUM = 0.99

@@ -17,7 +17,7 @@ import numpy as np
 from refseg.autograd.tensor import Tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: [0247]: learning rate and smoothing constants.
 LEARNING_RATE = 0.001

@@ -7,7 +7,7 @@ from refseg.autograd.geometry import conv_output, int_pair
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
-from refseg.trace import implements
+from refseg.cite import implements
 
 
 @implements("claim2.backbones", "claim4.propagation")

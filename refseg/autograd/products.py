@@ -25,7 +25,7 @@ from refseg.autograd.elementwise import UNCLAMPED
 from refseg.backend import kernels
 from refseg.errors import InputError
 from refseg.threads import single_threaded_blas, tiling_threads
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 #: Products with fewer multiply-adds than this are one BLAS call, on the calling thread:
 #: handing out tiles costs more than it saves below it (about 20 us of work on one core).

@@ -16,7 +16,7 @@ import contextlib
 import numpy as np
 
 from refseg.errors import InputError
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 #: Floating-point types the engine computes in (float64 for gradient checks).
 DTYPES = (np.float32, np.float64)

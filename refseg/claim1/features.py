@@ -17,7 +17,7 @@ from refseg.claim1 import preprocess
 from refseg.claim1 import weighting
 from refseg.errors import InputError
 from refseg.claim1.operators import OPERATORS
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: The claim element each intermediate of :class:`FeatureResult` implements.
 STEP_CLAIMS = {

@@ -17,7 +17,7 @@ import numpy as np
 from refseg.backend import kernels
 from refseg.errors import InputError, as_float_image, check_threshold
 from refseg.claim1.preprocess import MIN_SIZE
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: 1-D smoothing and derivative parts of the 3x3 kernels, combined by outer products. The
 #: kernels are given their smoothing part (the derivative is always CENTRAL_DIFFERENCE), and

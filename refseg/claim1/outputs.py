@@ -24,7 +24,7 @@ from refseg.claim1.operators import OPERATORS
 from refseg.errors import InputError
 from refseg.images import LoadedImage
 from refseg.publish import write_json, write_npz, write_png
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 #: Display names of the operators in figures and reports.
 OPERATOR_NAMES = {"canny": "Canny", "sobel": "Sobel", "prewitt": "Prewitt", "log": "LoG"}

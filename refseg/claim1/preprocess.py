@@ -11,7 +11,7 @@ import numpy as np
 
 from refseg.backend import kernels
 from refseg.errors import InputError, as_float_image
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: Weighted-average grayscale weights for (R, G, B) in thousandths: ITU-R BT.601 luma
 #: 0.299, 0.587, 0.114 ([0079], [0206]). Gray = (299 R + 587 G + 114 B) / 1000: for uint8 input

@@ -15,7 +15,7 @@ import numpy as np
 from refseg.backend import kernels
 from refseg.errors import InputError, as_float_image
 from refseg.claim1.operators import OPERATORS
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: X value of an operator that has an edge at the pixel (grey value > 0) ([0106]).
 EDGE_VALUE = 2.0

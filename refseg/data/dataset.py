@@ -31,7 +31,7 @@ from refseg import publish
 from refseg.images import LoadedImage, decode_image, read_bytes, read_image
 from refseg.errors import InputError
 from refseg.data.labels import CLASS_NAMES, CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 IMAGES_DIR, LABELS_DIR = "images", "labels"
 #: How many problems :func:`load_dataset` spells out in its one-line report (the rest are

@@ -23,7 +23,7 @@ from refseg.claim1 import features
 from refseg.claim1 import preprocess
 from refseg.data import kinds
 from refseg.errors import InputError
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 
 def _resize(plane: np.ndarray, input_hw, resample) -> np.ndarray:

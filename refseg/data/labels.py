@@ -8,7 +8,7 @@ label is a (H, W) uint8 array of class ids.
 from __future__ import annotations
 
 import numpy as np
-from refseg.trace import infrastructure
+from refseg.cite import infrastructure
 
 #: Class ids, by the order in which [0263] names the colours.
 CONTOUR, INSIDE, OUTSIDE = 0, 1, 2

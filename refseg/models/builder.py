@@ -12,7 +12,7 @@ import numpy as np
 
 from refseg.autograd import layers
 from refseg.models.graph import Graph
-from refseg.trace import infrastructure
+from refseg.cite import infrastructure
 
 
 @infrastructure("deterministic per-layer seeds")

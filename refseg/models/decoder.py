@@ -16,7 +16,7 @@ import numpy as np
 from refseg.models.builder import Builder
 from refseg.models.graph import Graph
 from refseg.run.config import BRANCHES
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: Number of output classes: contour, inside, outside ([0263]).
 CLASSES = 3

@@ -25,7 +25,7 @@ from refseg.autograd.tensor import Tensor, grad_enabled
 from refseg.errors import InputError
 from refseg.threads import sized_to_load
 from refseg.autograd.layers import BatchNormalization, Conv2D, Layer, ReLU
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: Name of the image input node (Keras' default name of a model's input layer).
 INPUT = "input_layer"

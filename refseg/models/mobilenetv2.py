@@ -13,7 +13,7 @@ import numpy as np
 
 from refseg.models.builder import Builder
 from refseg.models.graph import INPUT, Graph
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: MobileNetV2's batch-normalisation epsilon (Keras' default).
 EPSILON = 1e-3

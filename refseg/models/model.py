@@ -18,7 +18,7 @@ from refseg.autograd import layers
 from refseg.models.decoder import BRANCHES, add_decoder
 from refseg.models.graph import INPUT, Graph
 from refseg.models.weights import LoadReport, match_weights, read_weight_file
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: Input heights and widths must be multiples of this (both backbones halve the size 5 times).
 SIZE_MULTIPLE = 32

@@ -6,7 +6,7 @@ from functools import lru_cache
 from refseg.models.decoder import add_decoder
 from refseg.models.mobilenetv2 import mobilenetv2_graph
 from refseg.models.resnet50v2 import resnet50v2_graph
-from refseg.trace import implements
+from refseg.cite import implements
 
 
 @implements("claim2.backbones", "claim2.fusion")

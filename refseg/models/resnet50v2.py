@@ -16,7 +16,7 @@ import numpy as np
 
 from refseg.models.builder import Builder
 from refseg.models.graph import INPUT, Graph
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: ResNet50V2's batch-normalisation epsilon (Keras).
 EPSILON = 1.001e-5

@@ -18,7 +18,7 @@ import numpy as np
 
 from refseg.errors import InputError
 from refseg.images import check_npz_members
-from refseg.trace import implements
+from refseg.cite import implements
 
 
 @implements("claim2.backbones", "claim4.propagation")

@@ -44,7 +44,7 @@ from refseg.data.labels import CLASS_NAMES, LABEL_COLOURS
 from refseg.errors import InputError
 from refseg.report import html as h
 from refseg.report.walkthrough import OPERATOR_NAMES, PATENT_WEIGHTS
-from refseg.trace import infrastructure
+from refseg.cite import infrastructure
 from refseg.run import records
 
 #: The chart's file name in the folder it reports on.

@@ -17,7 +17,7 @@ import numpy as np
 
 from refseg.data.kinds import FEATURE_KINDS, INPUT_KINDS
 from refseg.errors import InputError
-from refseg.trace import infrastructure
+from refseg.cite import infrastructure
 
 #: The decoder's branches, each reading one backbone's taps (``refseg.models.decoder``).
 BRANCHES = ("resnet50v2", "mobilenetv2")

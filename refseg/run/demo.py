@@ -36,7 +36,7 @@ from refseg.run.config import DemoSettings, TrainConfig
 from refseg.run.evaluation import comparison_panel, evaluate_runs, format_table
 from refseg.run.metrics import contour_coverage
 from refseg.run.training import PRUNED_RECORD, remove_cache, train
-from refseg.trace import implements
+from refseg.cite import implements
 
 #: The patent's reported numbers: pixel accuracy after ~40 epochs ([0257]) and prediction time
 #: per image ([0260]).

@@ -22,7 +22,7 @@ from refseg.errors import InputError
 from refseg.data.inputs import network_input, resize_probabilities
 from refseg.data.labels import CLASS_NAMES, LABEL_COLOURS
 from refseg.run.training import load_run
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 
 #: Opacity of the class colours over the image in overlays.
 OVERLAY_ALPHA = 0.45

@@ -19,7 +19,7 @@ import numpy as np
 from refseg import publish
 from refseg.errors import InputError
 from refseg.run.config import check_range
-from refseg.trace import infrastructure
+from refseg.cite import infrastructure
 
 #: The scores of the table, as (column title, key of scores.json, index within it or None).
 COLUMNS = (("pixel accuracy", "pixel_accuracy", None), ("IoU contour", "class_iou", 0),

@@ -25,7 +25,7 @@ from refseg.errors import InputError
 from refseg.publish import write_npz
 from refseg.models import ResMobileNet
 from refseg.models.weights import read_weight_file
-from refseg.trace import infrastructure
+from refseg.cite import infrastructure
 
 #: The starting weights of a run.
 STARTING_FILE = "backbones.npz"

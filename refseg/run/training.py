@@ -49,7 +49,7 @@ from refseg.run.resume import (PATH_SETTINGS, THREADS_RECORD, check_apart, clear
                                recorded_tiles, same_path, trained_epochs)
 from refseg.run.storage import (STARTING_FILE, check_resumable, drop_optimizer_state,
                                 load_starting_weights, write_starting_weights)
-from refseg.trace import implements, infrastructure
+from refseg.cite import implements, infrastructure
 from refseg.threads import bits_independent_of_load, sized_to_load
 
 #: Images per batch when computing taps and validation predictions (memory, not results).
