@@ -330,7 +330,7 @@ def _demo(args) -> str:
 
 
 def _report(args) -> str:
-    from refseg.run.chart import write_chart
+    from refseg.report.chart import write_chart
 
     return str(write_chart(args.folder, command=f"refseg report {args.folder}"))
 

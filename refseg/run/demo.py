@@ -9,8 +9,8 @@
    (R-frozen), since no pretrained weights can be downloaded here.
 4. Evaluate every run on the test set, keep the weights of the runs worth predicting with
    (the patent's network and the best one; all with ``keep_checkpoints``), and write the claim
-   chart ``index.html`` (:mod:`refseg.run.chart`), ``index.md`` with the figures and tables,
-   and ``demo.json``, the record the chart is drawn from.
+   chart ``index.html`` (:mod:`refseg.report.chart`), ``index.md`` with the figures and tables
+   (:mod:`refseg.report.results`), and ``demo.json``, the record the chart is drawn from.
 """
 from __future__ import annotations
 
@@ -31,16 +31,14 @@ from refseg.models import ResMobileNet
 from refseg.models.mobilenetv2 import TAPS as MOBILENET_TAPS
 from refseg.models.resnet50v2 import TAPS as RESNET_TAPS
 from refseg.models.summary import summarize
-from refseg.run import chart
+from refseg.report import chart, results
+from refseg.report.folder import machine
 from refseg.run.config import DemoSettings, TrainConfig
-from refseg.run.evaluation import comparison_panel, evaluate_runs, format_table
+from refseg.run.evaluation import comparison_panel, evaluate_runs
 from refseg.run.metrics import contour_coverage
 from refseg.run.training import PRUNED_RECORD, remove_cache, train
 from refseg.cite import implements
 
-#: The patent's reported numbers: pixel accuracy after ~40 epochs ([0257]) and prediction time
-#: per image ([0260]).
-PATENT_ACCURACY, PATENT_SECONDS = 0.9741, 0.123
 #: The demo's record of itself, from which ``refseg report`` redraws the chart.
 RECORD = "demo.json"
 #: The name stem of the test welds (``test/images/test_weld_00000.png``, ...).
@@ -104,7 +102,7 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
             folder.mkdir()
             outputs.write_outputs(folder, loaded, features.extract(loaded.pixels))
         coverage = _contour_coverage(root / "data")
-        histories, timings = {}, {}
+        timings = {}
         for index, (name, branches, kind) in enumerate(settings.runs, start=1):
             print(f"3/4 training {index}/{len(settings.runs)}: {name}", file=log)
             config = TrainConfig(epochs=settings.epochs, batch_size=settings.batch_size,
@@ -112,9 +110,8 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
                                  seed=settings.seed, branches=branches,
                                  train_backbone=settings.train_backbone)
             t = time.perf_counter()
-            histories[name] = train(root / "data", root / "runs" / name, config,
-                                    jobs=settings.jobs, log=log,
-                                    shown_as=out / "runs" / name)
+            train(root / "data", root / "runs" / name, config, jobs=settings.jobs, log=log,
+                  shown_as=out / "runs" / name)
             timings[name] = time.perf_counter() - t
             remove_cache(root / "runs" / name)
         print("4/4 evaluation on the test set", file=log)
@@ -131,7 +128,7 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
         record = _record(settings, out, clock, time.perf_counter() - started, shown, coverage,
                          timings, kept, summary)
         publish.write_json(root / RECORD, record)
-        publish.write_text(root / "index.md", _index(settings, rows, histories, record))
+        results.write_index(root, shown_as=out)
         chart.write_chart(root, shown_as=out)
     print(f"demo done in {time.perf_counter() - started:.0f} s: {out / 'index.html'} "
           f"(the claim chart; open it in a browser), {out / 'index.md'}", file=log)
@@ -175,7 +172,7 @@ def _record(settings, out, clock, seconds, shown, coverage, timings, kept, summa
         "keep_command": _keep_command(settings, out),
         "started": clock.isoformat(timespec="seconds"),
         "finished": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "seconds": seconds, "machine": chart.machine(), "out": str(out),
+        "seconds": seconds, "machine": machine(), "out": str(out),
         "settings": {"count": settings.count, "test_count": settings.test_count,
                      "epochs": settings.epochs, "batch_size": settings.batch_size,
                      "input_hw": list(settings.input_hw), "seed": settings.seed,
@@ -188,96 +185,3 @@ def _record(settings, out, clock, seconds, shown, coverage, timings, kept, summa
                  for name, branches, kind in settings.runs],
         "network": {"parts": parts, "taps": taps},
     }
-
-
-def _index(settings, rows, histories, record) -> str:
-    main = rows[0].scores
-    best = max(rows, key=lambda r: r.scores.pixel_accuracy)
-    h, w = settings.input_hw
-    macs = sum(p["macs"] for p in record["network"]["parts"].values())
-    first = record["claim1_images"][0]
-    timings = {r["name"]: r["train_seconds"] for r in record["runs"]}
-    lines = [
-        "# refseg demo: the method of CN114419081B on synthetic weld seams", "",
-        f"Made by `{record['command']}` in {record['seconds'] / 60:.1f} min "
-        f"(refseg {record['refseg_version']}, {record['finished']}): {settings.count} "
-        f"synthetic weld images (550x156, seeds {settings.seed}-"
-        f"{settings.seed + settings.count - 1}; 80 % training, 20 % validation) and "
-        f"{settings.test_count} test images (other seeds); input {h}x{w}, {settings.epochs} "
-        f"epochs, batch {settings.batch_size}, Adam lr 0.001. "
-        + ("No pretrained weights: the backbones start random, with batch norm calibrated on "
-           "training images, and are trained with the decoder (`--train-backbone`, an "
-           "extension: the patent freezes them; R-frozen)." if settings.train_backbone else
-           "No pretrained weights: the frozen backbones are random with batch norm calibrated "
-           "on training images (R-frozen)."), "",
-        "The claim chart, `index.html` beside this file, shows every claim element with the "
-        "patent's Chinese text, the readings, the code, the tests and the images of each "
-        "step; this file is its summary.", "",
-        "## 1. Claim 1: feature extraction", "",
-        "`claim1/<name>/panel.png`, for the first two training images: the input image, the "
-        "Canny, Sobel, Prewitt and LoG edge maps (each with its weight w and coefficient of "
-        "variation V) and the feature map (F >= 0). The gray, blurred and mean images and the "
-        "final weight are in `claim1/<name>/features.npz` and in the claim chart.", "",
-        f"![claim 1: input, four edge maps, feature map](claim1/{first}/panel.png)", "",
-        "Any image step by step, with who decided each pixel: `refseg explain claim1 --image "
-        "IMAGE --out DIR`.", "",
-        f"Of the labels' contour pixels, {record['contour_coverage']:.1%} lie within one pixel "
-        "of a feature-map pixel (first 20 images): the rest of the seam's edges are lost by "
-        "the vote before the network sees the image.", "",
-        "## 2. Training", "",
-        f"Loss and pixel accuracy per epoch of {rows[0].name} (the patent's network, feature "
-        "input, both backbones; like fig. 8); each run's own are in "
-        "`runs/<name>/curves.png`.", "",
-        f"![training curves of {rows[0].name}](curves.png)", "",
-        "| run | epochs | final train loss | final val loss | final val accuracy | time |",
-        "|---|---:|---:|---:|---:|---:|"]
-    for name, history in histories.items():
-        last = history[-1]
-        lines.append(f"| {name} | {len(history)} | {last['train_loss']:.4f} | "
-                     f"{last['val_loss']:.4f} | {last['val_pixel_accuracy']:.4f} | "
-                     f"{timings[name]:.0f} s |")
-    lines += ["", "## 3. Evaluation on the test set", "",
-              "Pixel accuracy, IoU per class, mIoU, boundary F1 (2 px), median seconds per "
-              "image (claim-1 extraction + network + resizing back).", "",
-              format_table(rows), "",
-              "`predictions.png`: one row per test image; its columns are the image, its "
-              "label, then each run's prediction in the order of the table, coloured as "
-              "the labels ([0263]: contour red, inside green, outside blue).", "",
-              "![predictions: image, label, each run](predictions.png)", "",
-              "## 4. Against the patent", "",
-              f"- Pixel accuracy: the patent reports {PATENT_ACCURACY:.2%} after about 40 "
-              f"epochs ([0257]); here the feature-input network reaches "
-              f"{main.pixel_accuracy:.2%}"
-              + ("." if main.pixel_accuracy >= PATENT_ACCURACY else
-                 f", below it. The best run is {best.name} ({best.scores.pixel_accuracy:.2%})."),
-              f"- Contour IoU of the feature-input network: {main.class_iou[0]:.4f}.",
-              f"- Prediction time: the patent reports {PATENT_SECONDS} s per image ([0260]); "
-              f"here {rows[0].seconds_per_image:.3f} s (median, {record['machine']['cores']} "
-              f"cores, {h}x{w} input, {macs / 1e9:.2f} G multiply-accumulates).",
-              "- Without pretrained backbones and with few synthetic images, these numbers are "
-              "not the patent's setting; see the README's *Limitations*. With 2640 welds and "
-              "the backbones trained too (an extension), 97.31 % was measured on the test "
-              "welds with the feature image and 97.61 % with the gray image: the gray image is "
-              "the input that reaches the patent's accuracy here (docs/experiments.md, "
-              "*Training the backbones too: 2640 welds*).", "",
-              "## 5. The runs' weights", ""]
-    for run in record["runs"]:
-        size = f"{run['weight_bytes'] / 1e6:.0f} MB"
-        lines.append(f"- `runs/{run['name']}`: " + (
-            f"weights kept ({size}): `refseg predict {record['out']}/runs/{run['name']} "
-            "IMAGE --out DIR` "
-            "and `refseg evaluate` work on it." if run["kept"] else
-            f"weights removed to save {size} (metrics and curves kept); "
-            f"`{record['keep_command']}` keeps them."))
-    lines += ["", "## Traceability", "",
-              "| stage | claim elements |", "|---|---|",
-              "| synthetic data, labels | `claim1.step1.acquire`, `claim1.step2.dataset` |",
-              "| feature extraction | `claim1.step2.*` (`refseg explain claim1.step2.cv`) |",
-              "| network | `claim2.backbones`, `claim2.taps`, `claim2.fusion`, "
-              "`claim3.formula` |",
-              "| training | `claim1.step3.train`, `claim4.propagation`, `claim4.update` |",
-              "| prediction, evaluation | `claim1.step4.predict`, `claim5.output_module` |", "",
-              "Settings and raw numbers: `demo.json`, `scores.json`, `runs/<name>/config.json`, "
-              "`runs/<name>/metrics.jsonl`.", ""]
-    return "\n".join(lines)
-

@@ -201,7 +201,7 @@ def test_each_readings_sensitivity_table_is_shown_under_it(tiny_demo):
     """spec/sensitivity.md's table of a reading appears once, inside that reading's box in the
     section of the first element citing it; a reading without a table gets none."""
     from refseg import trace
-    from refseg.run import chart
+    from refseg.report import chart
 
     out, _ = tiny_demo
     page = chart.render_chart(out)
