@@ -381,11 +381,11 @@ def _explain(args) -> str:
 
 
 def _weights(args) -> str:
-    from refseg.models import h5
+    from refseg.models import h5, weights
 
     if args.weights_command == "convert":
         return h5.convert_h5(args.source, args.destination, force=args.force).text()
-    return h5.inspect_npz(args.path).text()
+    return weights.inspect_npz(args.path).text()
 
 
 def _model(args) -> str:

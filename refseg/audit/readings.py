@@ -39,7 +39,7 @@ from refseg.claim1.alternatives import ALTERNATIVES, BY_NAME, Variant, extract_v
 from refseg.claim1.operators import OPERATORS
 from refseg.data.synthetic import WELD_SHAPE, weld_image
 from refseg.errors import InputError
-from refseg.golden.produce import PHOTOS, _photos
+from refseg.golden.bundle_images import PHOTOS, shipped_photos
 from refseg.run.config import DemoSettings
 from refseg.run.metrics import contour_coverage
 
@@ -110,7 +110,7 @@ class CorpusImage:
 def corpus(quick: bool = False) -> list[CorpusImage]:
     """The three photographs, then the synthetic welds (40, or 4 in quick mode) at the
     patent's 550x156."""
-    photos, _ = _photos()
+    photos, _ = shipped_photos()
     images = [CorpusImage(name, photos[name], None) for name in PHOTOS]
     for seed in (QUICK_WELD_SEEDS if quick else WELD_SEEDS):
         sample = weld_image(seed, WELD_SHAPE)

@@ -30,7 +30,7 @@ from refseg.golden.check import CheckRow, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
 from refseg.golden.format import BundleBuilder, array_sha256, read_npz
 from refseg.golden.own import as_rgb, image_name
-from refseg.golden.produce import add_claim1, add_input
+from refseg.golden.claim1_arrays import add_claim1, add_input
 
 INFRASTRUCTURE = "golden files: folder-to-folder comparison"
 

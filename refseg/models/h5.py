@@ -1,5 +1,5 @@
-"""Backbone weights: Keras HDF5 files converted to refseg's ``.npz`` weight files, and a check of
-``.npz`` weight files against the weights refseg expects.
+"""Backbone weights: Keras HDF5 files converted to refseg's ``.npz`` weight files (their check
+against the weights refseg expects is :func:`refseg.models.weights.inspect_npz`).
 
 refseg's weight files are ``.npz`` archives (``np.savez``, always loaded with
 ``allow_pickle=False``) whose keys are Keras 3 weight paths (``v.path``)
@@ -41,10 +41,8 @@ import numpy as np
 
 from refseg.errors import InputError
 from refseg.publish import check_single_output, write_npz
-from refseg.models.registry import known_weight_shapes
-from refseg.models.weights import read_weight_file
 
-INFRASTRUCTURE = "conversion and inspection of Keras weight files"
+INFRASTRUCTURE = "conversion of Keras weight files"
 
 #: The largest array a weight file's dataset may declare: the biggest backbone weight
 #: (ResNet50V2's 3x3x512x512 float32 kernels, 9.4 MB) many times over.
@@ -65,12 +63,6 @@ KERAS3_VARIABLE_NAMES: dict[str, dict[int, tuple[str, ...]]] = {
     "batch_normalization": {2: ("moving_mean", "moving_variance"),
                             4: ("gamma", "beta", "moving_mean", "moving_variance")},
 }
-#: Layers whose weights a MobileNetV2 file holds but refseg's taps do not use.
-IGNORED_LAYERS = {"Conv_1": "mobilenetv2", "Conv_1_bn": "mobilenetv2"}
-STATUS_OK = "ok"
-STATUS_MISSHAPED = "mis-shaped"
-STATUS_UNEXPECTED = "unexpected"
-STATUS_IGNORED = "ignored (not used by the taps)"
 
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _ZIP_SIGNATURE = b"PK\x03\x04"
@@ -477,34 +469,14 @@ def convert_h5(src, dst, force: bool = False) -> ConversionReport:
     out, skipped, notes = _Collector(), [], []
     try:
         with h5py.File(src, "r") as f:
-            if _attr_strings(f, "layer_names") is not None:
-                layout, root = _LAYOUT_WEIGHTS, f
-            elif isinstance(f.get("model_weights", getlink=True), h5py.HardLink) and \
-                    isinstance(f["model_weights"], h5py.Group) and \
-                    _attr_strings(f["model_weights"], "layer_names") is not None:
-                layout, root = _LAYOUT_MODEL, f["model_weights"]
-            elif any(isinstance(f.get(c, getlink=True), h5py.HardLink) for c in
-                     _LAYER_CONTAINERS):
-                layout, root = _LAYOUT_KERAS3, f
-            else:
-                raise _Bad("no Keras weights layout found (no layer_names attribute, no "
-                           "model_weights or layers group)")
+            layout, root = _find_layout(f, h5py)
             if layout == _LAYOUT_KERAS3:
                 _read_keras3(f, h5py, out, skipped, notes)
             else:
                 _read_legacy(root, _config_classes(f.attrs.get("model_config")), h5py, out,
                              skipped, notes)
-            version = root.attrs.get("keras_version")
-            backend = root.attrs.get("backend")
-            version = None if version is None else _text(version, "keras_version")
-            backend = None if backend is None else _text(backend, "backend")
-            leftovers = []
-            f.visititems(lambda name, obj: leftovers.append(obj)
-                         if isinstance(obj, h5py.Dataset) and obj.id not in out.used else None)
-            listed = {path for path, _ in skipped}
-            for obj in leftovers:
-                if obj.name not in listed:
-                    skipped.append((obj.name, _leftover_reason(obj.name, layout)))
+            version, backend = _root_text(root, "keras_version"), _root_text(root, "backend")
+            _list_leftovers(f, h5py, out, skipped, layout)
     except _Bad as exc:
         raise InputError(f"{src}: {exc}") from None
     except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
@@ -520,6 +492,37 @@ def convert_h5(src, dst, force: bool = False) -> ConversionReport:
         skipped=tuple(sorted(skipped)), notes=tuple(notes))
 
 
+def _find_layout(f, h5py):
+    """The file's layout (one of the three of the module docstring) and the group holding its
+    layers."""
+    if _attr_strings(f, "layer_names") is not None:
+        return _LAYOUT_WEIGHTS, f
+    if isinstance(f.get("model_weights", getlink=True), h5py.HardLink) and \
+            isinstance(f["model_weights"], h5py.Group) and \
+            _attr_strings(f["model_weights"], "layer_names") is not None:
+        return _LAYOUT_MODEL, f["model_weights"]
+    if any(isinstance(f.get(c, getlink=True), h5py.HardLink) for c in _LAYER_CONTAINERS):
+        return _LAYOUT_KERAS3, f
+    raise _Bad("no Keras weights layout found (no layer_names attribute, no model_weights or "
+               "layers group)")
+
+
+def _root_text(root, name: str) -> str | None:
+    value = root.attrs.get(name)
+    return None if value is None else _text(value, name)
+
+
+def _list_leftovers(f, h5py, out, skipped: list, layout: str) -> None:
+    """Count every dataset of the file that no weight was read from as skipped, with why."""
+    leftovers = []
+    f.visititems(lambda name, obj: leftovers.append(obj)
+                 if isinstance(obj, h5py.Dataset) and obj.id not in out.used else None)
+    listed = {path for path, _ in skipped}
+    for obj in leftovers:
+        if obj.name not in listed:
+            skipped.append((obj.name, _leftover_reason(obj.name, layout)))
+
+
 def _leftover_reason(path: str, layout: str) -> str:
     top = path.strip("/").split("/")[0]
     if top in ("optimizer_weights", "optimizer"):
@@ -529,182 +532,3 @@ def _leftover_reason(path: str, layout: str) -> str:
     if layout == _LAYOUT_KERAS3:
         return "outside any layer's vars group"
     return "not listed in layer_names"
-
-
-@dataclass(frozen=True)
-class KeyCheck:
-    """One key of a weight file, held against the expected weights.
-
-    Attributes
-    ----------
-    key : str
-    shape : tuple of int
-    dtype : str
-    part : str or None
-        The known part (``resnet50v2``, ``mobilenetv2``, ``decoder``) expecting this key.
-    expected_shape : tuple of int or None
-    status : str
-        :data:`STATUS_OK`, :data:`STATUS_MISSHAPED`, :data:`STATUS_UNEXPECTED` or
-        :data:`STATUS_IGNORED`.
-    finite : bool
-    """
-
-    key: str
-    shape: tuple
-    dtype: str
-    part: str | None
-    expected_shape: tuple | None
-    status: str
-    finite: bool
-
-
-@dataclass(frozen=True)
-class PartTotals:
-    """How much of one known part a weight file holds.
-
-    Attributes
-    ----------
-    part : str
-    expected : int
-        Keys the part expects (ignored layers not counted).
-    matched : int
-        Keys present with the expected shape.
-    misshaped : int
-    missing : tuple of str
-    parameters : int
-        Values in the matched keys.
-    """
-
-    part: str
-    expected: int
-    matched: int
-    misshaped: int
-    missing: tuple
-    parameters: int
-
-
-@dataclass(frozen=True)
-class Inspection:
-    """What :func:`inspect_npz` found in a weight file.
-
-    Attributes
-    ----------
-    path : str
-    entries : tuple of KeyCheck
-        In the file's order.
-    parts : tuple of PartTotals
-    """
-
-    path: str
-    entries: tuple
-    parts: tuple
-
-    def keys_with(self, status: str) -> list[KeyCheck]:
-        """The entries of one status."""
-        return [e for e in self.entries if e.status == status]
-
-    def text(self) -> str:
-        """The report ``refseg weights inspect`` prints: a table of the keys, totals per part,
-        unexpected and mis-shaped keys."""
-        rows = [("key", "shape", "dtype", "part", "status")]
-        for e in self.entries:
-            status = e.status if e.finite else f"{e.status}, NOT FINITE"
-            rows.append((e.key, str(e.shape), e.dtype, e.part or "-", status))
-        width = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = [f"{self.path}: {len(self.entries)} keys"]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r[:4], width)) + "  " + r[4]
-                  for r in rows]
-        lines += ["", "totals per part",
-                  f"{'part':<12}  {'expected':>8}  {'matched':>8}  {'mis-shaped':>10}  "
-                  f"{'missing':>8}  {'parameters':>12}"]
-        for t in self.parts:
-            lines.append(f"{t.part:<12}  {t.expected:>8}  {t.matched:>8}  {t.misshaped:>10}  "
-                         f"{len(t.missing):>8}  {t.parameters:>12,}"
-                         + ("  (absent)" if t.matched + t.misshaped == 0 else ""))
-        for t in self.parts:
-            if t.missing and t.matched + t.misshaped:
-                lines.append(f"missing from {t.part}: {', '.join(t.missing)}")
-        unexpected = self.keys_with(STATUS_UNEXPECTED)
-        lines += ["", f"unexpected keys: {len(unexpected)}"]
-        lines += [f"  {e.key} {e.shape}" for e in unexpected]
-        misshaped = self.keys_with(STATUS_MISSHAPED)
-        lines += [f"mis-shaped keys: {len(misshaped)}"]
-        lines += [f"  {e.key} {e.shape}, expected {e.expected_shape} ({e.part})"
-                  for e in misshaped]
-        ignored = self.keys_with(STATUS_IGNORED)
-        if ignored:
-            lines.append(f"{STATUS_IGNORED}: " + ", ".join(e.key for e in ignored))
-        other = [e for e in self.entries if e.dtype != "float32" or not e.finite]
-        if other:
-            lines.append("not float32 or not finite: " + ", ".join(e.key for e in other))
-        return "\n".join(lines)
-
-
-def _normalise_expected(expected) -> dict[str, dict[str, tuple[int, ...]]]:
-    try:
-        return {str(part): {str(k): tuple(int(n) for n in shape) for k, shape in keys.items()}
-                for part, keys in expected.items()}
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise InputError(f"expected: want {{part: {{key: shape}}}} ({_one_line(exc)})") from None
-
-
-def inspect_npz(path, expected=None) -> Inspection:
-    """List the keys of a weight file and hold each against the weights refseg expects.
-
-    Parameters
-    ----------
-    path : str or Path
-        An ``.npz`` weight file (read with ``allow_pickle=False``).
-    expected : dict or None
-        {part name: {key: shape}}; None means :func:`refseg.models.known_weight_shapes`.
-
-    Returns
-    -------
-    Inspection
-        Each key's shape, dtype, part and status: ``ok`` (an expected key with the expected
-        shape), ``mis-shaped``, ``unexpected`` (no part expects it) or ``ignored (not used by
-        the taps)`` (MobileNetV2's ``Conv_1`` and ``Conv_1_bn``); totals per part.
-
-    Raises
-    ------
-    InputError
-        A missing, empty, non-zip, truncated or corrupt file, a single ``.npy``, or an object
-        (pickled) array; one line naming the file.
-    """
-    p = Path(path)
-    arrays = read_weight_file(p)
-    expected = _normalise_expected(known_weight_shapes() if expected is None else expected)
-    owners: dict[str, list[tuple[str, tuple]]] = {}
-    for part, keys in expected.items():
-        for key, shape in keys.items():
-            owners.setdefault(key, []).append((part, shape))
-    entries = []
-    for key, array in arrays.items():
-        shape = tuple(int(n) for n in array.shape)
-        finite = bool(np.isfinite(array).all()) if array.dtype.kind in "fc" else True
-        layer = key.rpartition("/")[0]
-        candidates = owners.get(key, [])
-        match = next(((pt, s) for pt, s in candidates if s == shape), None)
-        part, want = match or (candidates[0] if candidates else (None, None))
-        if layer in IGNORED_LAYERS:
-            part, status = part or IGNORED_LAYERS[layer], STATUS_IGNORED
-        elif match:
-            status = STATUS_OK
-        elif candidates:
-            status = STATUS_MISSHAPED
-        else:
-            status = STATUS_UNEXPECTED
-        entries.append(KeyCheck(key, shape, str(array.dtype), part, want, status, finite))
-    totals = []
-    for part, keys in expected.items():
-        mine = [e for e in entries if e.part == part and e.status != STATUS_IGNORED]
-        wanted = [k for k in keys if k.rpartition("/")[0] not in IGNORED_LAYERS]
-        present = {e.key for e in mine}
-        totals.append(PartTotals(
-            part=part, expected=len(wanted),
-            matched=sum(e.status == STATUS_OK for e in mine),
-            misshaped=sum(e.status == STATUS_MISSHAPED for e in mine),
-            missing=tuple(k for k in wanted if k not in present),
-            parameters=int(sum(np.prod(e.shape, dtype=np.int64) for e in mine
-                               if e.status == STATUS_OK))))
-    return Inspection(str(p), tuple(entries), tuple(totals))

@@ -6,6 +6,8 @@ A file may hold any subset of the backbones' and the decoder's weights. Matching
 into: loaded, missing (the model has it, the file does not), unexpected (neither the model nor a
 known layer it leaves out), mis-shaped, not floating point, non-finite, and ignored (layers of
 the Keras architectures the model does not use, such as MobileNetV2's ``Conv_1``).
+:func:`inspect_npz` holds a file against every part refseg knows, with the same classifier
+(:func:`key_status`), for ``refseg weights inspect``.
 """
 from __future__ import annotations
 
@@ -18,7 +20,46 @@ import numpy as np
 
 from refseg.errors import InputError
 from refseg.images import check_npz_members
-from refseg.cite import implements
+from refseg.cite import implements, infrastructure
+from refseg.models.registry import known_weight_shapes
+
+
+#: What a weight key is, held against the weights a model (or a known part) expects.
+STATUS_OK = "ok"
+STATUS_MISSHAPED = "mis-shaped"
+STATUS_UNEXPECTED = "unexpected"
+STATUS_IGNORED = "ignored (not used by the taps)"
+#: Layers whose weights a MobileNetV2 file holds but refseg's taps do not use.
+IGNORED_LAYERS = {"Conv_1": "mobilenetv2", "Conv_1_bn": "mobilenetv2"}
+
+
+@infrastructure("the classification of a weight file's keys")
+def key_status(shape, expected_shapes, ignored: bool) -> str:
+    """The status of one weight key: the one classifier of keys behind :func:`match_weights`
+    (loading) and :func:`inspect_npz` (inspecting).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The array's shape in the file.
+    expected_shapes : sequence of tuple of int
+        The shapes under which the model (or any known part) expects the key; empty when
+        nothing expects it.
+    ignored : bool
+        The key is of a known layer the model leaves out.
+
+    Returns
+    -------
+    str
+        :data:`STATUS_IGNORED`, :data:`STATUS_UNEXPECTED` (nothing expects it), :data:`STATUS_OK`
+        (an expected shape) or :data:`STATUS_MISSHAPED`.
+    """
+    if ignored:
+        return STATUS_IGNORED
+    if not expected_shapes:
+        return STATUS_UNEXPECTED
+    shape = tuple(int(n) for n in shape)
+    return STATUS_OK if any(shape == tuple(s) for s in expected_shapes) else STATUS_MISSHAPED
 
 
 @implements("claim2.backbones", "claim4.propagation")
@@ -126,10 +167,15 @@ def match_weights(path, arrays: dict[str, np.ndarray], expected: dict[str, tuple
     """
     report = LoadReport(str(path))
     for key, array in arrays.items():
-        if key not in expected:
-            (report.ignored if key in ignorable else report.unexpected).append(key)
-        elif tuple(array.shape) != tuple(expected[key]):
-            report.misshaped.append(f"{key} {tuple(array.shape)} != {tuple(expected[key])}")
+        want = expected.get(key)
+        status = key_status(array.shape, [] if want is None else [want],
+                            want is None and key in ignorable)
+        if status == STATUS_IGNORED:
+            report.ignored.append(key)
+        elif status == STATUS_UNEXPECTED:
+            report.unexpected.append(key)
+        elif status == STATUS_MISSHAPED:
+            report.misshaped.append(f"{key} {tuple(array.shape)} != {tuple(want)}")
         elif not np.issubdtype(array.dtype, np.floating):
             report.not_float.append(f"{key} ({array.dtype})")
         elif not np.isfinite(array).all():
@@ -141,3 +187,182 @@ def match_weights(path, arrays: dict[str, np.ndarray], expected: dict[str, tuple
             report.loaded.append(key)
     report.missing = [key for key in expected if key not in arrays]
     return report
+
+
+@infrastructure("the inspection of weight files")
+@dataclass(frozen=True)
+class KeyCheck:
+    """One key of a weight file, held against the expected weights.
+
+    Attributes
+    ----------
+    key : str
+    shape : tuple of int
+    dtype : str
+    part : str or None
+        The known part (``resnet50v2``, ``mobilenetv2``, ``decoder``) expecting this key.
+    expected_shape : tuple of int or None
+    status : str
+        :data:`STATUS_OK`, :data:`STATUS_MISSHAPED`, :data:`STATUS_UNEXPECTED` or
+        :data:`STATUS_IGNORED`.
+    finite : bool
+    """
+
+    key: str
+    shape: tuple
+    dtype: str
+    part: str | None
+    expected_shape: tuple | None
+    status: str
+    finite: bool
+
+
+@infrastructure("the inspection of weight files")
+@dataclass(frozen=True)
+class PartTotals:
+    """How much of one known part a weight file holds.
+
+    Attributes
+    ----------
+    part : str
+    expected : int
+        Keys the part expects (ignored layers not counted).
+    matched : int
+        Keys present with the expected shape.
+    misshaped : int
+    missing : tuple of str
+    parameters : int
+        Values in the matched keys.
+    """
+
+    part: str
+    expected: int
+    matched: int
+    misshaped: int
+    missing: tuple
+    parameters: int
+
+
+@infrastructure("the inspection of weight files")
+@dataclass(frozen=True)
+class Inspection:
+    """What :func:`inspect_npz` found in a weight file.
+
+    Attributes
+    ----------
+    path : str
+    entries : tuple of KeyCheck
+        In the file's order.
+    parts : tuple of PartTotals
+    """
+
+    path: str
+    entries: tuple
+    parts: tuple
+
+    def keys_with(self, status: str) -> list[KeyCheck]:
+        """The entries of one status."""
+        return [e for e in self.entries if e.status == status]
+
+    def text(self) -> str:
+        """The report ``refseg weights inspect`` prints: a table of the keys, totals per part,
+        unexpected and mis-shaped keys."""
+        rows = [("key", "shape", "dtype", "part", "status")]
+        for e in self.entries:
+            status = e.status if e.finite else f"{e.status}, NOT FINITE"
+            rows.append((e.key, str(e.shape), e.dtype, e.part or "-", status))
+        width = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = [f"{self.path}: {len(self.entries)} keys"]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r[:4], width)) + "  " + r[4]
+                  for r in rows]
+        lines += ["", "totals per part",
+                  f"{'part':<12}  {'expected':>8}  {'matched':>8}  {'mis-shaped':>10}  "
+                  f"{'missing':>8}  {'parameters':>12}"]
+        for t in self.parts:
+            lines.append(f"{t.part:<12}  {t.expected:>8}  {t.matched:>8}  {t.misshaped:>10}  "
+                         f"{len(t.missing):>8}  {t.parameters:>12,}"
+                         + ("  (absent)" if t.matched + t.misshaped == 0 else ""))
+        for t in self.parts:
+            if t.missing and t.matched + t.misshaped:
+                lines.append(f"missing from {t.part}: {', '.join(t.missing)}")
+        unexpected = self.keys_with(STATUS_UNEXPECTED)
+        lines += ["", f"unexpected keys: {len(unexpected)}"]
+        lines += [f"  {e.key} {e.shape}" for e in unexpected]
+        misshaped = self.keys_with(STATUS_MISSHAPED)
+        lines += [f"mis-shaped keys: {len(misshaped)}"]
+        lines += [f"  {e.key} {e.shape}, expected {e.expected_shape} ({e.part})"
+                  for e in misshaped]
+        ignored = self.keys_with(STATUS_IGNORED)
+        if ignored:
+            lines.append(f"{STATUS_IGNORED}: " + ", ".join(e.key for e in ignored))
+        other = [e for e in self.entries if e.dtype != "float32" or not e.finite]
+        if other:
+            lines.append("not float32 or not finite: " + ", ".join(e.key for e in other))
+        return "\n".join(lines)
+
+
+def _normalise_expected(expected) -> dict[str, dict[str, tuple[int, ...]]]:
+    try:
+        return {str(part): {str(k): tuple(int(n) for n in shape) for k, shape in keys.items()}
+                for part, keys in expected.items()}
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise InputError(f"expected: want {{part: {{key: shape}}}} "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
+@infrastructure("the inspection of weight files")
+def inspect_npz(path, expected=None) -> Inspection:
+    """List the keys of a weight file and hold each against the weights refseg expects.
+
+    Parameters
+    ----------
+    path : str or Path
+        An ``.npz`` weight file (read with ``allow_pickle=False``).
+    expected : dict or None
+        {part name: {key: shape}}; None means :func:`refseg.models.known_weight_shapes`.
+
+    Returns
+    -------
+    Inspection
+        Each key's shape, dtype, part and status: ``ok`` (an expected key with the expected
+        shape), ``mis-shaped``, ``unexpected`` (no part expects it) or ``ignored (not used by
+        the taps)`` (MobileNetV2's ``Conv_1`` and ``Conv_1_bn``); totals per part.
+
+    Raises
+    ------
+    InputError
+        A missing, empty, non-zip, truncated or corrupt file, a single ``.npy``, or an object
+        (pickled) array; one line naming the file.
+    """
+    p = Path(path)
+    arrays = read_weight_file(p)
+    expected = _normalise_expected(known_weight_shapes() if expected is None else expected)
+    owners: dict[str, list[tuple[str, tuple]]] = {}
+    for part, keys in expected.items():
+        for key, shape in keys.items():
+            owners.setdefault(key, []).append((part, shape))
+    entries = []
+    for key, array in arrays.items():
+        shape = tuple(int(n) for n in array.shape)
+        finite = bool(np.isfinite(array).all()) if array.dtype.kind in "fc" else True
+        layer = key.rpartition("/")[0]
+        candidates = owners.get(key, [])
+        match = next(((pt, s) for pt, s in candidates if s == shape), None)
+        part, want = match or (candidates[0] if candidates else (None, None))
+        status = key_status(shape, [s for _, s in candidates], layer in IGNORED_LAYERS)
+        if status == STATUS_IGNORED:
+            part = part or IGNORED_LAYERS[layer]
+        entries.append(KeyCheck(key, shape, str(array.dtype), part, want, status, finite))
+    totals = []
+    for part, keys in expected.items():
+        mine = [e for e in entries if e.part == part and e.status != STATUS_IGNORED]
+        wanted = [k for k in keys if k.rpartition("/")[0] not in IGNORED_LAYERS]
+        present = {e.key for e in mine}
+        totals.append(PartTotals(
+            part=part, expected=len(wanted),
+            matched=sum(e.status == STATUS_OK for e in mine),
+            misshaped=sum(e.status == STATUS_MISSHAPED for e in mine),
+            missing=tuple(k for k in wanted if k not in present),
+            parameters=int(sum(np.prod(e.shape, dtype=np.int64) for e in mine
+                               if e.status == STATUS_OK))))
+    return Inspection(str(p), tuple(entries), tuple(totals))

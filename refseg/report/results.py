@@ -135,8 +135,8 @@ def _accuracy_reading(source: Source, main: dict) -> str:
 def _loss_reading(last: dict) -> str:
     return (f"Here {last.get('val_loss', float('nan')):.3f} (validation) and "
             f"{last.get('train_loss', float('nan')):.3f} (training) after epoch "
-            f"{last.get('epoch', '?')}; [0257] does not say which loss its 0.062 is, after about "
-            "40 epochs.")
+            f"{last.get('epoch', '?')}; [0257] does not say which loss its {PATENT_LOSS} is, "
+            "after about 40 epochs.")
 
 
 def _time_reading(source: Source) -> str:

@@ -1,6 +1,7 @@
 """Golden-file bundles: writing, determinism, checking candidates, and the independent
 implementations in examples/ (OpenCV for claim 1, plain PyTorch for the network) checked
 against the bundle."""
+import importlib
 import itertools
 import json
 import os
@@ -112,6 +113,42 @@ def test_every_entry_names_its_readings_parameters_and_sources_in_pipeline_order
         [[3, 3], [3, 3]]
     assert sum(len(row["weights"]) for row in layers.values()) == \
         manifest["network"]["weights_count"]
+
+
+def _resolve(dotted: str):
+    """The object a dotted name names: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attribute in parts[i:]:
+            found = getattr(found, attribute)
+        return found
+    raise ImportError(dotted)
+
+
+@pytest.mark.infrastructure
+def test_every_function_the_manifest_names_is_a_real_object(bundle):
+    """Each entry's ``function`` and each input's ``source`` naming refseg code imports
+    and resolves, attribute by attribute, to a function, method or class (the photographs'
+    source is ``skimage.data``); so does the function of a user's image; a name of nothing
+    fails the resolution."""
+    from refseg.golden import produce
+
+    _, manifest, _, _ = bundle
+    named = {e["function"] for e in manifest["arrays"].values()}
+    named |= {i["source"] for i in manifest["inputs"].values()
+              if i.get("source", "").startswith("refseg.")}
+    named |= {produce.READ_IMAGE}
+    assert len(named) >= 20 and produce.PHOTO_SOURCE in named
+    for name in sorted(named - {produce.PHOTO_SOURCE}):
+        assert name.startswith("refseg."), name
+        assert callable(_resolve(name)), name
+    for nothing in ("refseg.autograd.no_such_op", "refseg.models.ResMobileNet.no_such_method"):
+        with pytest.raises(AttributeError):
+            _resolve(nothing)
 
 
 @pytest.mark.infrastructure
@@ -326,10 +363,10 @@ def test_shipped_photographs_are_the_scikit_image_crops():
     photos.json names, pixel for pixel, and the originals hash as recorded."""
     data = require("skimage.data")
     from refseg.golden.format import array_sha256
-    from refseg.golden.produce import PHOTO_FOLDER, PHOTOS, _photos
+    from refseg.golden.bundle_images import PHOTO_FOLDER, PHOTOS, shipped_photos
 
     records = json.loads((PHOTO_FOLDER / "photos.json").read_text())
-    images, provenance = _photos()
+    images, provenance = shipped_photos()
     assert sorted(images) == sorted(PHOTOS) == sorted(records)
     for name in PHOTOS:
         full = getattr(data, name)()

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from refseg.models import h5
+from refseg.models import weights as weight_files
 from refseg.cli import main
 from refseg.errors import InputError
-from refseg.models.h5 import (STATUS_IGNORED, STATUS_MISSHAPED, STATUS_OK, STATUS_UNEXPECTED,
-                              convert_h5, inspect_npz)
+from refseg.models.h5 import convert_h5
+from refseg.models.weights import (STATUS_IGNORED, STATUS_MISSHAPED, STATUS_OK,
+                                   STATUS_UNEXPECTED, inspect_npz)
 from anchors import require
 from checkout import SPEC, run_refseg
 
@@ -309,7 +311,7 @@ def test_cli_convert_then_inspect(keras, backbones, tmp_path, capsys, monkeypatc
     printed = capsys.readouterr().out
     for line in ("layers      102", "arrays      270", "parameters  23,564,800", "skipped     0"):
         assert line in printed
-    monkeypatch.setattr(h5, "known_weight_shapes", lambda: EXPECTED)
+    monkeypatch.setattr(weight_files, "known_weight_shapes", lambda: EXPECTED)
     assert main(["weights", "inspect", str(out)]) == 0
     printed = capsys.readouterr().out
     assert re.search(r"resnet50v2 +270 +270 +0 +0 +23,564,800\n", printed)
@@ -437,3 +439,26 @@ def test_output_must_be_an_npz_beside_an_existing_folder(keras, small_model, tmp
                          (tmp_path / "no" / "w.npz", "does not exist")):
         with pytest.raises(InputError, match=problem):
             convert_h5(src, dst)
+
+
+def test_loading_and_inspecting_sort_keys_with_one_classifier(tmp_path):
+    """match_weights (loading) and inspect_npz (inspecting) give each key the status of the
+    one classifier: an expected key with its shape ok, with another shape mis-shaped, a key
+    nothing expects unexpected."""
+    from refseg.models.weights import key_status, match_weights
+
+    expected = {"a/kernel": (3, 3), "b/bias": (4,)}
+    arrays = {"a/kernel": np.ones((3, 3), np.float32), "b/bias": np.ones((5,), np.float32),
+              "c/gamma": np.ones((2,), np.float32)}
+    path = tmp_path / "w.npz"
+    np.savez(path, **arrays)
+    report = match_weights(path, arrays, expected)
+    inspected = {e.key: e.status for e in inspect_npz(path, expected={"part": expected}).entries}
+    assert inspected == {"a/kernel": STATUS_OK, "b/bias": STATUS_MISSHAPED,
+                         "c/gamma": STATUS_UNEXPECTED}
+    assert report.loaded == ["a/kernel"] and report.misshaped == ["b/bias (5,) != (4,)"]
+    assert report.unexpected == ["c/gamma"]
+    for key, array in arrays.items():
+        want = [expected[key]] if key in expected else []
+        assert key_status(array.shape, want, False) == inspected[key]
+    assert key_status((3, 3), [(3, 3)], True) == STATUS_IGNORED
