@@ -16,7 +16,7 @@ import numpy as np
 from refseg import publish
 from refseg._version import __version__
 from refseg.errors import InputError
-from refseg.golden import produce
+import refseg.golden.produce as produce
 from refseg.golden.format import (ARRAYS, BUNDLE_FILES, MANIFEST, READINGS, WEIGHTS,
                                   read_bundle, read_weights, weights_sha256,
                                   write_deterministic_npz)

@@ -215,3 +215,26 @@ def test_each_readings_sensitivity_table_is_shown_under_it(tiny_demo):
     first_row = trace.sensitivity_table(registry.sensitivity_text, "R-cv")[2]
     first_cell = first_row.strip("|").split("|")[0].strip()
     assert html.escape(first_cell, quote=False) in boxes["R-cv"]
+
+
+def test_the_chart_and_index_md_show_the_same_results(tiny_demo):
+    """One results module writes both: each comparison with the patent (quantity, the
+    patent's figure, the demo's, the reading) and each run's scores and training appear in
+    index.md as written and in the chart as HTML."""
+    from refseg.report import html as h
+    from refseg.report.folder import Source
+    from refseg.report.results import comparisons, run_rows, score_cells
+
+    out, _ = tiny_demo
+    index = (out / "index.md").read_text(encoding="utf-8")
+    page = (out / "index.html").read_text(encoding="utf-8")
+    source = Source(out, out)
+    rows = comparisons(source)
+    assert len(rows) == 5 and rows[0].patent.startswith("97.41%")
+    for row in rows:
+        for cell in row:
+            assert cell in index, cell
+            assert h.inline(cell) in page, cell
+    for cells in [*map(score_cells, source.scores), *run_rows(source)]:
+        assert "| " + " | ".join(cells) + " |" in index, cells
+        assert "".join(f"<td>{h.inline(c)}</td>" for c in cells[1:]) in page, cells
