@@ -13,6 +13,7 @@ import inspect
 import re
 
 from refseg.claim1 import operators as ops
+from refseg.claim1 import preprocess
 from refseg.claim1.operators import OPERATORS
 
 INFRASTRUCTURE = "golden files: what the manifest says about each array"
@@ -90,8 +91,8 @@ def claim1_params(r) -> dict:
                  "formula": "((299 R + 587 G) + 114 B) / 1000 in float64 (RGB channel "
                             "order), not rounded"},
         "blurred": {"sigma": r.params["sigma"], "kernel": r.params["gaussian_kernel"],
-                    "kernel_rule": "exp(-(x^2 + y^2) / (2 sigma^2)) at x, y in {-1, 0, 1}, "
-                                   "divided by its sum",
+                    "kernel_rule": " ".join(docstring_step(preprocess.gaussian_kernel, n)
+                                            for n in (1, 2, 3)),
                     "border": "reflect-101 (dcb|abcd|cba)",
                     "operation": "3x3 correlation of the gray image"},
         "canny": canny, "log": log,

@@ -152,6 +152,27 @@ def test_every_function_the_manifest_names_is_a_real_object(bundle):
 
 
 @pytest.mark.infrastructure
+def test_rules_the_docstrings_state_are_taken_from_them(bundle):
+    """The LoG's response and zero-crossing rules and the Gaussian template's rule in the
+    manifest are the numbered Notes of the operators' docstrings, as one line each; a step
+    a docstring does not have is refused."""
+    from refseg.claim1 import operators, preprocess
+    from refseg.golden.descriptions import docstring_step
+
+    _, manifest, _, _ = bundle
+    log = manifest["arrays"][f"{IMAGE}/edges/log"]["params"]
+    assert log["response"].startswith("response = 3x3 correlation with LAPLACE_4")
+    assert docstring_step(operators.laplacian_of_gaussian, 2) in log["zero_crossing"]
+    assert docstring_step(operators.laplacian_of_gaussian, 3) in log["zero_crossing"]
+    blurred = manifest["arrays"][f"{IMAGE}/blurred"]["params"]
+    assert blurred["kernel_rule"].startswith("Give the template's cells coordinates")
+    assert "divide by the sum" in blurred["kernel_rule"].lower()
+    assert "``" not in blurred["kernel_rule"] and ":data:" not in log["response"]
+    with pytest.raises(LookupError):
+        docstring_step(operators.laplacian_of_gaussian, 9)
+
+
+@pytest.mark.infrastructure
 def test_refseg_passes_its_own_bundle(bundle, tmp_path):
     folder, manifest, stored, kept = bundle
     status, report = _check(folder, tmp_path, _own(manifest, stored, kept))
