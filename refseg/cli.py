@@ -353,13 +353,13 @@ def _dataset(args) -> str:
 
 
 def _trace(args) -> str:
-    from refseg import trace
+    from refseg.audit import trace
 
     return trace.write_matrix() if args.write else trace.matrix_text()
 
 
 def _explain(args) -> str:
-    from refseg import trace
+    from refseg.audit import trace
 
     if args.image is not None or args.out is not None:
         if args.element != "claim1" or args.image is None or args.out is None \

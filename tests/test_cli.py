@@ -275,7 +275,7 @@ def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
 
 @pytest.mark.claim("claim1.step2.cv")
 def test_trace_and_explain(capsys):
-    from refseg.trace import spec_dir
+    from refseg.registry import spec_dir
 
     assert main(["trace"]) == 0
     assert "claim1.step2.cv" in capsys.readouterr().out

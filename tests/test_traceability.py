@@ -8,12 +8,13 @@ import sys
 
 import pytest
 
-from refseg import trace
+from refseg import registry
+from refseg.audit import trace
 
 from checkout import ROOT
 
 pytestmark = pytest.mark.infrastructure
-REGISTRY = trace.load_registry(ROOT / "spec")
+REGISTRY = registry.load_registry(ROOT / "spec")
 CODE = trace.code_citations()
 TESTS = trace.scan_test_citations(ROOT / "tests")
 #: The console-script shim, which defines nothing.
@@ -72,12 +73,12 @@ def test_the_shipped_claims_are_the_seeds_claims():
     received), and claims_text joins only the breaks inside a sentence."""
     import hashlib
 
-    raw = (ROOT / "spec" / trace.CLAIMS_FILE).read_bytes()
+    raw = (ROOT / "spec" / registry.CLAIMS_FILE).read_bytes()
     assert hashlib.sha256(raw).hexdigest() == \
         "e72d0c79fd0f55255d8aa4fac51487990c41bbcc930fc7c72ceafc8665a6f7f7"
-    assert trace.claims_text("甲；\n\n乙表\n\n示丙。\n\n6.丁：\n\n戊") == \
+    assert registry.claims_text("甲；\n\n乙表\n\n示丙。\n\n6.丁：\n\n戊") == \
         "甲；\n\n乙表示丙。\n\n6.丁：\n\n戊"
-    joined = trace.claims_text(raw.decode("utf-8"))
+    joined = registry.claims_text(raw.decode("utf-8"))
     assert len(joined) == len(raw.decode("utf-8")) - 2 * 6  # the six breaks inside sentences
 
 
@@ -87,18 +88,18 @@ def test_the_shipped_description_is_the_seeds_description():
     each once, with the lines that continue a paragraph kept in it."""
     import hashlib
 
-    raw = (ROOT / "spec" / trace.DESCRIPTION_FILE).read_bytes()
+    raw = (ROOT / "spec" / registry.DESCRIPTION_FILE).read_bytes()
     assert hashlib.sha256(raw).hexdigest() == \
         "f791df2640f8f93412154328f7a80452004d9097d3a5394fb4bdfb1e72178b2d"
-    paragraphs = trace.description_text(raw.decode("utf-8"))
+    paragraphs = registry.description_text(raw.decode("utf-8"))
     assert list(paragraphs) == [f"{n:04d}" for n in range(69, 274)]
     assert paragraphs["0213"].startswith("在焊接图像中焊缝区域比较微弱")
     assert "0.4124" in paragraphs["0213"]
-    assert trace.description_text("[0001] 甲\n乙\n\n[0002] 丙\n") == \
+    assert registry.description_text("[0001] 甲\n乙\n\n[0002] 丙\n") == \
         {"0001": "甲\n乙", "0002": "丙"}
     for bad in ("前言\n[0001] 甲\n", "[0001] 甲\n[0001] 乙\n"):
         with pytest.raises(ValueError):
-            trace.description_text(bad)
+            registry.description_text(bad)
     assert REGISTRY.description == paragraphs
 
 

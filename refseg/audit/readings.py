@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import scipy
 
-from refseg import publish, trace
+from refseg import publish, registry
+from refseg.audit import trace
 from refseg.audit import network_inputs
 from refseg.audit.network_inputs import marked_block
 from refseg._version import __version__
@@ -46,7 +47,7 @@ from refseg.run.metrics import contour_coverage
 INFRASTRUCTURE = "the sensitivity audit of the claim-1 readings"
 
 #: The file this audit generates, in ``spec/`` or in ``--out``.
-SENSITIVITY_FILE = trace.SENSITIVITY_FILE
+SENSITIVITY_FILE = registry.SENSITIVITY_FILE
 NUMBERS_FILE = "sensitivity.json"
 #: Synthetic welds of the corpus (seeds), full and quick mode.
 WELD_SEEDS = tuple(range(40))
@@ -253,7 +254,7 @@ def _row(label, s) -> str:
 
 
 def _reading_titles() -> dict[str, str]:
-    text = (trace.spec_dir() / "readings.md").read_text(encoding="utf-8")
+    text = (registry.spec_dir() / "readings.md").read_text(encoding="utf-8")
     titles = {}
     for line in text.splitlines():
         if line.startswith("## R-"):

@@ -38,7 +38,7 @@ from refseg.golden.format import (ARRAYS, BUNDLE_FILES, FORMAT, FORMAT_MINOR, FO
 from refseg.models import ResMobileNet
 from refseg.models.decoder import DECODER
 from refseg.threads import limit_threads
-from refseg.trace import load_registry
+from refseg.registry import load_registry
 
 INFRASTRUCTURE = "golden files: producing a bundle"
 

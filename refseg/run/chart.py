@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from refseg import publish, trace
+from refseg import publish
+from refseg.audit import trace
 from refseg.images import read_image
 from refseg.backend import cpu_model
 from refseg._version import __version__
