@@ -336,7 +336,7 @@ def _report(args) -> str:
 
 
 def _synth(args) -> str:
-    from refseg.run.config import check_synthetic_options
+    from refseg.data.synthetic_options import check_synthetic_options
 
     check_synthetic_options(args.out, args.count, args.seed, args.size)
     from refseg.data.synthetic import write_synthetic_dataset
@@ -486,7 +486,7 @@ def _golden(args) -> tuple[str, int]:
     if args.golden_command != "write" and bundle is not None and bundle.is_dir():
         settle(bundle)  # a bundle whose publication a killed writer began is completed
     if args.golden_command == "candidate":
-        from refseg.golden.own import own_candidate
+        from refseg.golden.candidate import own_candidate
 
         check_single_output(args.destination, [args.folder], args.force)
         count, missing = own_candidate(args.folder, args.destination)

@@ -6,7 +6,8 @@ Nodes are the modules of ``refseg/`` (a package is its ``__init__``) and the com
 anywhere in ``a`` (module level or inside a function), a name of the root package's lazy
 ``_PUBLIC`` table, or a literal ``import_module("refseg....")``. ``from pkg import name`` points
 at ``pkg.name`` when that is a module, else at ``pkg``; the implicit import of a module's parent
-packages is not an edge (it runs the parents' ``__init__``, whose own edges are counted).
+packages is not an edge (it runs the parents' ``__init__``, whose own edges are counted), and
+neither is an import under ``if TYPE_CHECKING:`` (it never runs).
 
 Run as a script (``python tests/test_layers.py [checkout]``) it prints the figures: modules,
 edges, the cycles, the upward arrows.
@@ -61,6 +62,20 @@ def _strings(node: ast.AST) -> list[str]:
     return []
 
 
+def _running_nodes(tree: ast.AST):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and getattr(child.test, "id", getattr(
+                    child.test, "attr", None)) == "TYPE_CHECKING":
+                todo += child.orelse
+            else:
+                todo.append(child)
+
+
 def import_graph(checkout: Path) -> dict[str, set[str]]:
     """{module: the refseg modules it imports}, as the module docstring defines the edges."""
     modules = module_files(checkout)
@@ -74,7 +89,7 @@ def import_graph(checkout: Path) -> dict[str, set[str]]:
     for module, path in modules.items():
         if path.suffix != ".py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _running_nodes(ast.parse(path.read_text(encoding="utf-8"))):
             targets = _strings(node)
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -128,10 +143,11 @@ def cycles(edges: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def _is_low(module: str) -> bool:
+def _is_low(module: str, edges: dict[str, set[str]]) -> bool:
     if module.startswith(tuple(p + "." for p in LOW)) or module in LOW:
         return True
-    return module.count(".") == 1 and module not in NOT_BOTTOM
+    is_package = any(other.startswith(module + ".") for other in edges)
+    return module.count(".") == 1 and not is_package and module not in NOT_BOTTOM
 
 
 def _is_high(module: str) -> bool:
@@ -141,7 +157,7 @@ def _is_high(module: str) -> bool:
 def upward_arrows(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
     """The edges from a low floor (or a bottom module) to a high floor."""
     return sorted((a, b) for a, targets in edges.items() for b in targets
-                  if _is_low(a) and _is_high(b))
+                  if _is_low(a, edges) and _is_high(b))
 
 
 def _checkout() -> Path:
@@ -165,7 +181,10 @@ def test_the_graph_finds_a_planted_cycle_and_an_upward_arrow(tmp_path):
     (package / "run").mkdir()
     for name in ("__init__.py", "claim1/__init__.py", "run/__init__.py", "_kernels.pyx"):
         (package / name).write_text("")
-    (package / "claim1" / "a.py").write_text("def f():\n    from refseg.run import b\n")
+    (package / "claim1" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from refseg.run import c\n"
+        "def f():\n    from refseg.run import b\n")
+    (package / "run" / "c.py").write_text("from refseg.claim1 import a\n")
     (package / "run" / "b.py").write_text("from ..claim1.a import f\n")
     edges = import_graph(tmp_path)
     assert cycles(edges) == [{"refseg.claim1.a", "refseg.run.b"}]

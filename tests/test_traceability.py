@@ -103,6 +103,28 @@ def test_the_shipped_description_is_the_seeds_description():
     assert REGISTRY.description == paragraphs
 
 
+def test_each_figure_of_the_patent_is_its_chinese_text():
+    """Each figure of registry.toml's [[figure]] is written, as its ``source`` says, in the
+    Chinese paragraph it cites; its value is that text's number (a percentage as a fraction);
+    [0213]'s weights are the four operators', each after its number, and sum to 1 within the
+    rounding of four 4-decimal numbers (2e-4)."""
+    figures = registry.patent_figures(ROOT / "spec")
+    operators = ("canny", "sobel", "prewitt", "log")
+    assert set(figures) == {"accuracy", "loss", "seconds_per_image",
+                            *(f"weight.{k}" for k in operators)}
+    for figure in figures.values():
+        assert figure.source in REGISTRY.description[figure.paragraph], figure.id
+        number = re.match(r"\d+\.\d+", figure.source).group()
+        scale = 100 if figure.source[len(number):].startswith("%") else 1
+        assert figure.value == float(number) / scale, figure.id
+    for k in operators:
+        assert figures[f"weight.{k}"].source.lower().endswith(f"({k})")
+    assert abs(sum(figures[f"weight.{k}"].value for k in operators) - 1) <= 2e-4
+    assert figures["seconds_per_image"].source.endswith("秒")
+    assert registry.patent_weights(operators) == {k: figures[f"weight.{k}"].value
+                                                  for k in operators}
+
+
 #: Editorial notes in a rendering ("[sic: ...; E7]", "(formula image, missing from the
 #: text: ...)"), which carry numbers of their own.
 _NOTE = re.compile(r"\[[^\]]*\]|\([^)]*missing from the text[^)]*\)")

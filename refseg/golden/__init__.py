@@ -5,9 +5,9 @@ implementations of the method.
 :mod:`~refseg.golden.schema` its manifest's JSON Schema and validation,
 :mod:`~refseg.golden.produce` computes and writes one, :mod:`~refseg.golden.flagged` its
 flagged vectors of the alternative readings and the diagnosis by them,
-:mod:`~refseg.golden.check` compares a candidate with one, :mod:`~refseg.golden.own` writes
-refseg's own candidate and reads the user's images, :mod:`~refseg.golden.scale` compares
-folders of per-image files.
+:mod:`~refseg.golden.check` compares a candidate with one, :mod:`~refseg.golden.candidate`
+writes refseg's own candidate, :mod:`~refseg.golden.own` reads the user's images,
+:mod:`~refseg.golden.scale` compares folders of per-image files.
 """
 from refseg.golden import schema
 from refseg.golden.check import CheckReport, CheckRow, check_bundle

@@ -36,7 +36,7 @@ from refseg.golden.format import (ARRAYS, BUNDLE_FILES, FORMAT, FORMAT_MINOR, FO
                                   array_sha256, read_bundle, read_weights, tolerance,
                                   weights_sha256, write_deterministic_npz)
 from refseg.models import ResMobileNet
-from refseg.models.decoder import DECODER
+from refseg.models.parts import DECODER
 from refseg.threads import limit_threads
 from refseg.registry import load_registry
 

@@ -15,7 +15,8 @@ from refseg.publish import write_npz
 from refseg.models import mobilenetv2 as mnv2
 from refseg.models import resnet50v2 as rn50
 from refseg.autograd import layers
-from refseg.models.decoder import BRANCHES, add_decoder
+from refseg.models.decoder import add_decoder
+from refseg.models.parts import BRANCHES
 from refseg.models.graph import INPUT, Graph
 from refseg.models.weights import LoadReport, match_weights, read_weight_file
 from refseg.cite import implements

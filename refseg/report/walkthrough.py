@@ -24,19 +24,17 @@ from refseg._version import __version__
 from refseg.claim1 import alternatives, features
 from refseg.claim1.features import STEP_CLAIMS
 from refseg.claim1.outputs import WALKTHROUGH_PAGE
-from refseg.claim1.operators import OPERATORS
+from refseg.claim1.operators import OPERATOR_NAMES, OPERATORS
 from refseg.report import html as h
 from refseg.report.who_decided import DecisionShares, decision_shares, decision_map
-from refseg.registry import load_registry, markdown_section
+from refseg.registry import load_registry, markdown_section, patent_weights
 
 INFRASTRUCTURE = "the claim-1 walkthrough"
 
 #: The page's file name in the image's folder.
 WALKTHROUGH = WALKTHROUGH_PAGE
 #: The patent's operator weights for its weld image ([0213]).
-PATENT_WEIGHTS = {"canny": 0.4124, "sobel": 0.1316, "prewitt": 0.1339, "log": 0.3221}
-#: Display names of the operators.
-OPERATOR_NAMES = {"canny": "Canny", "sobel": "Sobel", "prewitt": "Prewitt", "log": "LoG"}
+PATENT_WEIGHTS = patent_weights(OPERATORS)
 #: How many alternative readings the page shows, those changing the most pixels.
 READINGS_SHOWN = 3
 #: Pictures wider than this are shown shrunk (an edge anywhere in a block stays visible).

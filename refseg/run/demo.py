@@ -37,10 +37,12 @@ from refseg.run.evaluation import comparison_panel, evaluate_runs, format_table
 from refseg.run.metrics import contour_coverage
 from refseg.run.training import PRUNED_RECORD, remove_cache, train
 from refseg.cite import implements
+from refseg.registry import patent_figure
 
 #: The patent's reported numbers: pixel accuracy after ~40 epochs ([0257]) and prediction time
 #: per image ([0260]).
-PATENT_ACCURACY, PATENT_SECONDS = 0.9741, 0.123
+PATENT_ACCURACY = patent_figure("accuracy")
+PATENT_SECONDS = patent_figure("seconds_per_image")
 #: The demo's record of itself, from which ``refseg report`` redraws the chart.
 RECORD = "demo.json"
 #: The name stem of the test welds (``test/images/test_weld_00000.png``, ...).
