@@ -187,7 +187,7 @@ class Model:
         return Tensor(data.astype(self.dtype, copy=False))
 
     @implements("claim2.backbones", "claim1.step3.train")
-    def calibrate_batch_norm(self, x, parts=("resnet50v2", "mobilenetv2")) -> int:
+    def calibrate_batch_norm(self, x, parts=BRANCHES) -> int:
         """Set the moving statistics of every batch-norm layer of ``parts`` to the mean and
         (biased) variance of its input over the images ``x``, in network order.
 
