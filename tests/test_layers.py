@@ -24,6 +24,13 @@ pytestmark = pytest.mark.infrastructure
 #: The one cycle the design keeps: a Tensor's arithmetic operators build the elementwise ops,
 #: and those ops make Tensors.
 DELIBERATE_CYCLES = [{"refseg.autograd.tensor", "refseg.autograd.elementwise"}]
+#: The homes of vocabularies and the spec's reader, and all they may load (directly or not).
+LEAF_HOMES = {
+    "refseg.cite": set(),
+    "refseg.registry": set(),
+    "refseg.data.kinds": set(),
+    "refseg.models.parts": {"refseg.data.labels", "refseg.cite"},
+}
 #: Floors that may not import upward.
 LOW = ("refseg.claim1", "refseg.autograd", "refseg.models", "refseg.data")
 #: Floors above them.
@@ -199,6 +206,21 @@ def test_no_import_cycle_but_the_deliberate_one():
 
 def test_no_low_module_imports_a_high_one():
     assert upward_arrows(import_graph(_checkout())) == []
+
+
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` loads, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in edges[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen - {start}
+
+
+def test_vocabularies_live_in_leaves():
+    edges = import_graph(_checkout())
+    assert {home: reachable(edges, home) for home in LEAF_HOMES} == LEAF_HOMES
 
 
 def main(checkout: Path) -> None:
