@@ -3,7 +3,7 @@
 Built from a weight dict keyed by Keras path (``ResMobileNet.weights()``), so that refseg,
 torch and Keras run with identical weights. The architecture is written out here in torch
 terms (ResNet50V2 pre-activation bottlenecks, MobileNetV2 inverted residuals, then the decoder
-table of ``refseg.models.decoder.DECODER``); only the layer tables and the BN epsilons are
+table of ``refseg.models.parts.DECODER``); only the layer tables and the BN epsilons are
 taken from refseg. Keras semantics reproduced exactly:
 
 * Conv2D "same": TensorFlow's padding, total = max((ceil(n/s) - 1) s + k - n, 0), the extra
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from refseg.models.decoder import DECODER
+from refseg.models.parts import DECODER
 from refseg.models.mobilenetv2 import BLOCKS as MOBILENET_BLOCKS
 from refseg.models.mobilenetv2 import EPSILON as MOBILENET_EPSILON
 from refseg.models.mobilenetv2 import TAPS as MOBILENET_TAPS

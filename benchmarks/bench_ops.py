@@ -5,7 +5,7 @@ training step.
 What is compared
 ----------------
 Every Conv2D / Conv2DTranspose layer of the Res-Mobile Net decoder at a 224x224 input (built
-from the decoder's table, ``refseg.models.decoder.DECODER``: 3x3 kernels with bias, Keras
+from the decoder's table, ``refseg.models.parts.DECODER``: 3x3 kernels with bias, Keras
 padding "same", transposed convolutions stride 2 except the stride-1 prediction layer), at
 batch 1 and 4:
 
@@ -203,7 +203,7 @@ from refseg import _kernels  # noqa: E402
 from refseg import autograd as ag  # noqa: E402
 from refseg import threads as refseg_threads  # noqa: E402
 from refseg.autograd.optim import Adam as RefsegAdam  # noqa: E402
-from refseg.models.decoder import CLASSES, DECODER  # noqa: E402
+from refseg.models.parts import CLASSES, DECODER  # noqa: E402
 from refseg.threads import bits_independent_of_load  # noqa: E402
 
 # torch is imported by load_torch(): the refseg training child must not load it (it would
@@ -265,7 +265,7 @@ TAPS = {
 
 def decoder_layers(taps: dict) -> tuple[dict, dict, list]:
     """(layers: name -> Layer, adds: name -> the two tensors added, the evaluation order) of
-    the decoder table ``refseg.models.decoder.DECODER``, each layer's input size and channels
+    the decoder table ``refseg.models.parts.DECODER``, each layer's input size and channels
     followed from the taps' (H, W, C)."""
     shapes = dict(taps)
     layers, adds, order = {}, {}, []

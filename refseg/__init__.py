@@ -16,10 +16,10 @@ The wings, in the order of the claims:
 The names below are the public API; each is imported when first used, so that
 ``import refseg`` stays light.
 """
-import importlib
 import os
 
 from refseg._version import __version__
+from refseg.lazy import lazy_names
 
 # OpenBLAS's idle worker threads spin for a long time after each matrix product and then
 # compete with refseg's OpenMP loops on the same cores (measured: an im2col after a GEMM took
@@ -77,13 +77,4 @@ _PUBLIC = {
 __all__ = ["__version__", *sorted(_PUBLIC)]
 
 
-def __getattr__(name):
-    if name in _PUBLIC:
-        value = getattr(importlib.import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'refseg' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC)

@@ -7,7 +7,7 @@
 
 A leaf module (standard library only), imported by every wing: recording a citation reads
 nothing. The IDs are checked against ``spec/registry.toml`` by the test suite, and the matrix is
-generated from what is recorded here, by :mod:`refseg.trace`.
+generated from what is recorded here, by :mod:`refseg.audit.trace`.
 """
 from __future__ import annotations
 

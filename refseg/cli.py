@@ -34,6 +34,7 @@ from pathlib import Path
 from refseg._version import __version__
 from refseg.data.kinds import INPUT_KINDS
 from refseg.errors import InputError
+from refseg.models.parts import BRANCHES
 
 INFRASTRUCTURE = "the command line: parsing and dispatch"
 
@@ -141,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     ms = msub.add_parser("summary", help="every layer: op, output shape, parameters, MACs, "
                                          "paragraphs; totals")
     ms.add_argument("--input-size", default="224x224", help="HxW, multiples of 32")
-    ms.add_argument("--part", choices=("resnet50v2", "mobilenetv2", "decoder"), default=None,
+    ms.add_argument("--part", choices=(*BRANCHES, "decoder"), default=None,
                     help="only the layers of one part (totals still cover all)")
 
     # count, seed and size are parsed by write_synthetic_dataset, not argparse, so that a bad
@@ -169,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
                          "image, or another reading of the feature regions (R-dataset: the "
                          "gray image masked by the map, undilated or dilated, or gray and "
                          "map as channels)")
-    tr.add_argument("--branches", choices=("both", "resnet50v2", "mobilenetv2"),
+    tr.add_argument("--branches", choices=("both", *BRANCHES),
                     default="both", help="both backbones (the patent's) or one alone")
     tr.add_argument("--weights", type=Path, default=None,
                     help=".npz of backbone weights, used as loaded: every weight of the "
@@ -336,7 +337,7 @@ def _report(args) -> str:
 
 
 def _synth(args) -> str:
-    from refseg.run.config import check_synthetic_options
+    from refseg.data.synthetic_options import check_synthetic_options
 
     check_synthetic_options(args.out, args.count, args.seed, args.size)
     from refseg.data.synthetic import write_synthetic_dataset
@@ -353,13 +354,13 @@ def _dataset(args) -> str:
 
 
 def _trace(args) -> str:
-    from refseg import trace
+    from refseg.audit import trace
 
     return trace.write_matrix() if args.write else trace.matrix_text()
 
 
 def _explain(args) -> str:
-    from refseg import trace
+    from refseg.audit import trace
 
     if args.image is not None or args.out is not None:
         if args.element != "claim1" or args.image is None or args.out is None \
@@ -422,7 +423,7 @@ def _seed_list(text: str) -> tuple[int, ...]:
 
 
 def _train(args) -> str:
-    from refseg.run.config import BRANCHES, TrainConfig
+    from refseg.run.config import TrainConfig
 
     config = TrainConfig(
         epochs=args.epochs, batch_size=args.batch_size, input_hw=_input_size(args.input_size),
@@ -486,7 +487,7 @@ def _golden(args) -> tuple[str, int]:
     if args.golden_command != "write" and bundle is not None and bundle.is_dir():
         settle(bundle)  # a bundle whose publication a killed writer began is completed
     if args.golden_command == "candidate":
-        from refseg.golden.own import own_candidate
+        from refseg.golden.candidate import own_candidate
 
         check_single_output(args.destination, [args.folder], args.force)
         count, missing = own_candidate(args.folder, args.destination)

@@ -34,7 +34,7 @@ if INSTALLED.is_relative_to(CHECKOUT):
         "'.[test,crosscheck]' && pytest), not with python -m pytest from the checkout or an "
         "editable install")
 
-from refseg.trace import load_registry  # noqa: E402
+from refseg.registry import load_registry  # noqa: E402
 
 # the checkout's spec: the one the tests hold the installed code against
 REGISTRY = load_registry(CHECKOUT / "spec")

@@ -69,7 +69,7 @@ def test_writing_every_array_needs_a_full_extraction(tmp_path):
 @settings(max_examples=30)
 def test_the_panel_shrinks_a_photograph_channel_by_channel_as_pillow_shrinks_it_whole(
         rows, cols, narrower, seed):
-    from refseg.claim1.outputs import _shrunk_colour
+    from refseg.claim1.panel import _shrunk_colour
 
     rgb = np.random.default_rng(seed).integers(0, 256, (rows, cols, 3), dtype=np.uint8)
     width = max(1, cols - narrower)
@@ -275,7 +275,7 @@ def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
 
 @pytest.mark.claim("claim1.step2.cv")
 def test_trace_and_explain(capsys):
-    from refseg.trace import spec_dir
+    from refseg.registry import spec_dir
 
     assert main(["trace"]) == 0
     assert "claim1.step2.cv" in capsys.readouterr().out
@@ -293,7 +293,7 @@ def test_trace_and_explain(capsys):
 @given(rows=st.integers(3, 60), cols=st.integers(3, 900), gray=st.booleans())
 def test_panel_shape_depends_only_on_the_input_shape(rows, cols, gray):
     """The panel is 2 x 3 tiles whose width is the input width clamped to 360-720 pixels."""
-    from refseg.claim1.outputs import PANEL_TILE_WIDTH, panel
+    from refseg.claim1.panel import PANEL_TILE_WIDTH, panel
 
     rng = np.random.default_rng(rows * 1000 + cols)
     img = rng.integers(0, 256, (rows, cols) if gray else (rows, cols, 3), dtype=np.uint8)

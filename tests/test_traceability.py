@@ -8,12 +8,13 @@ import sys
 
 import pytest
 
-from refseg import trace
+from refseg import registry
+from refseg.audit import trace
 
 from checkout import ROOT
 
 pytestmark = pytest.mark.infrastructure
-REGISTRY = trace.load_registry(ROOT / "spec")
+REGISTRY = registry.load_registry(ROOT / "spec")
 CODE = trace.code_citations()
 TESTS = trace.scan_test_citations(ROOT / "tests")
 #: The console-script shim, which defines nothing.
@@ -72,12 +73,12 @@ def test_the_shipped_claims_are_the_seeds_claims():
     received), and claims_text joins only the breaks inside a sentence."""
     import hashlib
 
-    raw = (ROOT / "spec" / trace.CLAIMS_FILE).read_bytes()
+    raw = (ROOT / "spec" / registry.CLAIMS_FILE).read_bytes()
     assert hashlib.sha256(raw).hexdigest() == \
         "e72d0c79fd0f55255d8aa4fac51487990c41bbcc930fc7c72ceafc8665a6f7f7"
-    assert trace.claims_text("甲；\n\n乙表\n\n示丙。\n\n6.丁：\n\n戊") == \
+    assert registry.claims_text("甲；\n\n乙表\n\n示丙。\n\n6.丁：\n\n戊") == \
         "甲；\n\n乙表示丙。\n\n6.丁：\n\n戊"
-    joined = trace.claims_text(raw.decode("utf-8"))
+    joined = registry.claims_text(raw.decode("utf-8"))
     assert len(joined) == len(raw.decode("utf-8")) - 2 * 6  # the six breaks inside sentences
 
 
@@ -87,19 +88,41 @@ def test_the_shipped_description_is_the_seeds_description():
     each once, with the lines that continue a paragraph kept in it."""
     import hashlib
 
-    raw = (ROOT / "spec" / trace.DESCRIPTION_FILE).read_bytes()
+    raw = (ROOT / "spec" / registry.DESCRIPTION_FILE).read_bytes()
     assert hashlib.sha256(raw).hexdigest() == \
         "f791df2640f8f93412154328f7a80452004d9097d3a5394fb4bdfb1e72178b2d"
-    paragraphs = trace.description_text(raw.decode("utf-8"))
+    paragraphs = registry.description_text(raw.decode("utf-8"))
     assert list(paragraphs) == [f"{n:04d}" for n in range(69, 274)]
     assert paragraphs["0213"].startswith("在焊接图像中焊缝区域比较微弱")
     assert "0.4124" in paragraphs["0213"]
-    assert trace.description_text("[0001] 甲\n乙\n\n[0002] 丙\n") == \
+    assert registry.description_text("[0001] 甲\n乙\n\n[0002] 丙\n") == \
         {"0001": "甲\n乙", "0002": "丙"}
     for bad in ("前言\n[0001] 甲\n", "[0001] 甲\n[0001] 乙\n"):
         with pytest.raises(ValueError):
-            trace.description_text(bad)
+            registry.description_text(bad)
     assert REGISTRY.description == paragraphs
+
+
+def test_each_figure_of_the_patent_is_its_chinese_text():
+    """Each figure of registry.toml's [[figure]] is written, as its ``source`` says, in the
+    Chinese paragraph it cites; its value is that text's number (a percentage as a fraction);
+    [0213]'s weights are the four operators', each after its number, and sum to 1 within the
+    rounding of four 4-decimal numbers (2e-4)."""
+    figures = registry.patent_figures(ROOT / "spec")
+    operators = ("canny", "sobel", "prewitt", "log")
+    assert set(figures) == {"accuracy", "loss", "seconds_per_image",
+                            *(f"weight.{k}" for k in operators)}
+    for figure in figures.values():
+        assert figure.source in REGISTRY.description[figure.paragraph], figure.id
+        number = re.match(r"\d+\.\d+", figure.source).group()
+        scale = 100 if figure.source[len(number):].startswith("%") else 1
+        assert figure.value == float(number) / scale, figure.id
+    for k in operators:
+        assert figures[f"weight.{k}"].source.lower().endswith(f"({k})")
+    assert abs(sum(figures[f"weight.{k}"].value for k in operators) - 1) <= 2e-4
+    assert figures["seconds_per_image"].source.endswith("秒")
+    assert registry.patent_weights(operators) == {k: figures[f"weight.{k}"].value
+                                                  for k in operators}
 
 
 #: Editorial notes in a rendering ("[sic: ...; E7]", "(formula image, missing from the

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import scipy
 
-from refseg import publish, trace
+from refseg import publish, registry
+from refseg.audit import trace
 from refseg.audit import network_inputs
 from refseg.audit.network_inputs import marked_block
 from refseg._version import __version__
@@ -46,13 +47,13 @@ from refseg.run.metrics import contour_coverage
 INFRASTRUCTURE = "the sensitivity audit of the claim-1 readings"
 
 #: The file this audit generates, in ``spec/`` or in ``--out``.
-SENSITIVITY_FILE = trace.SENSITIVITY_FILE
+SENSITIVITY_FILE = registry.SENSITIVITY_FILE
 NUMBERS_FILE = "sensitivity.json"
 #: Synthetic welds of the corpus (seeds), full and quick mode.
 WELD_SEEDS = tuple(range(40))
 QUICK_WELD_SEEDS = tuple(range(4))
 #: The patent's weld weights ([0213]).
-PATENT_WEIGHTS = {"canny": 0.4124, "sobel": 0.1316, "prewitt": 0.1339, "log": 0.3221}
+PATENT_WEIGHTS = registry.patent_weights(OPERATORS)
 #: "Prewitt ~ Sobel" in [0213]'s order: their weights within this of each other (the
 #: patent's gap is 0.0023).
 SOBEL_PREWITT_GAP = 0.02
@@ -253,7 +254,7 @@ def _row(label, s) -> str:
 
 
 def _reading_titles() -> dict[str, str]:
-    text = (trace.spec_dir() / "readings.md").read_text(encoding="utf-8")
+    text = (registry.spec_dir() / "readings.md").read_text(encoding="utf-8")
     titles = {}
     for line in text.splitlines():
         if line.startswith("## R-"):
@@ -489,7 +490,7 @@ def render(summary: dict, quick_summary: dict, downstream_text: str, dataset_tex
         "- *one operator decides*: images on which one operator's weight alone reaches the "
         "vote's quorum (offset - 1, one half for refseg's 1.5) and the other three together "
         "do not, so that its edge map is the feature map whatever the others find (by "
-        "operator; [0213]'s weights never allow it: 0.4124 < 0.5).",
+        f"operator; [0213]'s weights never allow it: {max(PATENT_WEIGHTS.values()):.4f} < 0.5).",
         "- *single-operator maps*: images whose feature map equals one operator's edge map "
         "exactly (by operator): those of the previous column, and maps equal by chance.",
         "- *contour kept*: share of the welds' labelled contour pixels within 1 pixel "

@@ -87,7 +87,7 @@ class FeatureResult:
 
     def _repr_html_(self) -> str:
         """Jupyter's view of the result: the step panel and the operators' table."""
-        from refseg.claim1.outputs import notebook_html
+        from refseg.claim1.panel import notebook_html
 
         return notebook_html(self)
 

@@ -45,6 +45,8 @@ TAN_22_5 = math.sqrt(2.0) - 1.0
 TAN_67_5 = math.sqrt(2.0) + 1.0
 
 OPERATORS = ("canny", "sobel", "prewitt", "log")
+#: Display names of the operators in figures and reports.
+OPERATOR_NAMES = {"canny": "Canny", "sobel": "Sobel", "prewitt": "Prewitt", "log": "LoG"}
 
 
 @dataclass(frozen=True)

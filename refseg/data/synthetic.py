@@ -24,7 +24,7 @@ from refseg._version import __version__
 from refseg.data import dataset
 from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE, class_table, colour_table
 from refseg.errors import InputError
-from refseg.run.config import MIN_SIDE, check_synthetic_options
+from refseg.data.synthetic_options import MIN_SIDE, check_synthetic_options
 from refseg.cite import implements
 
 #: Weld image size (rows, cols) of [0202]: "550*156" (width x height).

@@ -9,9 +9,9 @@ the images of :mod:`~refseg.golden.bundle_images`, described by
 :mod:`~refseg.golden.descriptions`) and :mod:`~refseg.golden.write` writes it,
 :mod:`~refseg.golden.flagged` its flagged vectors of the alternative readings and the diagnosis
 by them,
-:mod:`~refseg.golden.check` compares a candidate with one, :mod:`~refseg.golden.own` writes
-refseg's own candidate and reads the user's images, :mod:`~refseg.golden.scale` compares
-folders of per-image files.
+:mod:`~refseg.golden.check` compares a candidate with one, :mod:`~refseg.golden.candidate`
+writes refseg's own candidate, :mod:`~refseg.golden.own` reads the user's images,
+:mod:`~refseg.golden.scale` compares folders of per-image files.
 """
 from refseg.golden import schema
 from refseg.golden.check import CheckReport, CheckRow, check_bundle

@@ -28,7 +28,7 @@ from refseg.claim1 import alternatives
 from refseg.claim1.operators import OPERATORS
 from refseg.golden.format import (TOLERANCES, array_sha256, block_sums,
                                   sample_positions, summary_statistics)
-from refseg.trace import load_registry
+from refseg.registry import load_registry
 
 INFRASTRUCTURE = "golden files: flagged vectors of the alternative readings"
 

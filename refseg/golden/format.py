@@ -46,7 +46,7 @@ import numpy as np
 from refseg.images import check_npz_members
 from refseg.errors import InputError
 from refseg.golden.schema import SCHEMA, check_manifest, load_manifest
-from refseg.trace import load_registry
+from refseg.registry import load_registry
 
 INFRASTRUCTURE = "golden files: the bundle format"
 

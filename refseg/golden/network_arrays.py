@@ -18,7 +18,7 @@ from refseg.golden.descriptions import (ADAM_RULE, CONVENTIONS, LABELS_RESIZE, L
                                         NETWORK_NOTES, RESIZE_RULE, network_flow)
 from refseg.golden.format import WEIGHTS, BundleBuilder, tolerance, weights_sha256
 from refseg.models import ResMobileNet
-from refseg.models.decoder import DECODER
+from refseg.models.parts import DECODER
 
 INFRASTRUCTURE = "golden files: producing a bundle"
 

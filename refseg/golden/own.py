@@ -1,10 +1,6 @@
-"""A bundle on the user's own images, and refseg's own candidate for a bundle (the self-check).
-
-``refseg golden write DIR --images A.png ...`` adds the claim-1 arrays and flagged vectors of
-the user's images (read as ``refseg edges`` reads them) to the bundle; ``refseg golden
-candidate DIR OUT.npz`` writes what this refseg computes for every array of a bundle, whole,
-so that ``refseg golden check DIR OUT.npz`` shows the bundle and the installed refseg agree
-before an outside implementation is checked.
+"""A bundle on the user's own images: ``refseg golden write DIR --images A.png ...`` adds the
+claim-1 arrays and flagged vectors of the user's images (read as ``refseg edges`` reads them)
+to the bundle. Refseg's own candidate for a bundle is :mod:`refseg.golden.candidate`.
 """
 from __future__ import annotations
 
@@ -14,12 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import publish
 from refseg.images import MAX_PIXELS, check_max_pixels, read_bytes, read_image
 from refseg.errors import InputError
-from refseg.golden.format import array_sha256, read_bundle
+from refseg.golden.format import array_sha256
 
-INFRASTRUCTURE = "golden files: the user's images and refseg's own candidate"
+INFRASTRUCTURE = "golden files: the user's images"
 
 #: The function a user image's input entry names (how the bundle read it).
 READ_FUNCTION = "refseg.images.read_image"
@@ -60,40 +55,3 @@ def read_user_images(paths, max_pixels: int | None = None) -> dict:
         record.pop("path", None)
         out[name] = (rgb, record)
     return out
-
-
-def own_candidate(folder, out) -> tuple[int, list[str]]:
-    """Write refseg's own candidate for a bundle: every array of its manifest, whole, as this
-    refseg computes it (the bundle's own images read from the bundle).
-
-    Parameters
-    ----------
-    folder : str or Path
-        The bundle.
-    out : str or Path
-        The ``.npz`` to write (atomically).
-
-    Returns
-    -------
-    count : int
-        Arrays written.
-    missing : list of str
-        Names of the manifest this refseg does not compute (another version wrote it).
-    """
-    from refseg.golden.produce import build_bundle
-
-    manifest, stored = read_bundle(folder)
-    extra = {name.split("/", 1)[1]: (stored[name], manifest["inputs"].get(
-                 name.split("/", 1)[1], {}))
-             for name, entry in manifest["arrays"].items()
-             if name.startswith("input/") and entry["function"] == READ_FUNCTION}
-    _, arrays, kept = build_bundle(keep=("*",), extra=extra)
-    candidate, missing = {}, []
-    for name in manifest["arrays"]:
-        value = kept.get(name, arrays.get(name))
-        if value is None:
-            missing.append(name)
-        else:
-            candidate[name] = value
-    publish.write_npz(Path(out), compressed=True, **candidate)
-    return len(candidate), missing

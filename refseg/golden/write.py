@@ -23,7 +23,7 @@ from refseg.golden.format import (ARRAYS, BUNDLE_FILES, MANIFEST, READINGS, WEIG
 from refseg.golden.own import read_user_images
 from refseg.golden.schema import SCHEMA, schema_bytes
 from refseg.models import ResMobileNet
-from refseg.trace import load_registry
+from refseg.registry import load_registry
 
 INFRASTRUCTURE = "golden files: writing a bundle"
 

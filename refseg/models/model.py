@@ -15,7 +15,8 @@ from refseg.publish import write_npz
 from refseg.models import mobilenetv2 as mnv2
 from refseg.models import resnet50v2 as rn50
 from refseg.autograd import layers
-from refseg.models.decoder import BRANCHES, add_decoder
+from refseg.models.decoder import add_decoder
+from refseg.models.parts import BRANCHES
 from refseg.models.graph import INPUT, Graph
 from refseg.models.weights import LoadReport, match_weights, read_weight_file
 from refseg.cite import implements
@@ -186,7 +187,7 @@ class Model:
         return Tensor(data.astype(self.dtype, copy=False))
 
     @implements("claim2.backbones", "claim1.step3.train")
-    def calibrate_batch_norm(self, x, parts=("resnet50v2", "mobilenetv2")) -> int:
+    def calibrate_batch_norm(self, x, parts=BRANCHES) -> int:
         """Set the moving statistics of every batch-norm layer of ``parts`` to the mean and
         (biased) variance of its input over the images ``x``, in network order.
 

@@ -33,7 +33,9 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from refseg import publish, trace
+from refseg import publish
+from refseg import registry as spec
+from refseg.audit import trace
 from refseg._version import __version__
 from refseg.cite import infrastructure
 from refseg.errors import InputError
@@ -91,7 +93,7 @@ def write_chart(folder, shown_as=None, command: str | None = None) -> Path:
 def render_chart(folder, shown_as=None, command: str | None = None) -> str:
     """The claim chart of a demo or run folder as one HTML document (see the module)."""
     source = Source(Path(folder), Path(shown_as) if shown_as else Path(folder))
-    registry = trace.load_registry()
+    registry = spec.load_registry()
     pins = trace.golden_pins()
     errata = _errata(registry)
     citations = (trace.functions_by_element(), trace.tests_by_element()[0], pins)
@@ -209,8 +211,8 @@ def _element(e, registry, source, citations, errata, seen_readings) -> str:
                              f"under {h.escape(seen_readings[r])}.</p>")
                 continue
             seen_readings[r] = e.id
-            lines = trace.markdown_section(registry.readings_text, r)
-            table = trace.sensitivity_table(registry.sensitivity_text, r)
+            lines = spec.markdown_section(registry.readings_text, r)
+            table = spec.sensitivity_table(registry.sensitivity_text, r)
             # folded: the reading is read first, its audit on demand (and not printed)
             audit = (f'<details class="sensitivity"><summary>Sensitivity of {h.escape(r)} '
                      f"(spec/sensitivity.md): {count(len(table) - 2, 'alternative')} held "

@@ -12,7 +12,7 @@ from refseg.claim1.operators import OPERATORS
 from refseg.data.inputs import network_input
 from refseg.report import html as h
 from refseg.report.results import PATENT_WEIGHTS
-from refseg.report.walkthrough import OPERATOR_NAMES
+from refseg.claim1.operators import OPERATOR_NAMES
 
 
 def _no_welds(source) -> str:

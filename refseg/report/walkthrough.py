@@ -19,23 +19,22 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import images, publish, trace
+from refseg import images, publish
 from refseg._version import __version__
 from refseg.claim1 import alternatives, features
 from refseg.claim1.features import STEP_CLAIMS
 from refseg.claim1.outputs import WALKTHROUGH_PAGE
-from refseg.claim1.operators import OPERATORS
+from refseg.claim1.operators import OPERATOR_NAMES, OPERATORS
 from refseg.report import html as h
 from refseg.report.who_decided import DecisionShares, decision_shares, decision_map
+from refseg.registry import load_registry, markdown_section, patent_weights
 
 INFRASTRUCTURE = "the claim-1 walkthrough"
 
 #: The page's file name in the image's folder.
 WALKTHROUGH = WALKTHROUGH_PAGE
 #: The patent's operator weights for its weld image ([0213]).
-PATENT_WEIGHTS = {"canny": 0.4124, "sobel": 0.1316, "prewitt": 0.1339, "log": 0.3221}
-#: Display names of the operators.
-OPERATOR_NAMES = {"canny": "Canny", "sobel": "Sobel", "prewitt": "Prewitt", "log": "LoG"}
+PATENT_WEIGHTS = patent_weights(OPERATORS)
 #: How many alternative readings the page shows, those changing the most pixels.
 READINGS_SHOWN = 3
 #: Pictures wider than this are shown shrunk (an edge anywhere in a block stays visible).
@@ -74,7 +73,7 @@ def write_walkthrough(image, out) -> Path:
 
 def render_walkthrough(loaded: images.LoadedImage, result: features.FeatureResult) -> str:
     """The walkthrough page of one image (see the module) as an HTML document."""
-    registry = trace.load_registry()
+    registry = load_registry()
     name = Path(loaded.path).name
     shares = decision_shares(result)
     moved = readings_that_move(loaded.pixels, result)
@@ -160,7 +159,7 @@ def _contents(registry) -> str:
 def reading_paragraph(readings_text: str, reading_id: str) -> str:
     """A reading in one paragraph: its first paragraph from "Reading:" on (the whole first
     paragraph when it has no such word), without the rejected alternatives."""
-    lines = trace.markdown_section(readings_text, reading_id)[1:]
+    lines = markdown_section(readings_text, reading_id)[1:]
     block = []
     for line in lines:
         if not line.strip():

@@ -16,7 +16,7 @@ from refseg.publish import OUTPUT_MARKER
 from refseg.errors import InputError
 from refseg.run import evaluation
 from refseg.run.config import DemoSettings, TrainConfig
-from refseg.trace import load_registry
+from refseg.registry import load_registry
 from checkout import SPEC, run_refseg
 
 pytestmark = pytest.mark.infrastructure

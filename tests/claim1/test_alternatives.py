@@ -13,7 +13,7 @@ from refseg.claim1 import features
 from refseg.claim1.operators import OPERATORS
 from refseg.data.synthetic import weld_image
 from refseg.errors import InputError
-from refseg.trace import load_registry
+from refseg.registry import load_registry
 from checkout import SPEC
 from strategies import rgb_images
 

@@ -458,7 +458,7 @@ def test_golden_weights_regenerates_the_pinned_network(bundle, tmp_path, capsys)
 @pytest.mark.infrastructure
 def test_every_implemented_element_is_pinned_and_explain_lists_the_arrays(bundle, capsys):
     from refseg.cli import main
-    from refseg.trace import load_registry
+    from refseg.registry import load_registry
 
     folder, manifest, _, _ = bundle
     pinned = golden.pinned_elements(manifest)
@@ -475,7 +475,7 @@ def test_the_shipped_list_of_pinning_arrays_is_the_bundles(bundle):
     """spec/golden_pins.json (what the claim chart lists per element) names exactly the arrays
     of a freshly written bundle, for every element that the bundle pins, and holds the
     SHA-256 of every flagged vector's arrays."""
-    from refseg import trace
+    from refseg.audit import trace
 
     from refseg.golden.flagged import flagged_pins
 

@@ -178,7 +178,7 @@ def test_an_extraction_shows_itself_in_a_notebook():
     import base64
     import io
 
-    from refseg.claim1.outputs import panel
+    from refseg.claim1.panel import panel
 
     result = refseg.extract(square_image())
     shown = result._repr_html_()
@@ -198,7 +198,7 @@ def test_a_maps_only_extraction_shows_itself_too():
     import base64
     import io
 
-    from refseg.claim1.outputs import MAPS_ONLY_TILE, panel
+    from refseg.claim1.panel import MAPS_ONLY_TILE, panel
 
     result = refseg.extract(square_image(), keep="maps")
     shown = result._repr_html_()

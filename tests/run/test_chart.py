@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from refseg import __version__
-from refseg.trace import load_registry
+from refseg.registry import load_registry
 
 from browser import load_page
 from checkout import SPEC, run_refseg
@@ -119,7 +119,7 @@ def test_links_are_links_and_each_functions_source_is_one_click_away(chart):
     """No Markdown link is left raw in the page's text; each implementing function's entry
     folds its source (the def or class line of that name) under its name and file:line; each
     element's tests are folded; the embedded font covers the spec's Chinese text."""
-    from refseg import trace
+    from refseg.audit import trace
     from refseg.report.html import characters_without_glyph
 
     _, page = chart
@@ -200,19 +200,19 @@ def test_report_redraws_the_chart_of_a_demo_or_a_run(tiny_demo, tmp_path):
 def test_each_readings_sensitivity_table_is_shown_under_it(tiny_demo):
     """spec/sensitivity.md's table of a reading appears once, inside that reading's box in the
     section of the first element citing it; a reading without a table gets none."""
-    from refseg import trace
+    from refseg import registry as spec
     from refseg.report import chart
 
     out, _ = tiny_demo
     page = chart.render_chart(out)
-    registry = trace.load_registry()
+    registry = spec.load_registry()
     boxes = dict(re.findall(r'<div class="reading" id="([^"]+)">(.*?)</div>', page, re.S))
-    audited = [r for r in boxes if trace.sensitivity_table(registry.sensitivity_text, r)]
+    audited = [r for r in boxes if spec.sensitivity_table(registry.sensitivity_text, r)]
     assert len(audited) >= 10 and "R-cv" in audited
     for reading, box in boxes.items():
         assert (f"Sensitivity of {reading} (spec/sensitivity.md)" in box) is (reading in audited)
         assert page.count(f"Sensitivity of {reading} (") == (reading in audited)
-    first_row = trace.sensitivity_table(registry.sensitivity_text, "R-cv")[2]
+    first_row = spec.sensitivity_table(registry.sensitivity_text, "R-cv")[2]
     first_cell = first_row.strip("|").split("|")[0].strip()
     assert html.escape(first_cell, quote=False) in boxes["R-cv"]
 

@@ -1,8 +1,9 @@
-"""Traceability: claim-element IDs, the citations checked both ways, and the generated matrix.
+"""Traceability: the citations checked both ways, the generated matrix, ``refseg explain``,
+the golden pins.
 
-The registry of claim elements lives in ``spec/registry.toml`` (stable IDs such as
-``claim1.step2.cv``, each with its paragraphs, status, English text and readings). Citations are
-typed, as in duvet (the code's decorators live in :mod:`refseg.cite`):
+The registry of claim elements lives in ``spec/registry.toml`` (read by :mod:`refseg.registry`;
+stable IDs such as ``claim1.step2.cv``, each with its paragraphs, status, English text and
+readings). Citations are typed, as in duvet (the code's decorators live in :mod:`refseg.cite`):
 
 - ``@implements("claim1.step2.cv")`` on a function or class that implements a claim element;
 - ``@infrastructure("why")`` on a public function that implements none (file writing, hashing,
@@ -22,145 +23,24 @@ import importlib
 import json
 import pkgutil
 import re
-import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from refseg.cite import CITATIONS, CITING_OBJECTS
+from refseg.errors import InputError
+from refseg.registry import (SENSITIVITY_FILE, STATUSES, Registry, load_registry,
+                             markdown_section, sensitivity_table, spec_dir)
 
-STATUSES = ("implemented", "planned", "not-applicable")
+#: The refseg package folder: this module is ``refseg/audit/trace.py``.
+PACKAGE = Path(__file__).resolve().parent.parent
+
 MATRIX_FILE = "traceability.md"
-#: The patent's claims in Chinese, a verbatim copy of the claims file of the seeds.
-CLAIMS_FILE = "claims_zh.txt"
-#: The patent's description in Chinese, paragraphs [0069]-[0273], a verbatim copy of the
-#: description file of the seeds (one paragraph per line, a few continued on the next lines).
-DESCRIPTION_FILE = "description_zh.txt"
 #: {claim element: names of the golden arrays that pin it}, generated with the matrix.
 GOLDEN_PINS_FILE = "golden_pins.json"
-#: The sensitivity audit of the readings (``refseg audit readings``), when present.
-SENSITIVITY_FILE = "sensitivity.md"
 INFRASTRUCTURE = "the citation machinery itself"
 
 
-@dataclass(frozen=True)
-class Element:
-    """One claim element of the registry."""
-
-    id: str
-    claim: int
-    title: str
-    status: str
-    paragraphs: tuple[str, ...]
-    text: str
-    readings: tuple[str, ...] = ()
-    reason: str = ""
-    #: the spans of the Chinese claims (:func:`claims_text`) this element renders
-    original: tuple[str, ...] = ()
-
-
-@dataclass
-class Registry:
-    """The parsed ``registry.toml``: elements by ID and paragraph renderings by number."""
-
-    elements: dict[str, Element]
-    paragraphs: dict[str, str]
-    readings_text: str = ""
-    errata_text: str = ""
-    source: Path | None = None
-    reading_ids: set[str] = field(default_factory=set)
-    #: the Chinese claims, line breaks inside a sentence joined (:func:`claims_text`)
-    claims_text: str = ""
-    #: ``sensitivity.md`` when the spec has one, else ""
-    sensitivity_text: str = ""
-    #: the Chinese description, {paragraph number "0069": its text} (:func:`description_text`)
-    description: dict[str, str] = field(default_factory=dict)
-
-
-def spec_dir() -> Path:
-    """The spec folder: ``refseg/_spec`` in an installed wheel, ``spec/`` in a checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "_spec", here.parent / "spec"):
-        if (candidate / "registry.toml").is_file():
-            return candidate
-    raise FileNotFoundError("spec/registry.toml not found beside the refseg package")
-
-
-def claims_text(raw: str) -> str:
-    """The claims file's text with the line breaks that fall inside a sentence joined.
-
-    The seeds' text breaks a few sentences where a formula image was lost ("分别表\\n\\n示");
-    a break after "；", "。" or "：" ends a clause and is kept. Nothing else changes, so that
-    every element's ``original`` span is a literal substring of the result.
-    """
-    out = []
-    for piece in raw.split("\n\n"):
-        if out and out[-1] and out[-1][-1] not in "；。：\n":
-            out[-1] += piece
-        else:
-            out.append(piece)
-    return "\n\n".join(out)
-
-
-def description_text(raw: str) -> dict[str, str]:
-    """{paragraph number: text} of the description file, whose paragraphs each begin a line
-    with their number in brackets ("[0069] ..."); a line without a number continues the
-    paragraph before it (joined with a line break). Text before the first number is refused."""
-    paragraphs: dict[str, str] = {}
-    last = None
-    for line in raw.splitlines():
-        if line.startswith("[") and line[1:5].isdigit() and line[5:6] == "]":
-            last = line[1:5]
-            if last in paragraphs:
-                raise ValueError(f"{DESCRIPTION_FILE}: paragraph [{last}] twice")
-            paragraphs[last] = line[6:].strip()
-        elif line.strip():
-            if last is None:
-                raise ValueError(f"{DESCRIPTION_FILE}: text before the first paragraph")
-            paragraphs[last] += "\n" + line.strip()
-    return paragraphs
-
-
-def _reading_ids(readings_text: str) -> set[str]:
-    """IDs of the readings in readings.md: headings of the form ``## R-<name>: <title>``."""
-    ids = set()
-    for line in readings_text.splitlines():
-        if line.startswith("## R-"):
-            ids.add(line[3:].split(":", 1)[0].strip())
-    return ids
-
-
-def load_registry(directory: Path | None = None) -> Registry:
-    """Parse ``registry.toml`` (and the readings and errata beside it)."""
-    directory = directory or spec_dir()
-    data = tomllib.loads((directory / "registry.toml").read_text(encoding="utf-8"))
-    elements = {}
-    for raw in data.get("element", []):
-        element = Element(
-            id=raw["id"], claim=int(raw["claim"]), title=raw["title"], status=raw["status"],
-            paragraphs=tuple(raw.get("paragraphs", ())), text=raw["text"].strip(),
-            readings=tuple(raw.get("readings", ())),
-            reason=raw.get("reason", ""), original=tuple(raw.get("original", ())),
-        )
-        if element.status not in STATUSES:
-            raise ValueError(f"{element.id}: status {element.status!r} not in {STATUSES}")
-        if element.id in elements:
-            raise ValueError(f"duplicate element ID {element.id}")
-        elements[element.id] = element
-    paragraphs = {p["id"]: p["text"].strip() for p in data.get("paragraph", [])}
-    readings = (directory / "readings.md").read_text(encoding="utf-8")
-    errata = (directory / "errata.md").read_text(encoding="utf-8")
-    claims = claims_text((directory / CLAIMS_FILE).read_text(encoding="utf-8"))
-    sensitivity = directory / SENSITIVITY_FILE
-    description = description_text((directory / DESCRIPTION_FILE).read_text(encoding="utf-8"))
-    return Registry(elements, paragraphs, readings, errata, directory, _reading_ids(readings),
-                    claims, sensitivity.read_text(encoding="utf-8")
-                    if sensitivity.is_file() else "", description)
-
-
 def _import_all() -> None:
-    import refseg
-
-    for module in pkgutil.walk_packages(refseg.__path__, "refseg."):
+    for module in pkgutil.walk_packages([str(PACKAGE)], "refseg."):
         if module.name != "refseg.__main__":
             importlib.import_module(module.name)
 
@@ -176,10 +56,7 @@ def code_locations() -> dict[str, str]:
     claim element, the line being that of its ``def`` or ``class`` statement."""
     import inspect
 
-    import refseg
-
     _import_all()
-    package = Path(refseg.__file__).resolve().parent
     out = {}
     for name, obj in sorted(CITING_OBJECTS.items()):
         obj = inspect.unwrap(obj)  # a contextmanager's wrapper lives in contextlib
@@ -190,7 +67,7 @@ def code_locations() -> dict[str, str]:
             continue
         offset = next((i for i, line in enumerate(lines)
                        if line.lstrip().startswith(("def ", "class ", "async def "))), 0)
-        out[name] = f"refseg/{path.relative_to(package).as_posix()}:{start + offset}"
+        out[name] = f"refseg/{path.relative_to(PACKAGE).as_posix()}:{start + offset}"
     return out
 
 
@@ -305,36 +182,11 @@ def explain(registry: Registry, element_id: str, code: dict[str, tuple[str, ...]
     return "\n".join(out)
 
 
-def markdown_section(text: str, section_id: str) -> list[str]:
-    """The lines of the section headed ``## <section_id>: ...`` (readings.md, sensitivity.md),
-    its heading first; [] when there is none."""
-    lines, inside = [], False
-    for line in text.splitlines():
-        if line.startswith("## "):
-            inside = line[3:].split(":", 1)[0].strip() == section_id
-        if inside:
-            lines.append(line)
-    return lines
-
-
-def sensitivity_table(text: str, reading_id: str) -> list[str]:
-    """The lines of the ``sensitivity.md`` table headed ``### <reading_id>``, [] if none."""
-    lines, inside = [], False
-    for line in text.splitlines():
-        if line.startswith(("## ", "### ")):
-            inside = line == f"### {reading_id}"
-            continue
-        if inside and line.startswith("|"):
-            lines.append(line)
-    return lines
-
-
 def checkout_folder() -> Path | None:
     """The source checkout to read tests from and write the matrix into: the working folder if
     it holds ``spec/registry.toml`` and ``tests/conftest.py``, else the folder above the
     imported package if that does (a package run from its source tree); None otherwise."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (Path.cwd(), here):
+    for candidate in (Path.cwd(), PACKAGE.parent):
         if (candidate / "spec" / "registry.toml").is_file() \
                 and (candidate / "tests" / "conftest.py").is_file():
             return candidate
@@ -356,8 +208,6 @@ def write_matrix() -> str:
     """Regenerate the checkout's ``spec/traceability.md`` from its registry and tests and the
     citations of the refseg that is imported (install it first), and ``spec/golden_pins.json``
     from the golden bundle that refseg builds; returns what was done, in one line."""
-    from refseg.errors import InputError
-
     checkout = checkout_folder()
     if checkout is None:
         raise InputError(f"{Path.cwd()}: not a refseg source checkout (no spec/registry.toml "
@@ -452,8 +302,6 @@ def explain_element(element_id: str, pinned: dict | None = None, golden=None) ->
     """``refseg explain``: one element's text, paragraphs and readings, then each implementing
     function and each test with its file and line, then (with ``pinned``, from a golden
     bundle's manifest) the golden arrays that pin it."""
-    from refseg.errors import InputError
-
     registry = load_registry()
     if element_id not in registry.elements:
         raise InputError(f"{element_id}: no such claim element (see `refseg trace`)")
