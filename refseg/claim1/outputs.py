@@ -312,6 +312,29 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     are extracted one at a time, each just before its outputs are written, and with
     ``arrays="maps"`` the float planes are not kept (``features.extract(..., keep="maps")``).
 
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from refseg.claim1.outputs import write_edge_outputs
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> step = np.zeros((5, 6), np.uint8)
+    >>> step[:, 3:] = 200
+    >>> Image.fromarray(step).save(folder / "step.png")
+    >>> written = write_edge_outputs([folder / "step.png"], folder / "out")
+    >>> [p.relative_to(folder).as_posix() for p in written]
+    ['out/step']
+    >>> sorted(p.name for p in written[0].iterdir())  # doctest: +NORMALIZE_WHITESPACE
+    ['canny.png', 'feature_map.png', 'features.npz', 'log.png', 'mean_image.png',
+     'panel.png', 'prewitt.png', 'report.json', 'sobel.png']
+    >>> np.array_equal(np.asarray(Image.open(written[0] / "feature_map.png"))[0],
+    ...                [0, 0, 255, 255, 0, 0])
+    True
+    >>> import shutil
+    >>> shutil.rmtree(folder)
+
     References
     ----------
     [0266]-[0268].
