@@ -15,7 +15,7 @@ EXAMPLES = {
     "refseg.claim1.weighting": ("mean_image", "standard_deviations", "pixel_means",
                                 "coefficients_of_variation", "intermediate_cv",
                                 "operator_weights", "final_weight", "decide"),
-    "refseg.claim1.features": ("extract",),
+    "refseg.claim1.features": ("features", "extract"),
     "refseg.claim1.outputs": ("write_edge_outputs",),
 }
 #: NumPy's defaults, pinned: the examples' printed arrays depend on them.
