@@ -363,19 +363,13 @@ def decide(final) -> np.ndarray:
 
     Examples
     --------
-    The worked example of :func:`final_weight`: the pixels marked by all four operators and
-    by three of them are kept, Canny's alone is not:
+    The final weights of the worked example of :func:`final_weight`: the pixels marked by all
+    four operators and by three of them are kept, Canny's alone is not; F = 0 is kept too:
 
     >>> import numpy as np
-    >>> from refseg.claim1.weighting import decide, final_weight
-    >>> maps = {k: np.zeros((1, 4), np.uint8) for k in ("canny", "sobel", "prewitt", "log")}
-    >>> for name in maps:
-    ...     maps[name][0, 0] = 1                    # all four operators
-    ...     maps[name][0, 2] = name != "log"        # three of four
-    >>> maps["canny"][0, 3] = 1                     # Canny alone
-    >>> weights = {"canny": 0.4, "sobel": 0.2, "prewitt": 0.2, "log": 0.2}
-    >>> decide(final_weight(maps, weights))
-    array([[1, 0, 1, 0]], dtype=uint8)
+    >>> from refseg.claim1.weighting import decide
+    >>> decide(np.array([[0.5, -0.5, 0.3, -0.1, 0.0]]))
+    array([[1, 0, 1, 0, 1]], dtype=uint8)
 
     References
     ----------

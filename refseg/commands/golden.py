@@ -43,10 +43,14 @@ def _write(args) -> str:
             f"{done.npz_bytes / 1e6:.1f} MB{weights}, in {done.seconds:.1f} s")
 
 
-def _candidate_arguments(parser):
-    parser.add_argument("folder", type=Path, help="bundle folder")
-    parser.add_argument("destination", type=Path, help="the candidate .npz to write")
-    add_force(parser)
+def _bundle_to_file(destination_help: str):
+    """The arguments of a verb that writes one file from a bundle: the bundle folder, the
+    file, ``--force``."""
+    def arguments(parser):
+        parser.add_argument("folder", type=Path, help="bundle folder")
+        parser.add_argument("destination", type=Path, help=destination_help)
+        add_force(parser)
+    return arguments
 
 
 def _candidate(args) -> str:
@@ -127,12 +131,6 @@ def _compare(args) -> tuple[str, int]:
     return scale.summary_text(summary), 0 if summary["passed"] == summary["images"] else 1
 
 
-def _weights_arguments(parser):
-    parser.add_argument("folder", type=Path, help="bundle folder")
-    parser.add_argument("destination", type=Path, help="the .npz weight file to write")
-    add_force(parser)
-
-
 def _weights(args) -> str:
     from refseg import golden
     from refseg.publish import check_single_output
@@ -147,7 +145,7 @@ WRITE = Verb(("golden", "write"), "write DIR/manifest.json and DIR/arrays.npz",
              _write_arguments, _write)
 CANDIDATE = Verb(("golden", "candidate"), "write refseg's own candidate for a bundle (every "
                                           "array, whole): the self-check",
-                 _candidate_arguments, _candidate)
+                 _bundle_to_file("the candidate .npz to write"), _candidate)
 CHECK = Verb(("golden", "check"), "compare a candidate .npz with a bundle",
              _check_arguments, _check)
 REFERENCE = Verb(("golden", "reference"), "refseg's claim-1 arrays of image files, one "
@@ -157,4 +155,4 @@ COMPARE = Verb(("golden", "compare"), "compare a folder of candidate .npz files 
                                       "reference folder, image by image",
                _compare_arguments, _compare)
 WEIGHTS = Verb(("golden", "weights"), "regenerate the bundle's network weights as .npz",
-               _weights_arguments, _weights)
+               _bundle_to_file("the .npz weight file to write"), _weights)
