@@ -28,6 +28,7 @@ from refseg.claim1 import operators as ops
 from refseg.claim1 import preprocess
 from refseg.claim1 import weighting
 from refseg.claim1.operators import OPERATORS
+from refseg.claim1.parameters import DEFAULT_SIGMA, MIN_SIZE
 from refseg.errors import InputError, as_float_image
 
 INFRASTRUCTURE = "alternatives to the claim-1 readings, for the sensitivity audit"
@@ -115,7 +116,7 @@ class Variant:
     """
 
     gray: str = "bt601"
-    sigma: float | None = preprocess.DEFAULT_SIGMA
+    sigma: float | None = DEFAULT_SIGMA
     border: str = "reflect101"
     edge_kind: str = "binary"
     thresholds: str = "otsu"
@@ -510,7 +511,7 @@ def extract_variant(rgb, variant: Variant = Variant(), *,
     """
     v = variant.check()
     gray = _gray(rgb, v.gray, backend)
-    g = as_float_image(gray, "gray", min_size=preprocess.MIN_SIZE)
+    g = as_float_image(gray, "gray", min_size=MIN_SIZE)
     kernel = BINOMIAL_3X3 if v.sigma is None else preprocess.gaussian_kernel(v.sigma)
     blurred = _correlate(g, kernel, v.border, backend)
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)

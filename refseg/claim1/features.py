@@ -46,6 +46,7 @@ from refseg.claim1 import preprocess
 from refseg.claim1 import weighting
 from refseg.errors import InputError
 from refseg.claim1.operators import OPERATORS
+from refseg.claim1.parameters import DEFAULT_SIGMA, KEEP
 from refseg.cite import implements
 
 #: The claim element each intermediate of :class:`FeatureResult` implements.
@@ -121,11 +122,6 @@ class FeatureResult:
         return notebook_html(self)
 
 
-#: What :func:`extract` keeps: every intermediate, or only the binary maps, the mean image and
-#: the numbers (each float plane it drops is 8 bytes per pixel).
-KEEP = ("all", "maps")
-
-
 def _check_keep(keep):
     if keep not in KEEP:
         raise InputError(f"keep: expected one of {', '.join(KEEP)}, got {keep!r}")
@@ -170,7 +166,7 @@ def _operator_maps(blurred, plane, canny_pair, thresholds, backend, keep_respons
 
 
 @implements("claim1.step2.extract")
-def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
+def extract(rgb, *, sigma: float = DEFAULT_SIGMA,
             canny_thresholds: tuple[float, float] | None = None,
             sobel_threshold: float | None = None, prewitt_threshold: float | None = None,
             log_threshold: float | None = None, backend: str = "cython",

@@ -16,7 +16,7 @@ import numpy as np
 
 from refseg.backend import kernels
 from refseg.errors import InputError, as_float_image, check_threshold
-from refseg.claim1.preprocess import MIN_SIZE
+from refseg.claim1.parameters import MIN_SIZE
 from refseg.cite import implements
 
 #: 1-D smoothing and derivative parts of the 3x3 kernels, combined by outer products. The

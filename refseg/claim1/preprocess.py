@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from refseg.backend import kernels
+from refseg.claim1.parameters import DEFAULT_SIGMA, MIN_SIZE
 from refseg.errors import InputError, as_float_image
 from refseg.cite import implements
 
@@ -21,16 +22,12 @@ GRAY_SCALE = 1000.0
 GRAY_WEIGHTS = tuple(w / GRAY_SCALE for w in GRAY_WEIGHTS_PER_MILLE)
 #: Side of the Gaussian template ([0081], [0209]: "3*3").
 GAUSSIAN_SIZE = 3
-#: Default standard deviation: OpenCV's rule for a 3x3 kernel, 0.3*((3-1)/2 - 1) + 0.8 (R-gauss).
-DEFAULT_SIGMA = 0.8
 #: The sigmas accepted: below 0.01 the 3x3 kernel is the identity and above 1000 flat to within
 #: 1e-6, so nothing outside changes a result; far outside, 2 sigma^2 overflows or underflows
 #: and the kernel would be NaN.
 SIGMA_RANGE = (0.01, 1000.0)
 #: Border rule of every 3x3 neighbourhood operation (R-border).
 BORDER = "reflect101"
-#: Smallest image side the 3x3 operators accept (R-border).
-MIN_SIZE = 3
 
 
 @implements("claim1.step2.gray")

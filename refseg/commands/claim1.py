@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from refseg.claim1.features import KEEP
-from refseg.claim1.preprocess import DEFAULT_SIGMA
+from refseg.claim1.parameters import DEFAULT_SIGMA, KEEP
 from refseg.commands.verb import Verb, add_max_pixels
 
 INFRASTRUCTURE = "the command line: claim 1's verb"

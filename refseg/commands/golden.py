@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from refseg.commands.verb import Verb, add_force, add_jobs, add_max_pixels
+from refseg.vocabulary import GOLDEN_PARTS
 
 INFRASTRUCTURE = "the command line: the golden-file verbs"
-#: ``golden check --part``: the parts of a bundle, as ``refseg.golden.format.PARTS`` (which
-#: cannot be imported here without loading the network: ``refseg.golden`` imports it eagerly).
-PARTS = ("claim1", "net", "ops")
 PROCESSES_HELP = "processes (default: one per core)"
 
 
@@ -71,7 +69,7 @@ def _check_arguments(parser):
     parser.add_argument("candidate", type=Path, help=".npz keyed by the manifest's array names")
     parser.add_argument("--report", type=Path, default=None, help="write the rows as JSON here")
     add_force(parser, " (--report)")
-    parser.add_argument("--part", action="append", default=None, choices=PARTS,
+    parser.add_argument("--part", action="append", default=None, choices=GOLDEN_PARTS,
                         help="check only this part of the bundle (repeatable; default: all)")
     parser.add_argument("--select", action="append", default=None, metavar="PATTERN",
                         help="check only arrays matching this shell pattern (repeatable)")

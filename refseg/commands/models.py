@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from refseg.commands.verb import Verb, add_force, input_size
+from refseg.commands.verb import Verb, add_force, input_size, size_text
 from refseg.run.config import BRANCHES
+from refseg.vocabulary import BACKBONE_INPUT_HW
 
 INFRASTRUCTURE = "the command line: the weight-file and model verbs"
 #: The parts ``model summary --part`` can list alone: each backbone and the decoder.
@@ -35,7 +36,8 @@ def _weights_inspect(args) -> str:
 
 
 def _model_summary_arguments(parser):
-    parser.add_argument("--input-size", default="224x224", help="HxW, multiples of 32")
+    parser.add_argument("--input-size", default=size_text(BACKBONE_INPUT_HW),
+                        help="HxW, multiples of 32")
     parser.add_argument("--part", choices=SUMMARY_PARTS, default=None,
                         help="only the layers of one part (totals still cover all)")
 

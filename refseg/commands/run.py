@@ -14,6 +14,7 @@ from refseg.commands.verb import (Verb, add_jobs, add_max_pixels, input_size, op
                                   size_text)
 from refseg.data.kinds import INPUT_KINDS
 from refseg.run.config import BRANCHES, DemoSettings, TrainConfig
+from refseg.vocabulary import WELD_SHAPE
 
 INFRASTRUCTURE = "the command line: the data, training and result verbs"
 #: ``train --branches``: both backbones (the patent's network) or one alone.
@@ -75,7 +76,7 @@ def _synth_arguments(parser):
     parser.add_argument("--count", required=True, help="number of image/label pairs (>= 1)")
     parser.add_argument("--out", type=Path, required=True, help="data set folder")
     parser.add_argument("--seed", default="0", help="seed of the first image; image i uses S+i")
-    parser.add_argument("--size", default="156x550", help="HxW, rows x cols")
+    parser.add_argument("--size", default=size_text(WELD_SHAPE), help="HxW, rows x cols")
 
 
 def _synth(args) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from refseg.errors import InputError
-from refseg.images import MAX_PIXELS
+from refseg.vocabulary import MAX_PIXELS
 
 INFRASTRUCTURE = "the command line: verbs and their shared arguments"
 

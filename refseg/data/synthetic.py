@@ -26,9 +26,8 @@ from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE, class_ta
 from refseg.errors import InputError
 from refseg.run.config import MIN_SIDE, check_synthetic_options
 from refseg.cite import implements
+from refseg.vocabulary import WELD_SHAPE
 
-#: Weld image size (rows, cols) of [0202]: "550*156" (width x height).
-WELD_SHAPE = (156, 550)
 #: The manifest :func:`write_synthetic_dataset` writes beside ``images/`` and ``labels/``.
 SYNTH_MANIFEST = "synth.json"
 #: Half-width in pixels of the contour class band drawn along each seam boundary: a pixel is

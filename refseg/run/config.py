@@ -11,9 +11,8 @@ on them import them from here; the kinds of network input have theirs in
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass
-
-import numpy as np
 
 from refseg.data.kinds import FEATURE_KINDS, INPUT_KINDS
 from refseg.errors import InputError
@@ -46,7 +45,7 @@ MAX_LEARNING_RATE = 1.0
 def check_range(value, name: str) -> int:
     """``value`` as an int within :data:`RANGES` [name]; InputError otherwise."""
     low, high = RANGES[name]
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputError(f"{name}: expected an integer from {low} to {high}, got {value!r}")
     if not low <= value <= high:
         raise InputError(f"{name}: expected an integer from {low} to {high}, got {value}")
