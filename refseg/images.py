@@ -25,6 +25,7 @@ from refseg.claim1.parameters import MIN_SIZE
 from refseg.cite import implements, infrastructure
 from refseg.vocabulary import MAX_PIXELS, MAX_PIXELS_CEILING
 
+
 @infrastructure("argument validation")
 def check_max_pixels(value) -> int:
     """``value`` as a pixel limit from 9 (3x3) to :data:`MAX_PIXELS_CEILING`; InputError

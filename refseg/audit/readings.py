@@ -21,7 +21,6 @@ import platform
 import re
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +36,12 @@ from refseg.backend import cpu_model
 from refseg.claim1.alternatives import ALTERNATIVES, BY_NAME, Variant, extract_variant, \
     worked_example
 from refseg.claim1.operators import OPERATORS
-from refseg.data.synthetic import WELD_SHAPE, weld_image
+from refseg.data.synthetic import weld_image
 from refseg.errors import InputError
 from refseg.golden.produce import PHOTOS, _photos
 from refseg.run.config import DemoSettings
 from refseg.run.metrics import contour_coverage
+from refseg.vocabulary import WELD_SHAPE
 
 INFRASTRUCTURE = "the sensitivity audit of the claim-1 readings"
 
@@ -532,21 +532,6 @@ def quick_summary_of(results: dict, images) -> dict:
     return summarise(subset, [im.name for im in images if im.classes is not None])
 
 
-def _grid(settings, seeds, record, summary, commit: str, log) -> dict:
-    """The R-dataset grid's runs (:func:`refseg.audit.downstream.run_grid`), the screen's
-    other readings last; recorded in ``record`` or in a temporary file."""
-    from refseg.audit import downstream
-
-    extras = [n for n in downstream_choice(summary) if n not in downstream.PAIRED_READINGS]
-    runs = downstream.grid_runs(seeds, downstream.PAIRED_READINGS, extras)
-    print(f"downstream: {len(runs)} runs (seeds {', '.join(map(str, seeds))})", file=log)
-    with tempfile.TemporaryDirectory(prefix="refseg-audit-") as work:
-        target = Path(work) / "record.jsonl" if record is None else Path(record)
-        result = downstream.run_grid(Path(work) / "grid", runs, settings, target, log,
-                                     stamp={"commit": commit})
-    return {**result, "machine": _machine()}
-
-
 def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=None,
               count=None, test_count=None, epochs=None, seeds=None, record=None,
               log=sys.stderr) -> str:
@@ -622,7 +607,7 @@ def _checked_options(out, quick, downstream, checkout, seeds, record, **sizes):
     """The output folder (checked), the seeds and the trainings' settings of
     :func:`run_audit`, every option refused before any work; ``sizes``: jobs, count,
     test_count and epochs, None for the mode's own."""
-    from refseg.audit.downstream import DEFAULT_SEEDS, QUICK, read_record
+    from refseg.audit.downstream import grid_settings
 
     if out is not None:
         out = publish.check_output_folder(out)
@@ -632,28 +617,19 @@ def _checked_options(out, quick, downstream, checkout, seeds, record, **sizes):
     elif not quick and checkout is None:
         raise InputError(f"{Path.cwd()}: not a refseg source checkout (no spec/registry.toml "
                          "and tests/conftest.py); give --out DIR")
-    seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise InputError(f"--seeds: expected distinct seeds >= 0, got {list(seeds)}")
-    settings = QUICK if quick else DemoSettings()
-    settings = DemoSettings(**{**settings.__dict__,
-                               **{k: v for k, v in sizes.items() if v is not None}})
-    if record is not None:
-        read_record(record, settings)  # another grid's record fails before any work
-    return out, seeds, settings
+    return (out, *grid_settings(quick, seeds, record, **sizes))
 
 
 def _dataset_section(previous, downstream, settings, seeds, record, summary, commit, command,
                      log):
     """The R-dataset section and its numbers: trained now (``downstream``), rendered from the
     runs ``record`` holds, or kept from the ``previous`` file."""
-    if downstream:
-        grid = _grid(settings, seeds, record, summary, commit, log)
-    elif record is not None:  # the runs a record holds, rendered; nothing trained
-        from refseg.audit.downstream import read_record, settings_json
+    if downstream or record is not None:
+        from refseg.audit.downstream import recorded_grid, train_grid
 
-        grid = {"settings": settings_json(settings), "machine": _machine(),
-                "runs": [r for r in read_record(record, settings) if r["seed"] in seeds]}
+        grid = (train_grid(settings, seeds, downstream_choice(summary), record, commit, log)
+                if downstream else recorded_grid(settings, seeds, record))
+        grid["machine"] = _machine()
     else:
         dataset, grid = network_inputs.kept_block(
             previous, network_inputs.BEGIN, network_inputs.END,
