@@ -21,6 +21,7 @@ from refseg._version import __version__
 from refseg.claim1 import features, preprocess, weighting
 from refseg.claim1.features import STEP_CLAIMS, FeatureResult
 from refseg.claim1.operators import OPERATORS
+from refseg.claim1.parameters import KEEP
 from refseg.errors import InputError
 from refseg.images import LoadedImage
 from refseg.publish import write_json, write_npz, write_png
@@ -195,14 +196,10 @@ def _rounded_uint8(image: np.ndarray, scale: float) -> np.ndarray:
     return out
 
 
-#: What ``features.npz`` may hold: every intermediate, or the binary maps and the vectors
-#: only (a photograph's float planes take 8 bytes per pixel each).
-NPZ_CONTENTS = ("all", "maps")
-
-
 def _check_npz_contents(arrays: str) -> None:
-    if arrays not in NPZ_CONTENTS:
-        raise InputError(f"--arrays: expected one of {', '.join(NPZ_CONTENTS)}, got {arrays!r}")
+    """``arrays``, what ``features.npz`` holds, is one of :data:`KEEP`; InputError otherwise."""
+    if arrays not in KEEP:
+        raise InputError(f"--arrays: expected one of {', '.join(KEEP)}, got {arrays!r}")
 
 
 @infrastructure("writing one image's outputs")

@@ -12,6 +12,7 @@ from __future__ import annotations
 DEFAULT_SIGMA = 0.8
 #: Smallest image side the 3x3 operators accept (R-border).
 MIN_SIZE = 3
-#: What :func:`refseg.claim1.features.extract` keeps: every intermediate, or only the binary
-#: maps, the mean image and the numbers (each float plane it drops is 8 bytes per pixel).
+#: What :func:`refseg.claim1.features.extract` keeps and ``features.npz`` holds (``refseg edges
+#: --arrays``): every intermediate, or only the binary maps, the mean image and the numbers
+#: (each float plane dropped is 8 bytes per pixel).
 KEEP = ("all", "maps")
