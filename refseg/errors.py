@@ -1,7 +1,15 @@
-"""The one error type refseg raises for bad input, and the checks that raise it."""
+"""The one error type refseg raises for bad input, and the checks that raise it.
+
+NumPy is imported by the check that needs it, not by this module: the command line names
+:class:`InputError` while it parses, before anything heavy is loaded.
+"""
 from __future__ import annotations
 
-import numpy as np
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 INFRASTRUCTURE = "the error type and generic argument validation"
 
@@ -12,6 +20,8 @@ class InputError(ValueError):
 
 def as_float_image(array, name: str, *, min_size: int = 1) -> np.ndarray:
     """A finite 2-D float64 C-contiguous copy-or-view of ``array``; InputError otherwise."""
+    import numpy as np
+
     a = np.asarray(array)
     if a.ndim != 2:
         raise InputError(f"{name}: expected a 2-D array (rows, cols), got shape {a.shape}")
@@ -32,6 +42,6 @@ def check_threshold(value, name: str) -> float:
         v = float(value)
     except (TypeError, ValueError):
         raise InputError(f"{name}: expected a number, got {value!r}") from None
-    if not np.isfinite(v) or v < 0:
+    if not math.isfinite(v) or v < 0:
         raise InputError(f"{name}: expected a finite number >= 0, got {v}")
     return v

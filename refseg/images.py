@@ -21,17 +21,9 @@ import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from refseg.errors import InputError
-from refseg.claim1.preprocess import MIN_SIZE
+from refseg.claim1.parameters import MIN_SIZE
 from refseg.cite import implements, infrastructure
-
-#: The largest image (rows x cols) read unless a caller asks for more: ``refseg edges`` peaks
-#: at about 70 bytes per pixel (0.42 GB for 3000x2000), 24 with ``--arrays maps``, so 40
-#: megapixels (an industrial camera's frame) needs some 2.8 GB; a file's declared size is
-#: checked before any pixel is decoded.
-MAX_PIXELS = 40_000_000
-
-#: The most that ``max_pixels`` may be raised to.
-MAX_PIXELS_CEILING = 10 ** 10
+from refseg.vocabulary import MAX_PIXELS, MAX_PIXELS_CEILING
 
 
 @infrastructure("argument validation")

@@ -75,6 +75,31 @@ def test_train_demo_and_synth_check_their_options_before_the_heavy_imports(tmp_p
     assert not out.exists()
 
 
+#: What parsing must not load: the help states every default from leaf modules alone.
+PARSING_LOADS_NOT = ("numpy", "PIL", "refseg.images", "refseg.claim1.features", *HEAVY)
+
+
+@pytest.mark.parametrize("args", [["--version"], ["edges", "--help"], ["synth", "--help"],
+                                  ["model", "summary", "--help"],
+                                  ["golden", "check", "--help"]])
+def test_parsing_loads_neither_numpy_nor_pillow(args):
+    """`refseg --version` and a verb's help read their defaults and choices (the image size
+    limit, sigma, the parts of a bundle, the weld and input sizes) from leaf modules: NumPy,
+    Pillow and the modules acting on those values stay unloaded."""
+    script = ("import sys\n"
+              "from refseg.cli import main\n"
+              "try:\n"
+              f"    main({args!r})\n"
+              "except SystemExit as stop:\n"
+              "    status = stop.code\n"
+              f"print(status, [m for m in {PARSING_LOADS_NOT!r} if m in sys.modules], "
+              "file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True,
+                            text=True)
+    assert result.stderr.strip() == "0 []", (result.stdout, result.stderr)
+    assert result.stdout.startswith("refseg " if args == ["--version"] else "usage: refseg ")
+
+
 @pytest.mark.parametrize("extra, named", [
     (["--input-size", "50x50"], "input size"), (["--jobs", "0"], "jobs"),
     (["--count", "1000000"], "--count"), (["--epochs", "0"], "--epochs")])

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,3 +174,40 @@ def run_grid(work, runs, settings: DemoSettings, record, log=sys.stderr,
               f"{entry['boundary_f1']:.4f} ({seconds / 60:.1f} min)", file=log, flush=True)
     return {"settings": settings_json(settings),
             "runs": [done[run.key()] for run in runs if run.key() in done]}
+
+
+def grid_settings(quick: bool, seeds, record, **sizes) -> tuple[tuple[int, ...], DemoSettings]:
+    """The seeds and the settings of an audit's grid, refused before any work: distinct seeds
+    >= 0 (None: :data:`DEFAULT_SEEDS`); :data:`QUICK` or the demo's settings with ``sizes``
+    (jobs, count, test_count, epochs; None keeps the mode's own); a ``record`` of other
+    settings fails."""
+    seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise InputError(f"--seeds: expected distinct seeds >= 0, got {list(seeds)}")
+    settings = QUICK if quick else DemoSettings()
+    settings = DemoSettings(**{**settings.__dict__,
+                               **{k: v for k, v in sizes.items() if v is not None}})
+    if record is not None:
+        read_record(record, settings)
+    return seeds, settings
+
+
+def train_grid(settings: DemoSettings, seeds, extras, record, commit: str,
+               log=sys.stderr) -> dict:
+    """:func:`run_grid` over the grid of ``seeds`` (:data:`PAIRED_READINGS`, then the readings
+    of ``extras`` not among them), in a temporary folder; recorded in ``record`` (None: a
+    temporary file), each new run stamped with ``commit``."""
+    extras = [name for name in extras if name not in PAIRED_READINGS]
+    runs = grid_runs(seeds, PAIRED_READINGS, extras)
+    print(f"downstream: {len(runs)} runs (seeds {', '.join(map(str, seeds))})", file=log)
+    with tempfile.TemporaryDirectory(prefix="refseg-audit-") as work:
+        target = Path(work) / "record.jsonl" if record is None else Path(record)
+        return run_grid(Path(work) / "grid", runs, settings, target, log,
+                        stamp={"commit": commit})
+
+
+def recorded_grid(settings: DemoSettings, seeds, record) -> dict:
+    """The runs of ``seeds`` that the ``record`` file holds, as :func:`run_grid` returns them;
+    nothing trained."""
+    return {"settings": settings_json(settings),
+            "runs": [r for r in read_record(record, settings) if r["seed"] in seeds]}

@@ -21,7 +21,6 @@ import platform
 import re
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +37,12 @@ from refseg.backend import cpu_model
 from refseg.claim1.alternatives import ALTERNATIVES, BY_NAME, Variant, extract_variant, \
     worked_example
 from refseg.claim1.operators import OPERATORS
-from refseg.data.synthetic import WELD_SHAPE, weld_image
+from refseg.data.synthetic import weld_image
 from refseg.errors import InputError
 from refseg.golden.bundle_images import PHOTOS, shipped_photos
 from refseg.run.config import DemoSettings
 from refseg.run.metrics import contour_coverage
+from refseg.data.synthetic_options import WELD_SHAPE
 
 INFRASTRUCTURE = "the sensitivity audit of the claim-1 readings"
 
@@ -533,21 +533,6 @@ def quick_summary_of(results: dict, images) -> dict:
     return summarise(subset, [im.name for im in images if im.classes is not None])
 
 
-def _grid(settings, seeds, record, summary, commit: str, log) -> dict:
-    """The R-dataset grid's runs (:func:`refseg.audit.downstream.run_grid`), the screen's
-    other readings last; recorded in ``record`` or in a temporary file."""
-    from refseg.audit import downstream
-
-    extras = [n for n in downstream_choice(summary) if n not in downstream.PAIRED_READINGS]
-    runs = downstream.grid_runs(seeds, downstream.PAIRED_READINGS, extras)
-    print(f"downstream: {len(runs)} runs (seeds {', '.join(map(str, seeds))})", file=log)
-    with tempfile.TemporaryDirectory(prefix="refseg-audit-") as work:
-        target = Path(work) / "record.jsonl" if record is None else Path(record)
-        result = downstream.run_grid(Path(work) / "grid", runs, settings, target, log,
-                                     stamp={"commit": commit})
-    return {**result, "machine": _machine()}
-
-
 def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=None,
               count=None, test_count=None, epochs=None, seeds=None, record=None,
               log=sys.stderr) -> str:
@@ -580,31 +565,13 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
         the runs of ``seeds`` that the record holds, training nothing. None: a temporary
         record.
     """
-    from refseg.audit.downstream import DEFAULT_SEEDS, QUICK
-
     checkout = trace.checkout_folder()
-    if out is not None:
-        out = publish.check_output_folder(out)
-    elif quick and downstream:
-        raise InputError("audit readings: --quick --downstream needs --out (quick trainings "
-                         "do not belong in spec/sensitivity.md)")
-    elif not quick and checkout is None:
-        raise InputError(f"{Path.cwd()}: not a refseg source checkout (no spec/registry.toml "
-                         "and tests/conftest.py); give --out DIR")
-    seeds = tuple(DEFAULT_SEEDS if seeds is None else seeds)
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise InputError(f"--seeds: expected distinct seeds >= 0, got {list(seeds)}")
-    settings = QUICK if quick else DemoSettings()
-    given = {"jobs": jobs, "count": count, "test_count": test_count, "epochs": epochs}
-    settings = DemoSettings(**{**settings.__dict__,
-                               **{k: v for k, v in given.items() if v is not None}})
-    if record is not None:
-        from refseg.audit.downstream import read_record
-        read_record(record, settings)  # another grid's record fails before any work
+    out, seeds, settings = _checked_options(out, quick, downstream, checkout, seeds, record,
+                                            jobs=jobs, count=count, test_count=test_count,
+                                            epochs=epochs)
     images = corpus(quick)
-    labelled = [im.name for im in images if im.classes is not None]
     results = measure(images, log)
-    summary = summarise(results, labelled)
+    summary = summarise(results, [im.name for im in images if im.classes is not None])
     quick_summary = quick_summary_of(results, images)
     if out is None and quick:
         return quick_section(quick_summary)
@@ -617,21 +584,8 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
         previous, DOWN_BEGIN, DOWN_END, (NUMBERS_BEGIN, NUMBERS_END), downstream_block)
     if screen is None:
         screen = downstream_block(None, commit, command)
-    if downstream:
-        grid = _grid(settings, seeds, record, summary, commit, log)
-        dataset = network_inputs.block(grid, commit, command)
-    elif record is not None:  # the runs a record holds, rendered; nothing trained
-        from refseg.audit.downstream import read_record, settings_json
-
-        grid = {"settings": settings_json(settings), "machine": _machine(),
-                "runs": [r for r in read_record(record, settings) if r["seed"] in seeds]}
-        dataset = network_inputs.block(grid, commit, command)
-    else:
-        dataset, grid = network_inputs.kept_block(
-            previous, network_inputs.BEGIN, network_inputs.END,
-            (network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END), network_inputs.block)
-        if dataset is None:
-            dataset = network_inputs.block(None, commit, command)
+    dataset, grid = _dataset_section(previous, downstream, settings, seeds, record, summary,
+                                     commit, command, log)
     text = render(summary, quick_summary, screen, dataset, quick=quick, commit=commit)
     if target is not None:
         if previous == text:
@@ -648,3 +602,39 @@ def run_audit(out=None, *, quick: bool = False, downstream: bool = False, jobs=N
             "per_image": results, "summary": summary, "quick_summary": quick_summary,
             "downstream": screen_numbers, "r_dataset": grid})
     return f"{out / SENSITIVITY_FILE}, {out / NUMBERS_FILE}"
+
+
+def _checked_options(out, quick, downstream, checkout, seeds, record, **sizes):
+    """The output folder (checked), the seeds and the trainings' settings of
+    :func:`run_audit`, every option refused before any work; ``sizes``: jobs, count,
+    test_count and epochs, None for the mode's own."""
+    from refseg.audit.downstream import grid_settings
+
+    if out is not None:
+        out = publish.check_output_folder(out)
+    elif quick and downstream:
+        raise InputError("audit readings: --quick --downstream needs --out (quick trainings "
+                         "do not belong in spec/sensitivity.md)")
+    elif not quick and checkout is None:
+        raise InputError(f"{Path.cwd()}: not a refseg source checkout (no spec/registry.toml "
+                         "and tests/conftest.py); give --out DIR")
+    return (out, *grid_settings(quick, seeds, record, **sizes))
+
+
+def _dataset_section(previous, downstream, settings, seeds, record, summary, commit, command,
+                     log):
+    """The R-dataset section and its numbers: trained now (``downstream``), rendered from the
+    runs ``record`` holds, or kept from the ``previous`` file."""
+    if downstream or record is not None:
+        from refseg.audit.downstream import recorded_grid, train_grid
+
+        grid = (train_grid(settings, seeds, downstream_choice(summary), record, commit, log)
+                if downstream else recorded_grid(settings, seeds, record))
+        grid["machine"] = _machine()
+    else:
+        dataset, grid = network_inputs.kept_block(
+            previous, network_inputs.BEGIN, network_inputs.END,
+            (network_inputs.NUMBERS_BEGIN, network_inputs.NUMBERS_END), network_inputs.block)
+        if dataset is not None:
+            return dataset, grid
+    return network_inputs.block(grid, commit, command), grid

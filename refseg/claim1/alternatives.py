@@ -28,6 +28,7 @@ from refseg.claim1 import operators as ops
 from refseg.claim1 import preprocess
 from refseg.claim1 import weighting
 from refseg.claim1.operators import OPERATORS
+from refseg.claim1.parameters import DEFAULT_SIGMA, MIN_SIZE
 from refseg.errors import InputError, as_float_image
 
 INFRASTRUCTURE = "alternatives to the claim-1 readings, for the sensitivity audit"
@@ -115,7 +116,7 @@ class Variant:
     """
 
     gray: str = "bt601"
-    sigma: float | None = preprocess.DEFAULT_SIGMA
+    sigma: float | None = DEFAULT_SIGMA
     border: str = "reflect101"
     edge_kind: str = "binary"
     thresholds: str = "otsu"
@@ -489,13 +490,28 @@ def extract_variant(rgb, variant: Variant = Variant(), *,
     (R-binary, R-canny, R-log, R-border), their statistics and weights (R-mean, R-std, R-cv,
     R-empty, R-weights), the vote and the decision (R-final).
 
+    Examples
+    --------
+    The default variant is :func:`~refseg.claim1.features.extract`; an offset of 1.7 drops a
+    pixel that operators of weight 0.59 together mark (F = 1 + 0.59 - 1.7 < 0):
+
+    >>> import numpy as np
+    >>> from refseg.claim1.alternatives import Variant, extract_variant
+    >>> from refseg.claim1.features import extract
+    >>> step = np.zeros((5, 6), np.uint8)
+    >>> step[:, 3:] = 200
+    >>> bool(np.array_equal(extract_variant(step).feature_map, extract(step).feature_map))
+    True
+    >>> extract_variant(step, Variant(offset=1.7)).feature_map[0]
+    array([0, 0, 0, 0, 0, 0], dtype=uint8)
+
     References
     ----------
     [0077]-[0119]; spec ``readings.md``.
     """
     v = variant.check()
     gray = _gray(rgb, v.gray, backend)
-    g = as_float_image(gray, "gray", min_size=preprocess.MIN_SIZE)
+    g = as_float_image(gray, "gray", min_size=MIN_SIZE)
     kernel = BINOMIAL_3X3 if v.sigma is None else preprocess.gaussian_kernel(v.sigma)
     blurred = _correlate(g, kernel, v.border, backend)
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
@@ -522,7 +538,15 @@ def feature_image(rgb, name: str | None = None) -> np.ndarray:
 
 
 def alternative(name: str) -> Alternative:
-    """The alternative of that name; InputError listing the names otherwise."""
+    """The alternative of that name; InputError listing the names otherwise.
+
+    Examples
+    --------
+    >>> from refseg.claim1.alternatives import alternative
+    >>> chosen = alternative("log-ratio-3")
+    >>> chosen.reading, chosen.variant.changes()
+    ('R-log', {'log_ratio': 3.0})
+    """
     if name not in BY_NAME:
         raise InputError(f"{name!r}: no such alternative reading; one of "
                          + ", ".join(BY_NAME))
@@ -536,6 +560,15 @@ def worked_example(variant: Variant = Variant(), *, backend: str = "cython") -> 
     (none) -> not, position 8 (three of four, each operator missing in turn) -> edge,
     position 9 (Canny alone) -> not. The weights are the text's own, so only the vote's
     choices (X values, offset) can change the outcome.
+
+    Examples
+    --------
+    F = 1 + (the weight of the operators with an edge) - offset, so the four positions need
+    1.4 < offset <= 1.6:
+
+    >>> from refseg.claim1.alternatives import Variant, worked_example
+    >>> worked_example(), worked_example(Variant(offset=1.6)), worked_example(Variant(offset=1.4))
+    (True, True, False)
     """
     for missing in OPERATORS:
         edges = {k: np.zeros((1, 4), np.uint8) for k in OPERATORS}

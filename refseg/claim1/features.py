@@ -5,6 +5,35 @@ every intermediate, with the parameters and thresholds used, so that each step c
 audited and compared against another implementation.
 
 References: [0075]-[0119], [0203]-[0214]; claim 1.
+
+Examples
+--------
+A vertical step from 0 to 200: Canny and LoG mark one column each, Sobel and Prewitt two.
+The one-column maps vary more about the mean image (coefficients of variation sqrt(15) / 2
+against sqrt(3) / 4, by hand) and get the larger weights, ``sqrt(5) / (2 sqrt(5) + 1)`` each;
+the vote keeps both columns, each marked by three operators of weight 0.59 together:
+
+>>> import numpy as np
+>>> from refseg.claim1.features import extract
+>>> step = np.zeros((5, 6), np.uint8)
+>>> step[:, 3:] = 200
+>>> result = extract(step)
+>>> {name: int(edges[0].argmax()) for name, edges in result.edges.items()}
+{'canny': 2, 'sobel': 2, 'prewitt': 2, 'log': 3}
+>>> {name: round(weight, 4) for name, weight in result.weights.items()}
+{'canny': 0.4086, 'sobel': 0.0914, 'prewitt': 0.0914, 'log': 0.4086}
+>>> result.feature_map
+array([[0, 0, 1, 1, 0, 0],
+       [0, 0, 1, 1, 0, 0],
+       [0, 0, 1, 1, 0, 0],
+       [0, 0, 1, 1, 0, 0],
+       [0, 0, 1, 1, 0, 0]], dtype=uint8)
+
+With ``keep="maps"`` the float planes are dropped and the rest is the same:
+
+>>> light = extract(step, keep="maps")
+>>> light.gray is None, bool(np.array_equal(light.feature_map, result.feature_map))
+(True, True)
 """
 from __future__ import annotations
 
@@ -17,6 +46,7 @@ from refseg.claim1 import preprocess
 from refseg.claim1 import weighting
 from refseg.errors import InputError
 from refseg.claim1.operators import OPERATORS
+from refseg.claim1.parameters import DEFAULT_SIGMA, KEEP
 from refseg.cite import implements
 
 #: The claim element each intermediate of :class:`FeatureResult` implements.
@@ -92,11 +122,6 @@ class FeatureResult:
         return notebook_html(self)
 
 
-#: What :func:`extract` keeps: every intermediate, or only the binary maps, the mean image and
-#: the numbers (each float plane it drops is 8 bytes per pixel).
-KEEP = ("all", "maps")
-
-
 def _check_keep(keep):
     if keep not in KEEP:
         raise InputError(f"keep: expected one of {', '.join(KEEP)}, got {keep!r}")
@@ -141,7 +166,7 @@ def _operator_maps(blurred, plane, canny_pair, thresholds, backend, keep_respons
 
 
 @implements("claim1.step2.extract")
-def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
+def extract(rgb, *, sigma: float = DEFAULT_SIGMA,
             canny_thresholds: tuple[float, float] | None = None,
             sobel_threshold: float | None = None, prewitt_threshold: float | None = None,
             log_threshold: float | None = None, backend: str = "cython",
@@ -181,6 +206,15 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
     7. Final weight parameter per pixel ([0104]) and decision F >= 0 -> 1 ([0117]-[0118]),
        over every pixel ([0119]).
 
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.features import extract
+    >>> step = np.zeros((5, 6), np.uint8)
+    >>> step[:, 3:] = 200
+    >>> extract(step).feature_map[0]  # the module's docstring works this step out by hand
+    array([0, 0, 1, 1, 0, 0], dtype=uint8)
+
     References
     ----------
     [0075]-[0119], [0203]-[0214].
@@ -201,18 +235,34 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
                               "log": log_threshold}, backend, keep_all)
     if not keep_all:
         blurred = None
-    edges = {k: results[k].edges for k in OPERATORS}
-
     mean_img, std, mean = weighting._binary_statistics(stack, backend)
     cv = weighting.coefficients_of_variation(std, mean)
     weights = weighting.operator_weights(cv)
-    if keep_all:
-        final = weighting._vote(stack, weights, backend)
-        feature_map = weighting._decide(final)
-    else:
-        final, feature_map = None, weighting._vote_decision(stack, weights, backend)
+    final, feature_map = _vote(stack, weights, backend, keep_all)
+    return FeatureResult(
+        gray=gray, blurred=blurred,
+        responses={k: results[k].response for k in OPERATORS} if keep_all else None,
+        edges={k: results[k].edges for k in OPERATORS},
+        thresholds={k: results[k].thresholds for k in OPERATORS},
+        mean_image=mean_img, std=std, mean=mean, cv=cv,
+        intermediate_cv=weighting.intermediate_cv(cv), weights=weights,
+        final_weight=final, feature_map=feature_map,
+        params=_parameters(sigma, results, backend),
+    )
 
-    params = {
+
+def _vote(stack, weights, backend, keep_final):
+    """The final weight F (None without ``keep_final``: the decision is then taken a block of
+    rows at a time, without a whole float plane) and the feature map."""
+    if not keep_final:
+        return None, weighting._vote_decision(stack, weights, backend)
+    final = weighting._vote(stack, weights, backend)
+    return final, weighting._decide(final)
+
+
+def _parameters(sigma, results, backend) -> dict:
+    """Every parameter and constant of an extraction, for its report."""
+    return {
         "sigma": float(sigma),
         "gaussian_kernel": preprocess.gaussian_kernel(sigma).tolist(),
         "gray_weights": list(preprocess.GRAY_WEIGHTS),
@@ -234,12 +284,3 @@ def extract(rgb, *, sigma: float = preprocess.DEFAULT_SIGMA,
         "operator_order": list(OPERATORS),
         "backend": backend,
     }
-    return FeatureResult(
-        gray=gray, blurred=blurred,
-        responses={k: results[k].response for k in OPERATORS} if keep_all else None,
-        edges=edges,
-        thresholds={k: results[k].thresholds for k in OPERATORS},
-        mean_image=mean_img, std=std, mean=mean, cv=cv,
-        intermediate_cv=weighting.intermediate_cv(cv), weights=weights,
-        final_weight=final, feature_map=feature_map, params=params,
-    )

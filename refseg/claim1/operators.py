@@ -16,7 +16,7 @@ import numpy as np
 
 from refseg.backend import kernels
 from refseg.errors import InputError, as_float_image, check_threshold
-from refseg.claim1.preprocess import MIN_SIZE
+from refseg.claim1.parameters import MIN_SIZE
 from refseg.cite import implements
 
 #: 1-D smoothing and derivative parts of the 3x3 kernels, combined by outer products. The
@@ -119,6 +119,16 @@ def otsu_threshold(values, *, bins: int = OTSU_BINS, backend: str = "cython") ->
     3. The first k of largest variance wins; its bin centre is the threshold (the convention
        of ``skimage.filters.threshold_otsu``).
 
+    Examples
+    --------
+    Two values, 0 and 10: the lower class is the first of 256 bins, 10 / 256 wide, and the
+    threshold its centre:
+
+    >>> import numpy as np
+    >>> from refseg.claim1.operators import otsu_threshold
+    >>> otsu_threshold(np.array([[0.0, 0.0, 0.0], [10.0, 10.0, 10.0]]))
+    0.01953125
+
     References
     ----------
     N. Otsu, IEEE Trans. SMC 9(1), 1979; spec ``R-binary``.
@@ -207,6 +217,18 @@ def sobel_gradient(blurred, *, backend: str = "cython") -> tuple[np.ndarray, np.
        neighbours cancel exactly (a constant image gives 0.0), and the expression is symmetric,
        so flipping or transposing the image flips, negates or swaps gx and gy exactly.
 
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.operators import sobel_gradient
+    >>> step = np.zeros((5, 6))
+    >>> step[:, 3:] = 10.0  # a vertical step of 10 between columns 2 and 3
+    >>> gx, gy = sobel_gradient(step)
+    >>> gx[0]  # (1 + 2 + 1) * (10 - 0) on both sides of the step
+    array([ 0.,  0., 40., 40.,  0.,  0.])
+    >>> bool((gy == 0).all())
+    True
+
     References
     ----------
     [0082]-[0083], [0212]; spec ``R-border``.
@@ -235,6 +257,16 @@ def prewitt_gradient(blurred, *, backend: str = "cython") -> tuple[np.ndarray, n
     As :func:`sobel_gradient` with smoothing weights 1, 1, 1 (:data:`PREWITT_SMOOTH`): equal
     to ``cv2.filter2D(blurred, cv2.CV_64F, PREWITT_X, borderType=cv2.BORDER_REFLECT_101)``
     to rounding, exactly 0.0 on a constant image, exact under flips and transposes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.operators import prewitt_gradient
+    >>> step = np.zeros((5, 6))
+    >>> step[:, 3:] = 10.0  # a vertical step of 10 between columns 2 and 3
+    >>> gx, gy = prewitt_gradient(step)
+    >>> gx[0]  # (1 + 1 + 1) * (10 - 0)
+    array([ 0.,  0., 30., 30.,  0.,  0.])
 
     References
     ----------
@@ -268,6 +300,21 @@ def sobel(blurred, threshold: float | None = None, *, backend: str = "cython") -
     3. edge where magnitude > threshold (strict: a constant image has magnitude 0.0, so no
        edge at any threshold >= 0).
 
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.operators import sobel
+    >>> step = np.zeros((5, 6))
+    >>> step[:, 3:] = 10.0  # a vertical step of 10 between columns 2 and 3
+    >>> result = sobel(step)
+    >>> result.edges[0]
+    array([0, 0, 1, 1, 0, 0], dtype=uint8)
+
+    The magnitude is 0 or 40, so Otsu's threshold is the centre of the first of 256 bins:
+
+    >>> result.thresholds == {"magnitude": 40 / 256 / 2}
+    True
+
     References
     ----------
     [0082]-[0083], [0212]; spec ``R-binary``.
@@ -295,6 +342,16 @@ def prewitt(blurred, threshold: float | None = None, *, backend: str = "cython")
     -----
     As :func:`sobel`, with :data:`PREWITT_X` = [[-1, 0, 1], [-1, 0, 1], [-1, 0, 1]] and its
     transpose (:func:`prewitt_gradient`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.operators import prewitt
+    >>> step = np.zeros((5, 6))
+    >>> step[:, 3:] = 10.0  # a vertical step of 10 between columns 2 and 3
+    >>> result = prewitt(step)
+    >>> result.edges[0], result.thresholds == {"magnitude": 30 / 256 / 2}
+    (array([0, 0, 1, 1, 0, 0], dtype=uint8), True)
 
     References
     ----------
@@ -331,6 +388,20 @@ def laplacian_of_gaussian(blurred, threshold: float | None = None, *,
        crossing is marked).
     3. A pixel with response exactly 0 is an edge when its left/right or up/down neighbours
        have opposite signs and differ by more than the threshold.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.operators import laplacian_of_gaussian
+    >>> step = np.zeros((5, 6))
+    >>> step[:, 3:] = 10.0  # a vertical step of 10 between columns 2 and 3
+    >>> result = laplacian_of_gaussian(step)
+    >>> result.response[0]  # the 4-neighbour Laplacian: +10 below the step, -10 above it
+    array([  0.,   0.,  10., -10.,   0.,   0.])
+    >>> result.edges[0]  # one zero crossing, marked on one side
+    array([0, 0, 0, 1, 0, 0], dtype=uint8)
+    >>> result.thresholds == {"slope": 2 * (10 / 256 / 2)}  # 2 * Otsu(|LoG|)
+    True
 
     References
     ----------
@@ -370,6 +441,15 @@ def canny_thresholds(magnitude, *, backend: str = "cython") -> tuple[float, floa
     Canny's candidates are then exactly the pixels of the Sobel edge map that survive
     non-maximum suppression, and a chain is kept when it reaches twice that threshold
     (Canny 1986 recommends a 2:1 to 3:1 high:low ratio). Spec ``R-binary``.
+
+    Examples
+    --------
+    A magnitude of 0 or 40: low is the centre of the first of 256 bins, 40 / 256 wide:
+
+    >>> import numpy as np
+    >>> from refseg.claim1.operators import canny_thresholds
+    >>> canny_thresholds(np.array([[0.0, 40.0], [40.0, 0.0]]))
+    (0.078125, 0.15625)
     """
     return _canny_thresholds(as_float_image(magnitude, "magnitude"), backend)
 
@@ -453,6 +533,18 @@ def canny(blurred, low: float | None = None, high: float | None = None, *,
        the axis directions, ``>`` on both diagonals; magnitude 0 outside the image).
     3. Hysteresis: kept pixels with magnitude > high are edges, and so is every kept pixel
        8-connected to them through kept pixels.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.operators import canny
+    >>> step = np.zeros((5, 6))
+    >>> step[:, 3:] = 10.0  # a vertical step of 10 between columns 2 and 3
+    >>> result = canny(step)
+    >>> result.edges[0]  # Sobel's two-pixel ridge, thinned to one
+    array([0, 0, 1, 0, 0, 0], dtype=uint8)
+    >>> result.thresholds == {"low": 40 / 256 / 2, "high": 40 / 256}  # high = 2 * low
+    True
 
     References
     ----------

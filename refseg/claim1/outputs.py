@@ -17,6 +17,7 @@ from refseg.claim1 import features, preprocess
 from refseg.claim1.panel import rounded_uint8, panel
 from refseg.claim1.features import STEP_CLAIMS, FeatureResult
 from refseg.claim1.operators import OPERATORS
+from refseg.claim1.parameters import KEEP
 from refseg.errors import InputError
 from refseg.images import LoadedImage
 from refseg.publish import write_json, write_npz, write_png
@@ -60,14 +61,12 @@ def report_dict(result: FeatureResult, source: dict | None = None) -> dict:
     }
 
 
-#: What ``features.npz`` may hold: every intermediate, or the binary maps and the vectors
-#: only (a photograph's float planes take 8 bytes per pixel each).
-NPZ_CONTENTS = ("all", "maps")
 
 
 def _check_npz_contents(arrays: str) -> None:
-    if arrays not in NPZ_CONTENTS:
-        raise InputError(f"--arrays: expected one of {', '.join(NPZ_CONTENTS)}, got {arrays!r}")
+    """``arrays``, what ``features.npz`` holds, is one of :data:`KEEP`; InputError otherwise."""
+    if arrays not in KEEP:
+        raise InputError(f"--arrays: expected one of {', '.join(KEEP)}, got {arrays!r}")
 
 
 @infrastructure("writing one image's outputs")
@@ -176,6 +175,29 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     This is ``refseg edges``. Each folder holds what :func:`write_outputs` writes. The images
     are extracted one at a time, each just before its outputs are written, and with
     ``arrays="maps"`` the float planes are not kept (``features.extract(..., keep="maps")``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from refseg.claim1.outputs import write_edge_outputs
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> step = np.zeros((5, 6), np.uint8)
+    >>> step[:, 3:] = 200
+    >>> Image.fromarray(step).save(folder / "step.png")
+    >>> written = write_edge_outputs([folder / "step.png"], folder / "out")
+    >>> [p.relative_to(folder).as_posix() for p in written]
+    ['out/step']
+    >>> sorted(p.name for p in written[0].iterdir())  # doctest: +NORMALIZE_WHITESPACE
+    ['canny.png', 'feature_map.png', 'features.npz', 'log.png', 'mean_image.png',
+     'panel.png', 'prewitt.png', 'report.json', 'sobel.png']
+    >>> np.array_equal(np.asarray(Image.open(written[0] / "feature_map.png"))[0],
+    ...                [0, 0, 255, 255, 0, 0])
+    True
+    >>> import shutil
+    >>> shutil.rmtree(folder)
 
     References
     ----------

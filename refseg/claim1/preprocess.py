@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from refseg.backend import kernels
+from refseg.claim1.parameters import DEFAULT_SIGMA, MIN_SIZE
 from refseg.errors import InputError, as_float_image
 from refseg.cite import implements
 
@@ -21,16 +22,12 @@ GRAY_SCALE = 1000.0
 GRAY_WEIGHTS = tuple(w / GRAY_SCALE for w in GRAY_WEIGHTS_PER_MILLE)
 #: Side of the Gaussian template ([0081], [0209]: "3*3").
 GAUSSIAN_SIZE = 3
-#: Default standard deviation: OpenCV's rule for a 3x3 kernel, 0.3*((3-1)/2 - 1) + 0.8 (R-gauss).
-DEFAULT_SIGMA = 0.8
 #: The sigmas accepted: below 0.01 the 3x3 kernel is the identity and above 1000 flat to within
 #: 1e-6, so nothing outside changes a result; far outside, 2 sigma^2 overflows or underflows
 #: and the kernel would be NaN.
 SIGMA_RANGE = (0.01, 1000.0)
 #: Border rule of every 3x3 neighbourhood operation (R-border).
 BORDER = "reflect101"
-#: Smallest image side the 3x3 operators accept (R-border).
-MIN_SIZE = 3
 
 
 @implements("claim1.step2.gray")
@@ -60,6 +57,16 @@ def to_gray(image, *, backend: str = "cython") -> np.ndarray:
     2. No rounding: Pillow's ``convert("L")`` and OpenCV's ``cvtColor`` round to uint8 with
        fixed-point weights, so they differ from this by at most 0.503 (Pillow) and 0.509
        (OpenCV 5) (spec ``R-gray``).
+
+    Examples
+    --------
+    Pure red, green and blue give their weights times 255; a gray pixel keeps its value:
+
+    >>> import numpy as np
+    >>> from refseg.claim1.preprocess import to_gray
+    >>> rgb = np.array([[[255, 0, 0], [0, 255, 0], [0, 0, 255], [100, 100, 100]]], np.uint8)
+    >>> to_gray(rgb)
+    array([[ 76.245, 149.685,  29.07 , 100.   ]])
 
     References
     ----------
@@ -108,6 +115,23 @@ def gaussian_kernel(sigma: float = DEFAULT_SIGMA) -> np.ndarray:
        the outer product of the normalised 1-D kernel with itself (what
        ``cv2.getGaussianKernel(3, sigma)`` gives for an explicit sigma).
 
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.preprocess import gaussian_kernel
+    >>> np.round(gaussian_kernel(0.8), 4)
+    array([[0.0571, 0.1248, 0.0571],
+           [0.1248, 0.2725, 0.1248],
+           [0.0571, 0.1248, 0.0571]])
+
+    It is the outer product of the normalised 1-D kernel ``[e, 1, e] / (1 + 2e)``,
+    ``e = exp(-1 / (2 sigma^2))``:
+
+    >>> e = np.exp(-1 / (2 * 0.8 ** 2))
+    >>> one_d = np.array([e, 1.0, e]) / (1 + 2 * e)
+    >>> bool(np.allclose(gaussian_kernel(0.8), np.outer(one_d, one_d), rtol=0, atol=1e-16))
+    True
+
     References
     ----------
     [0081], [0208]-[0211].
@@ -152,6 +176,29 @@ def gaussian_blur(gray, sigma: float = DEFAULT_SIGMA, *, backend: str = "cython"
        one value everywhere.
     3. Outside the image the neighbourhood is reflected without repeating the edge pixel
        (reflect-101, :data:`BORDER`).
+
+    Examples
+    --------
+    A single bright pixel spreads into the template; the border rows and columns, whose
+    reflected neighbourhoods do not reach it, stay 0:
+
+    >>> import numpy as np
+    >>> from refseg.claim1.preprocess import gaussian_blur, gaussian_kernel
+    >>> impulse = np.zeros((5, 5))
+    >>> impulse[2, 2] = 1.0
+    >>> np.round(gaussian_blur(impulse, 0.8), 4)
+    array([[0.    , 0.    , 0.    , 0.    , 0.    ],
+           [0.    , 0.0571, 0.1248, 0.0571, 0.    ],
+           [0.    , 0.1248, 0.2725, 0.1248, 0.    ],
+           [0.    , 0.0571, 0.1248, 0.0571, 0.    ],
+           [0.    , 0.    , 0.    , 0.    , 0.    ]])
+    >>> bool(np.array_equal(gaussian_blur(impulse, 0.8)[1:4, 1:4], gaussian_kernel(0.8)))
+    True
+
+    A constant image gives one value everywhere:
+
+    >>> np.unique(gaussian_blur(np.full((4, 6), 7.0))).size
+    1
 
     References
     ----------

@@ -67,6 +67,15 @@ def mean_image(edges: Mapping) -> np.ndarray:
     mean_image : ndarray of shape (M, N), float64
         ``(E_C + E_S + E_P + E_L) / 4``, summed in that order.
 
+    Examples
+    --------
+    >>> from refseg.claim1.weighting import mean_image
+    >>> maps = {"canny": [[1, 1], [0, 0]], "sobel": [[1, 0], [0, 0]],
+    ...         "prewitt": [[1, 0], [0, 0]], "log": [[1, 1], [1, 0]]}
+    >>> mean_image(maps)
+    array([[1.  , 0.5 ],
+           [0.25, 0.  ]])
+
     References
     ----------
     [0085]-[0087]; spec ``R-mean``.
@@ -89,6 +98,19 @@ def standard_deviations(edges: Mapping, mean_img) -> dict[str, float]:
     -------
     std : dict of str to float
         ``sigma_i = sqrt(sum_mn (E_i(m, n) - Ebar(m, n))^2 / (M*N))``.
+
+    Examples
+    --------
+    Canny's map differs from the mean image by 0.5 at one pixel and 0.25 at another, so its
+    sigma is sqrt((0.25 + 0.0625) / 4) = sqrt(5) / 8; LoG's by 0.5 and 0.75: sqrt(13) / 8.
+
+    >>> import math
+    >>> from refseg.claim1.weighting import mean_image, standard_deviations
+    >>> maps = {"canny": [[1, 1], [0, 0]], "sobel": [[1, 0], [0, 0]],
+    ...         "prewitt": [[1, 0], [0, 0]], "log": [[1, 1], [1, 0]]}
+    >>> std = standard_deviations(maps, mean_image(maps))
+    >>> std["canny"] == std["sobel"] == math.sqrt(5) / 8, std["log"] == math.sqrt(13) / 8
+    (True, True)
 
     References
     ----------
@@ -115,6 +137,14 @@ def pixel_means(edges: Mapping) -> dict[str, float]:
     -------
     mean : dict of str to float
 
+    Examples
+    --------
+    >>> from refseg.claim1.weighting import pixel_means
+    >>> maps = {"canny": [[1, 1], [0, 0]], "sobel": [[1, 0], [0, 0]],
+    ...         "prewitt": [[1, 0], [0, 0]], "log": [[1, 1], [1, 0]]}
+    >>> pixel_means(maps)
+    {'canny': 0.5, 'sobel': 0.25, 'prewitt': 0.25, 'log': 0.75}
+
     References
     ----------
     [0092]-[0095].
@@ -138,6 +168,15 @@ def coefficients_of_variation(std: Mapping, mean: Mapping) -> dict[str, float]:
         ``sigma_i / mu_i``; 0 for an operator with ``mu_i == 0`` (an empty edge image), which
         therefore gets weight 0 (spec ``R-empty``).
 
+    Examples
+    --------
+    An empty map (mean 0) gets the coefficient 0:
+
+    >>> from refseg.claim1.weighting import coefficients_of_variation
+    >>> coefficients_of_variation({"canny": 0.5, "sobel": 0.25, "prewitt": 0.25, "log": 0.0},
+    ...                           {"canny": 0.25, "sobel": 0.5, "prewitt": 0.5, "log": 0.0})
+    {'canny': 2.0, 'sobel': 0.5, 'prewitt': 0.5, 'log': 0.0}
+
     References
     ----------
     [0092]-[0095]; spec ``R-cv``, ``R-empty``.
@@ -158,6 +197,12 @@ def intermediate_cv(cv: Mapping) -> float:
     -------
     float
         The normaliser of :func:`operator_weights`.
+
+    Examples
+    --------
+    >>> from refseg.claim1.weighting import intermediate_cv
+    >>> intermediate_cv({"canny": 2.0, "sobel": 1.0, "prewitt": 1.0, "log": 1.0})
+    5.0
 
     References
     ----------
@@ -181,6 +226,16 @@ def operator_weights(cv: Mapping) -> dict[str, float]:
     weights : dict of str to float
         Non-negative, summing to 1 (to rounding). When every ``V_i`` is 0 (every edge image
         empty or constant) the weights are 1/4 each (spec ``R-empty``).
+
+    Examples
+    --------
+    The weights of the worked example of [0107]:
+
+    >>> from refseg.claim1.weighting import operator_weights
+    >>> operator_weights({"canny": 2.0, "sobel": 1.0, "prewitt": 1.0, "log": 1.0})
+    {'canny': 0.4, 'sobel': 0.2, 'prewitt': 0.2, 'log': 0.2}
+    >>> operator_weights({"canny": 0.0, "sobel": 0.0, "prewitt": 0.0, "log": 0.0})
+    {'canny': 0.25, 'sobel': 0.25, 'prewitt': 0.25, 'log': 0.25}
 
     References
     ----------
@@ -214,6 +269,23 @@ def final_weight(edges: Mapping, weights: Mapping, *, backend: str = "cython") -
     2. F = ((w_C X_C + w_S X_S) + w_P X_P) + w_L X_L - 1.5, in float64, in that order.
     With weights summing to 1 this is ``sum of the weights of the operators with an edge
     - 0.5``: a weighted majority vote (spec ``R-final``).
+
+    Examples
+    --------
+    The worked example of [0107]-[0115]: weights 0.4, 0.2, 0.2, 0.2; a pixel where all four
+    operators mark an edge, one where none does, one where all but LoG do, one where Canny
+    alone does. F = 0.4 * 2 + 3 * 0.2 * 2 - 1.5 = 0.5 at the first:
+
+    >>> import numpy as np
+    >>> from refseg.claim1.weighting import decide, final_weight
+    >>> maps = {k: np.zeros((1, 4), np.uint8) for k in ("canny", "sobel", "prewitt", "log")}
+    >>> for name in maps:
+    ...     maps[name][0, 0] = 1                    # all four operators
+    ...     maps[name][0, 2] = name != "log"        # three of four
+    >>> maps["canny"][0, 3] = 1                     # Canny alone
+    >>> weights = {"canny": 0.4, "sobel": 0.2, "prewitt": 0.2, "log": 0.2}
+    >>> final_weight(maps, weights)
+    array([[ 0.5, -0.5,  0.3, -0.1]])
 
     References
     ----------
@@ -288,6 +360,16 @@ def decide(final) -> np.ndarray:
     -------
     feature_map : ndarray of shape (M, N), uint8
         The feature-region image, at the input's resolution: every pixel is decided ([0119]).
+
+    Examples
+    --------
+    The final weights of the worked example of :func:`final_weight`: the pixels marked by all
+    four operators and by three of them are kept, Canny's alone is not; F = 0 is kept too:
+
+    >>> import numpy as np
+    >>> from refseg.claim1.weighting import decide
+    >>> decide(np.array([[0.5, -0.5, 0.3, -0.1, 0.0]]))
+    array([[1, 0, 1, 0, 1]], dtype=uint8)
 
     References
     ----------

@@ -346,6 +346,20 @@ def load_dataset(folder, *, check: bool = True) -> Dataset:
     Claim 1 ("the feature regions and their manual labels form the first data set"); [0075],
     [0203], [0261]-[0263].
     """
+    root = _dataset_folder(folder)
+    problems = _Problems()
+    subfolders = _subfolders(root, problems)
+    images, labels = _files(subfolders, problems)
+    samples = _pairs(images, labels, subfolders[LABELS_DIR], problems)
+    if check:
+        _check_pairs(samples, problems)
+    problems.raise_if_any(root)
+    return Dataset(root, samples)
+
+
+def _dataset_folder(folder) -> Path:
+    """``folder`` as a Path, after any publication of it that a killed writer began is
+    completed; InputError when it is missing or not a folder."""
     root = Path(folder)
     if not root.exists():
         raise InputError(f"{root}: no such folder")
@@ -354,7 +368,11 @@ def load_dataset(folder, *, check: bool = True) -> Dataset:
     if not root.is_dir():
         raise InputError(f"{root}: is not a folder (a data set is a folder with "
                          f"{IMAGES_DIR}/ and {LABELS_DIR}/)")
-    problems = _Problems()
+    return root
+
+
+def _subfolders(root: Path, problems: _Problems) -> dict[str, Path]:
+    """{IMAGES_DIR: root/images, LABELS_DIR: root/labels}; raises when one is missing."""
     subfolders = {}
     for name in (IMAGES_DIR, LABELS_DIR):
         sub = root / name
@@ -363,7 +381,12 @@ def load_dataset(folder, *, check: bool = True) -> Dataset:
         else:
             subfolders[name] = sub
     problems.raise_if_any(root)
+    return subfolders
 
+
+def _files(subfolders: dict[str, Path], problems: _Problems) -> tuple[list[Path], list[Path]]:
+    """The image files and the PNG labels of the two subfolders; any other file is a
+    problem."""
     suffixes = _image_suffixes()
     images, labels = [], []
     for p in _listing(subfolders[IMAGES_DIR], problems):
@@ -379,27 +402,36 @@ def load_dataset(folder, *, check: bool = True) -> Dataset:
     if not images and not labels:
         problems.add("empty folders", f"{subfolders[IMAGES_DIR]}: no images (and "
                                       f"{subfolders[LABELS_DIR]} no labels)")
+    return images, labels
+
+
+def _pairs(images: list[Path], labels: list[Path], label_folder: Path,
+           problems: _Problems) -> list[Sample]:
+    """One sample per stem that has both an image and a label, sorted by stem; a file
+    without its partner is a problem."""
     image_by_stem = _by_stem(images, "images", problems)
     label_by_stem = _by_stem(labels, "labels", problems)
     for stem, p in image_by_stem.items():
         if stem not in label_by_stem:
             problems.add("images without a label",
-                         f"{p}: no label {subfolders[LABELS_DIR] / (stem + '.png')}")
+                         f"{p}: no label {label_folder / (stem + '.png')}")
     for stem, p in label_by_stem.items():
         if stem not in image_by_stem:
             problems.add("labels without an image", f"{p}: no image with the stem {stem!r}")
-    samples = [Sample(stem, image_by_stem[stem], label_by_stem[stem])
-               for stem in sorted(image_by_stem) if stem in label_by_stem]
-    if check:
-        for sample in samples:
-            try:
-                _read_pair(sample)
-            except _SizeMismatch as exc:
-                problems.add("size mismatches", str(exc))
-            except InputError as exc:
-                problems.add("unreadable or invalid files", str(exc))
-    problems.raise_if_any(root)
-    return Dataset(root, samples)
+    return [Sample(stem, image_by_stem[stem], label_by_stem[stem])
+            for stem in sorted(image_by_stem) if stem in label_by_stem]
+
+
+def _check_pairs(samples: list[Sample], problems: _Problems) -> None:
+    """Decode every pair: unreadable files, size mismatches and bad label colours are
+    problems."""
+    for sample in samples:
+        try:
+            _read_pair(sample)
+        except _SizeMismatch as exc:
+            problems.add("size mismatches", str(exc))
+        except InputError as exc:
+            problems.add("unreadable or invalid files", str(exc))
 
 
 class _SizeMismatch(InputError):

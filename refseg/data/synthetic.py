@@ -26,9 +26,8 @@ from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE, class_ta
 from refseg.errors import InputError
 from refseg.data.synthetic_options import MIN_SIDE, check_synthetic_options
 from refseg.cite import implements
+from refseg.data.synthetic_options import WELD_SHAPE
 
-#: Weld image size (rows, cols) of [0202]: "550*156" (width x height).
-WELD_SHAPE = (156, 550)
 #: The manifest :func:`write_synthetic_dataset` writes beside ``images/`` and ``labels/``.
 SYNTH_MANIFEST = "synth.json"
 #: Half-width in pixels of the contour class band drawn along each seam boundary: a pixel is
@@ -423,7 +422,7 @@ def _colour(rng, image: np.ndarray, heat: np.ndarray, arc) -> np.ndarray:
 
 
 @implements("claim5.acquisition_module", "claim1.step2.dataset")
-def write_synthetic_dataset(out, count, seed=0, size="156x550", *, stem: str = "weld") -> Path:
+def write_synthetic_dataset(out, count, seed=0, size=WELD_SHAPE, *, stem: str = "weld") -> Path:
     """Write a synthetic weld data set in the folder layout of :mod:`refseg.data.dataset`.
 
     Parameters

@@ -8,6 +8,8 @@ from __future__ import annotations
 from refseg.errors import InputError
 from refseg.cite import infrastructure
 
+#: Weld image size (rows, cols) of [0202]: "550*156" (width x height).
+WELD_SHAPE = (156, 550)
 #: Most pairs one ``refseg.data.synthetic.write_synthetic_dataset`` call draws (about 10 GB
 #: at 550x156): a typo in the count fails at once instead of filling the disk.
 MAX_COUNT = 100_000

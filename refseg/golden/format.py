@@ -47,6 +47,7 @@ from refseg.images import check_npz_members
 from refseg.errors import InputError
 from refseg.golden.schema import SCHEMA, check_manifest, load_manifest
 from refseg.registry import load_registry
+from refseg.vocabulary import GOLDEN_PARTS
 
 INFRASTRUCTURE = "golden files: the bundle format"
 
@@ -62,7 +63,7 @@ WEIGHTS = "weights.npz"
 #: The files a bundle folder may hold.
 BUNDLE_FILES = (MANIFEST, ARRAYS, READINGS, WEIGHTS, SCHEMA)
 #: The parts of a bundle, in pipeline order (``golden check --part``).
-PARTS = ("claim1", "net", "ops")
+PARTS = GOLDEN_PARTS
 
 #: Arrays with more elements than this are stored as slices and statistics, not in full.
 FULL_LIMIT = 1 << 17

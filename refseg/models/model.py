@@ -20,6 +20,7 @@ from refseg.models.parts import BRANCHES
 from refseg.models.graph import INPUT, Graph
 from refseg.models.weights import LoadReport, match_weights, read_weight_file
 from refseg.cite import implements
+from refseg.models.parts import BACKBONE_INPUT_HW
 
 #: Input heights and widths must be multiples of this (both backbones halve the size 5 times).
 SIZE_MULTIPLE = 32
@@ -291,7 +292,7 @@ class ResMobileNet(Model):
 
     OUTPUT = "prediction"
 
-    def __init__(self, input_shape=(224, 224), *, branches=BRANCHES, seed: int = 0,
+    def __init__(self, input_shape=BACKBONE_INPUT_HW, *, branches=BRANCHES, seed: int = 0,
                  dtype=np.float32):
         h, w = (int(v) for v in input_shape)
         if h % SIZE_MULTIPLE or w % SIZE_MULTIPLE or min(h, w) <= 0:

@@ -17,6 +17,9 @@ from refseg.data.labels import CLASS_COUNT
 
 #: The decoder's branches, each reading one backbone's taps.
 BRANCHES = ("resnet50v2", "mobilenetv2")
+#: (rows, cols) of the network's default input: ImageNet's 224x224, the size the Keras
+#: ResNet50V2 and MobileNetV2 backbones are trained at.
+BACKBONE_INPUT_HW = (224, 224)
 #: Number of output classes, those of the label schema: contour, inside, outside ([0263]).
 CLASSES = CLASS_COUNT
 

@@ -10,9 +10,8 @@ and counts of a synthetic data set in :mod:`refseg.data.synthetic_options`.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass
-
-import numpy as np
 
 from refseg.data.kinds import FEATURE_KINDS, INPUT_KINDS
 from refseg.data.synthetic_options import MAX_COUNT
@@ -35,7 +34,7 @@ MAX_LEARNING_RATE = 1.0
 def check_range(value, name: str) -> int:
     """``value`` as an int within :data:`RANGES` [name]; InputError otherwise."""
     low, high = RANGES[name]
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputError(f"{name}: expected an integer from {low} to {high}, got {value!r}")
     if not low <= value <= high:
         raise InputError(f"{name}: expected an integer from {low} to {high}, got {value}")

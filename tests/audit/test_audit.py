@@ -180,6 +180,31 @@ def test_the_grid_trains_every_run_records_it_and_resumes(tmp_path, monkeypatch)
         downstream.read_record(tmp_path / "other.jsonl", settings)
 
 
+def test_the_audit_grid_trains_into_a_record_and_renders_it_again(tmp_path, monkeypatch):
+    """grid_settings applies the sizes given and refuses repeated seeds; train_grid trains
+    refseg's and the paired readings, then the screen's other readings (one among the paired
+    ones is not trained twice), writing only the record where it is asked; recorded_grid gives
+    the same runs back for the seeds asked, training nothing."""
+    seeds, settings = downstream.grid_settings(True, (0,), None, count=5, test_count=1,
+                                               epochs=None, jobs=None)
+    assert seeds == (0,)
+    assert (settings.count, settings.test_count, settings.epochs, settings.input_hw) == (
+        5, 1, downstream.QUICK.epochs, downstream.QUICK.input_hw)
+    with pytest.raises(InputError, match="--seeds"):
+        downstream.grid_settings(True, (1, 1), None)
+    runs = downstream.grid_runs(seeds, downstream.PAIRED_READINGS, ["canny-otsu-high"])
+    seen = _fake_training(monkeypatch, {r.key(): 0.8 for r in runs})
+    record = tmp_path / "record.jsonl"
+    trained = downstream.train_grid(settings, seeds, ["weights-equal", "canny-otsu-high"],
+                                    record, "abc1234", io.StringIO())
+    assert [(c.seed, c.input_kind, c.feature_reading) for c in seen] == [r.key() for r in runs]
+    assert [p.name for p in tmp_path.iterdir()] == ["record.jsonl"]
+    assert {r["commit"] for r in trained["runs"]} == {"abc1234"}
+    assert downstream.recorded_grid(settings, seeds, record) == trained
+    assert downstream.recorded_grid(settings, (1,), record)["runs"] == []
+    assert len(seen) == len(runs)
+
+
 def _grid_result(differences, gray=0.9):
     """A grid of two arms over len(differences) seeds: gray, and the feature map at gray +
     the difference."""

@@ -1,0 +1,30 @@
+"""Limits and names that several floors share and the command line states before any heavy
+import.
+
+A leaf module (standard library only): the verbs give these as defaults and choices in their
+help without loading NumPy, Pillow, the kernels or the network, and the modules acting on them
+import them from here, so each is typed once.
+
+- :data:`MAX_PIXELS`, :data:`MAX_PIXELS_CEILING`: the image size limit of :mod:`refseg.images`
+  (``--max-pixels``);
+- :data:`GOLDEN_PARTS`: the parts of a golden bundle, :data:`refseg.golden.format.PARTS`
+  (``golden check --part``).
+"""
+from __future__ import annotations
+
+#: The largest image (rows x cols) read unless a caller asks for more: ``refseg edges`` peaks
+#: at about 70 bytes per pixel (0.42 GB for 3000x2000), 24 with ``--arrays maps``, so 40
+#: megapixels (an industrial camera's frame) needs some 2.8 GB; a file's declared size is
+#: checked before any pixel is decoded.
+MAX_PIXELS = 40_000_000
+#: The most that ``max_pixels`` may be raised to.
+MAX_PIXELS_CEILING = 10 ** 10
+#: The parts of a golden bundle, in pipeline order: claim 1's arrays, the network's, the
+#: autograd ops'.
+GOLDEN_PARTS = ("claim1", "net", "ops")
+
+
+# The other light vocabularies live with their wings: input kinds in refseg.data.kinds,
+# synthetic weld sizes in refseg.data.synthetic_options, branches, classes, the decoder's
+# table and the backbones' input size in refseg.models.parts, claim 1's parameters in
+# refseg.claim1.parameters.
