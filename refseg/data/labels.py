@@ -8,14 +8,11 @@ label is a (H, W) uint8 array of class ids.
 from __future__ import annotations
 
 import numpy as np
-from refseg.cite import infrastructure
 
-#: Class ids, by the order in which [0263] names the colours.
-CONTOUR, INSIDE, OUTSIDE = 0, 1, 2
-#: Names of the classes, indexed by class id.
-CLASS_NAMES = ("contour", "inside", "outside")
-#: Number of classes of the weld data set (and of the network's softmax, [0121]).
-CLASS_COUNT = len(CLASS_NAMES)
+from refseg.cite import infrastructure
+from refseg.data.classes import (CLASS_COUNT, CLASS_NAMES, CONTOUR, INSIDE,  # noqa: F401
+                                 OUTSIDE)
+
 #: Label colours of [0263], indexed by class id: contour red, inside green, outside blue.
 LABEL_COLOURS = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255]], dtype=np.uint8)
 LABEL_COLOURS.setflags(write=False)

@@ -35,7 +35,7 @@ def _integer(text, name: str, minimum: int) -> int:
 @infrastructure("argument parsing")
 def parse_image_size(text) -> tuple[int, int]:
     """``"HxW"`` (rows x cols) as two ints, each side from :data:`MIN_SIDE` to :data:`MAX_SIDE`,
-    at most :data:`refseg.images.MAX_PIXELS` pixels in all."""
+    at most :data:`refseg.vocabulary.MAX_PIXELS` pixels in all."""
     parts = str(text).lower().split("x")
     try:
         rows, cols = (int(v) for v in parts)
@@ -45,7 +45,7 @@ def parse_image_size(text) -> tuple[int, int]:
     if min(rows, cols) < MIN_SIDE or max(rows, cols) > MAX_SIDE:
         raise InputError(f"--size: each side must be {MIN_SIDE}-{MAX_SIDE} pixels, "
                          f"got {rows}x{cols}")
-    from refseg.images import MAX_PIXELS
+    from refseg.vocabulary import MAX_PIXELS
 
     if rows * cols > MAX_PIXELS:
         # `dataset check` and `train` read at most this many pixels per image

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refseg.data.labels import CLASS_COUNT
+from refseg.data.classes import CLASS_COUNT
 
 #: The decoder's branches, each reading one backbone's taps.
 BRANCHES = ("resnet50v2", "mobilenetv2")
