@@ -126,14 +126,83 @@ def loaded_machine(monkeypatch):
     _kernels.set_openmp_threads(ceiling)
 
 
+def _temp_entries() -> set[str]:
+    import tempfile
+
+    try:
+        return set(os.listdir(tempfile.gettempdir()))
+    except OSError:
+        return set()
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (symbolic links not followed; vanished files 0)."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            return path.lstat().st_size if path.is_file() and not path.is_symlink() else 0
+        return sum(_tree_bytes(child) for child in path.iterdir())
+    except OSError:
+        return 0
+
+
+def _io_counters() -> dict[str, int]:
+    """This process's I/O counters (Linux ``/proc/self/io``; children are added in when
+    reaped); empty where there is none."""
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
+        return {}
+    return {key: int(value) for key, value in
+            (line.split(":", 1) for line in text.splitlines() if ":" in line)}
+
+
+#: The temp folder's entries when the session started (what the session leaves is the rest).
+_TEMP_AT_START: set[str] = set()
+
+
+def pytest_sessionstart(session):
+    _TEMP_AT_START.update(_temp_entries())
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session):
     """Remove this session's temporary folders (data sets, runs, bundles), failed tests' too,
-    unless REFSEG_KEEP_TMP=1: the suite leaves nothing in the temp folder."""
+    unless REFSEG_KEEP_TMP=1: the suite leaves nothing in the temp folder. Then measure what
+    the session wrote and left, for the terminal summary."""
     import shutil
+    import tempfile
 
     factory = getattr(session.config, "_tmp_path_factory", None)
     basetemp = getattr(factory, "_basetemp", None)
     given = getattr(factory, "_given_basetemp", None)  # --basetemp: the user's folder
     if basetemp is not None and given is None and os.environ.get("REFSEG_KEEP_TMP") != "1":
         shutil.rmtree(basetemp, ignore_errors=True)
+    temp = Path(tempfile.gettempdir())
+    new = sorted(_temp_entries() - _TEMP_AT_START)
+    session.config.stash[DISK_LINE] = _disk_line(_io_counters(), temp, new)
+
+
+def _disk_line(io: dict[str, int], temp: Path, new: list[str]) -> str:
+    if io:
+        written = (f"{io.get('write_bytes', 0):,} bytes to the disk (write_bytes; "
+                   f"{io.get('cancelled_write_bytes', 0):,} of them cancelled_write_bytes, "
+                   f"files deleted before writeback), {io.get('wchar', 0):,} bytes through "
+                   "write calls (wchar)")
+    else:
+        written = "bytes written not measured (no /proc/self/io)"
+    left = sum(_tree_bytes(temp / name) for name in new)
+    names = ", ".join(new[:3]) + (", ..." if len(new) > 3 else "")
+    return (f"refseg disk use: this session wrote {written}; left {left:,} bytes in {len(new)} "
+            f"new entries of {temp}" + (f" ({names}; other processes' too, if any)" if new
+                                        else ""))
+
+
+DISK_LINE = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """One line: what the session wrote (this process and its reaped children) and what it
+    left in the temp folder."""
+    line = config.stash.get(DISK_LINE, None)
+    if line is not None:
+        terminalreporter.write_line(line)

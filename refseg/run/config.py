@@ -173,7 +173,7 @@ class DemoSettings:
     #: train the backbones too (an extension, R-frozen; the patent freezes them)
     train_backbone: bool = False
     #: keep the weights of every run (by default only the patent's network and the best run
-    #: keep theirs: each fusion run's take about 92 MB)
+    #: keep theirs: a fusion run's take 50-80 MB)
     keep_checkpoints: bool = False
 
     def __post_init__(self):

@@ -12,6 +12,16 @@ file of every array (as earlier refseg versions wrote) is read as it is.
 
 Adam's moments are needed only to continue training exactly; when a run's last epoch is
 written they are dropped from ``checkpoint.npz`` (two thirds of its size), unless kept.
+
+The last epoch's checkpoint stores each trained array against the run's starting weights,
+which the run regenerates anyway: the bits of the trained array XOR those of the starting one,
+cut into byte planes (the most significant bytes of all values together, then the next ones)
+and deflated. Training moves a weight by a small part of its size, so sign, exponent and the
+first mantissa bits rarely change and their planes deflate to almost nothing, and a weight
+training left alone is zeros in every plane. Reading it back XORs the same bits again and is
+exact; the SHA-256 of the trained arrays, stored beside them, must match. The lower planes of
+the values training moved stay noise: a trained decoder still takes over half its float32
+size.
 """
 from __future__ import annotations
 
@@ -31,8 +41,11 @@ from refseg.cite import infrastructure
 STARTING_FILE = "backbones.npz"
 #: Keys of the regeneration record inside it (no weight path contains ``@``).
 SEED_KEY, DIGEST_KEY = "@regenerate/seed", "@regenerate/sha256"
-#: The prefix of the optimizer's arrays in a checkpoint.
-OPTIMIZER_PREFIX = "optimizer/"
+#: The prefixes of the trained arrays and of the optimizer's arrays in a checkpoint.
+MODEL_PREFIX, OPTIMIZER_PREFIX = "model/", "optimizer/"
+#: In a checkpoint whose trained arrays are stored against the starting weights: the SHA-256
+#: of the trained arrays they rebuild.
+AGAINST_START_KEY = "@against-start/sha256"
 
 
 @infrastructure("run storage: a digest of a model's weights")
@@ -109,3 +122,53 @@ def check_resumable(checkpoint, epochs: int) -> None:
         raise InputError(f"{path}: training ended after epoch {epoch} and its optimizer state "
                          "was dropped; training it further needs a run trained with "
                          "--keep-optimizer-state (or a new run with --init-from)")
+
+
+def _xor_planes(value: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """The bits of ``value`` XOR those of ``reference`` (same dtype and size) as byte planes:
+    a (itemsize, size) uint8 array whose row i holds byte i of every value."""
+    value = np.ascontiguousarray(value)
+    reference = np.ascontiguousarray(reference, dtype=value.dtype)
+    bits = value.reshape(-1).view(np.uint8) ^ reference.reshape(-1).view(np.uint8)
+    return np.ascontiguousarray(bits.reshape(-1, value.itemsize).T)
+
+
+@infrastructure("run storage: the trained weights against the starting weights")
+def pack_against_start(arrays: dict[str, np.ndarray],
+                       start: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The checkpoint's ``arrays`` with every trained array ``model/<key>`` replaced by the
+    byte planes of its bits XOR those of ``start[key]`` (the run's starting weights), and the
+    SHA-256 of the trained arrays under :data:`AGAINST_START_KEY`. Stored deflated, the planes
+    that training hardly changes take almost no room."""
+    packed, trained = {}, {}
+    for name, value in arrays.items():
+        if not name.startswith(MODEL_PREFIX):
+            packed[name] = value
+            continue
+        key = name[len(MODEL_PREFIX):]
+        trained[key] = value
+        packed[name] = _xor_planes(value, start[key])
+    packed[AGAINST_START_KEY] = np.frombuffer(weights_digest(trained).encode(), np.uint8)
+    return packed
+
+
+@infrastructure("run storage: the trained weights against the starting weights")
+def unpack_against_start(planes: dict[str, np.ndarray], digest: np.ndarray,
+                         start: dict[str, np.ndarray], path) -> dict[str, np.ndarray]:
+    """The trained arrays (by key, without ``model/``) from their byte planes ``planes`` and
+    the starting weights ``start`` they were packed against (:func:`pack_against_start`);
+    InputError naming ``path`` when they do not fit or do not rebuild the recorded digest."""
+    trained = {}
+    for key, plane in planes.items():
+        reference = start.get(key)
+        if reference is None or plane.dtype != np.uint8 or plane.shape != (
+                reference.itemsize, reference.size):
+            raise InputError(f"{path}: a damaged refseg checkpoint ({key} does not fit the "
+                             "run's starting weights)")
+        shape, reference = reference.shape, np.ascontiguousarray(reference)  # 1-d if 0-d
+        bits = np.ascontiguousarray(plane.T).reshape(-1) ^ reference.reshape(-1).view(np.uint8)
+        trained[key] = bits.view(reference.dtype).reshape(shape)
+    if weights_digest(trained) != digest.tobytes().decode("ascii", "replace"):
+        raise InputError(f"{path}: its trained weights do not rebuild on the run's starting "
+                         "weights (a damaged checkpoint, or starting weights of another run)")
+    return trained

@@ -17,7 +17,8 @@ A run folder holds:
 - ``checkpoint.npz``: the trained weights (the decoder's, plus the backbones' weights and
   moving statistics with ``train_backbone``), Adam's state, the epoch and the metrics history,
   written atomically at the end of every epoch (one file, so a kill leaves the last one whole);
-  Adam's state is dropped at the last epoch unless ``keep_optimizer_state``;
+  at the last epoch Adam's state is dropped unless ``keep_optimizer_state``, and the trained
+  arrays are stored against the starting weights (``refseg.run.storage.pack_against_start``);
 - ``metrics.jsonl``: one line per epoch (training loss and pixel accuracy, validation loss,
   pixel accuracy, per-class IoU and mIoU);
 - ``curves.png``: loss and accuracy per epoch (like fig. 8).
@@ -47,8 +48,10 @@ from refseg.run.curves import write_curves
 from refseg.run.records import read_json, read_run_config
 from refseg.run.resume import (PATH_SETTINGS, THREADS_RECORD, check_apart, clear_new_run,
                                recorded_tiles, same_path, trained_epochs)
-from refseg.run.storage import (STARTING_FILE, check_resumable, drop_optimizer_state,
-                                load_starting_weights, write_starting_weights)
+from refseg.run.storage import (AGAINST_START_KEY, MODEL_PREFIX, OPTIMIZER_PREFIX,
+                                STARTING_FILE, check_resumable, drop_optimizer_state,
+                                load_starting_weights, pack_against_start,
+                                unpack_against_start, write_starting_weights)
 from refseg.cite import implements, infrastructure
 from refseg.threads import bits_independent_of_load, sized_to_load
 
@@ -104,24 +107,35 @@ def _cache_taps(model, x, y, folder: Path, split: str) -> dict:
 
 
 # ------------------------------------------------------------------------------ checkpoint
+def _trained_arrays(model) -> dict:
+    """Every array a training step changes (views): trainable layers' weights and moving
+    statistics."""
+    return {key: value for layer in model.graph.layers() if layer.trainable
+            for key, value in layer.weights().items()}
+
+
 def _checkpoint_arrays(model, optimizer, epoch, history) -> dict:
-    # every array a training step changes: trainable layers' weights and moving statistics
-    arrays = {f"model/{key}": value for layer in model.graph.layers() if layer.trainable
-              for key, value in layer.weights().items()}
-    arrays.update({f"optimizer/{k}": v for k, v in optimizer.state_dict().items()})
+    arrays = {f"{MODEL_PREFIX}{key}": value for key, value in _trained_arrays(model).items()}
+    arrays.update({f"{OPTIMIZER_PREFIX}{k}": v for k, v in optimizer.state_dict().items()})
     arrays["epoch"] = np.array(epoch)
     arrays["history"] = np.frombuffer(json.dumps(history).encode(), dtype=np.uint8)
     return arrays
 
 
-def _read_checkpoint(path: Path):
+def _read_checkpoint(path: Path, model: ResMobileNet):
+    """The trained arrays, Adam's state, the epoch and the history of the checkpoint ``path``
+    of a run whose starting weights ``model`` holds (they rebuild a last epoch's arrays)."""
     arrays = read_weight_file(path)
     for key in ("epoch", "history"):
         if key not in arrays:
             raise InputError(f"{path}: not a refseg checkpoint (no {key!r})")
-    model = {k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")}
-    optimizer = {k[len("optimizer/"):]: v for k, v in arrays.items()
-                 if k.startswith("optimizer/")}
+    trained = {k[len(MODEL_PREFIX):]: v for k, v in arrays.items()
+               if k.startswith(MODEL_PREFIX)}
+    if AGAINST_START_KEY in arrays:
+        trained = unpack_against_start(trained, arrays[AGAINST_START_KEY], model.weights(),
+                                       path)
+    optimizer = {k[len(OPTIMIZER_PREFIX):]: v for k, v in arrays.items()
+                 if k.startswith(OPTIMIZER_PREFIX)}
     try:
         history = json.loads(arrays["history"].tobytes().decode())
         epoch = int(arrays["epoch"])
@@ -132,7 +146,7 @@ def _read_checkpoint(path: Path):
         raise InputError(f"{path}: a damaged refseg checkpoint (a history of "
                          f"{len(history) if isinstance(history, list) else 'no'} epochs "
                          f"after epoch {epoch})")
-    return model, optimizer, epoch, history
+    return trained, optimizer, epoch, history
 
 
 @infrastructure("reading a run folder")
@@ -164,7 +178,7 @@ def _restore(model, run: Path, seed: int) -> int:
     """Set ``model`` (built with the run's ``seed``) to the run's starting weights
     (``backbones.npz``), then to its last checkpoint's; returns the checkpoint's epoch."""
     load_starting_weights(model, run / STARTING_FILE, seed)
-    weights, _, epoch, _ = _read_checkpoint(run / "checkpoint.npz")
+    weights, _, epoch, _ = _read_checkpoint(run / "checkpoint.npz", model)
     report = model.set_weights(weights, strict=False, source=str(run / "checkpoint.npz"))
     if report.problems and set(report.problems) != {"missing"}:
         raise InputError(f"{run / 'checkpoint.npz'}: {report.problem_line()}")
@@ -411,6 +425,8 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
         print(f"taps cached in {_duration(time.perf_counter() - t)}", file=log)
 
     optimizer = Adam(model.trainable_parameters(), learning_rate=config.learning_rate)
+    # the last epoch's checkpoint is stored against them
+    start = {key: value.copy() for key, value in _trained_arrays(model).items()}
     history, first_epoch = [], 1
     if resume and (run / "checkpoint.npz").is_file():
         history, first_epoch = _resume_checkpoint(run, model, optimizer, saved, config, log)
@@ -439,8 +455,8 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
               f"{entry['train_pixel_accuracy']:.4f}; validation loss {entry['val_loss']:.4f}, "
               f"accuracy {entry['val_pixel_accuracy']:.4f}, mIoU {entry['val_miou']:.4f} "
               f"({_duration(entry['seconds'])})", file=log)
-        _write_epoch(run, model, optimizer, epoch, history,
-                     keep_optimizer_state or epoch < config.epochs)
+        _write_epoch(run, model, optimizer, epoch, history, keep_optimizer_state,
+                     start if epoch == config.epochs else None)
         if stop_after_epoch is not None and epoch >= stop_after_epoch:
             break
     if not keep_cache and len(history) == config.epochs:
@@ -564,7 +580,7 @@ def _resume_checkpoint(run: Path, model, optimizer, saved: TrainConfig, config: 
     """Load the last checkpoint into ``model`` and ``optimizer``; returns the history so far
     and the first epoch still to train. Refuses learning-rate steps that would change an
     epoch already trained."""
-    weights, state, epoch, history = _read_checkpoint(run / "checkpoint.npz")
+    weights, state, epoch, history = _read_checkpoint(run / "checkpoint.npz", model)
     changed = [e for e in range(1, epoch + 1)
                if saved.learning_rate_at(e) != config.learning_rate_at(e)]
     if changed:
@@ -624,12 +640,17 @@ def _line_start(log) -> str:
 
 
 def _write_epoch(run: Path, model, optimizer, epoch: int, history: list,
-                 keep_optimizer_state: bool) -> None:
-    """The epoch's checkpoint (with Adam's state if ``keep_optimizer_state``), metrics and
-    curves, each written atomically."""
+                 keep_optimizer_state: bool, start: dict | None) -> None:
+    """The epoch's checkpoint, metrics and curves, each written atomically. The last epoch's
+    (``start``: the starting weights of the trained arrays) stores the trained arrays against
+    them, deflated, and drops Adam's state unless ``keep_optimizer_state``; an earlier one is
+    written plainly and whole, for resuming."""
     arrays = _checkpoint_arrays(model, optimizer, epoch, history)
-    write_npz(run / "checkpoint.npz",
-              **(arrays if keep_optimizer_state else drop_optimizer_state(arrays)))
+    if start is not None:
+        if not keep_optimizer_state:
+            arrays = drop_optimizer_state(arrays)
+        arrays = pack_against_start(arrays, start)
+    write_npz(run / "checkpoint.npz", compressed=start is not None, **arrays)
     _write_metrics(run / "metrics.jsonl", history)
     write_curves(history, run / "curves.png")
 

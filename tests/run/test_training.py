@@ -38,9 +38,26 @@ def quiet_train(*args, **kwargs):
     return train(*args, log=io.StringIO(), jobs=1, **kwargs)
 
 
-def checkpoint_arrays(run):
+def stored_arrays(run):
+    """The arrays of a run's checkpoint as stored."""
     with np.load(run / "checkpoint.npz", allow_pickle=False) as npz:
         return {k: npz[k] for k in npz.files if k != "history"}
+
+
+def checkpoint_arrays(run):
+    """The arrays of a run's checkpoint, the trained ones as values: a last epoch's, stored
+    against the starting weights, rebuilt on them."""
+    from refseg.run.records import read_run_config
+    from refseg.run.storage import AGAINST_START_KEY, unpack_against_start
+
+    arrays = stored_arrays(run)
+    if AGAINST_START_KEY in arrays:
+        start = starting_weights(run, read_run_config(run / "config.json"))
+        planes = {k[len("model/"):]: arrays.pop(k) for k in list(arrays)
+                  if k.startswith("model/")}
+        trained = unpack_against_start(planes, arrays.pop(AGAINST_START_KEY), start, run)
+        arrays.update({f"model/{k}": v for k, v in trained.items()})
+    return arrays
 
 
 def starting_weights(run, config):
@@ -230,18 +247,17 @@ def test_a_run_can_start_from_another_runs_checkpoint_at_another_input_size(tmp_
                          learning_rate=1e-12, init_from=str(straight[0]))
     run = tmp_path / "bigger"
     quiet_train(data, run, config, stop_after_epoch=1)
-    source = checkpoint_arrays(straight[0])
-    source_backbones = starting_weights(straight[0], TrainConfig(**SMALL))
+    source = load_run(straight[0])[0].weights()
     start = starting_weights(run, config)
-    assert start.keys() == source_backbones.keys()
+    assert start.keys() == source.keys()
     for key, value in start.items():
-        expected = source.get(f"model/{key}", source_backbones[key])
-        np.testing.assert_array_equal(value, expected, err_msg=key)
-    after = checkpoint_arrays(run)
-    decoder = [k for k in after if k.startswith("model/")]
+        np.testing.assert_array_equal(value, source[key], err_msg=key)
+    after = checkpoint_arrays(run)  # after epoch 1 of 2: the arrays themselves
+    decoder = [k[len("model/"):] for k in after if k.startswith("model/")]
     assert decoder and all(k in source for k in decoder)
     for key in decoder:
-        np.testing.assert_allclose(after[key], source[key], rtol=0, atol=1e-9, err_msg=key)
+        np.testing.assert_allclose(after[f"model/{key}"], source[key], rtol=0, atol=1e-9,
+                                   err_msg=key)
     history = quiet_train(data, run, config, resume=True)
     assert [h["epoch"] for h in history] == [1, 2]
     whole = tmp_path / "whole"
@@ -648,6 +664,40 @@ def test_a_finished_run_keeps_what_predicting_needs_and_no_more(tmp_path, data, 
             load_run(copy)
 
 
+@pytest.mark.claim("claim1.step3.train", "claim1.step4.predict")
+def test_a_reloaded_run_predicts_bit_for_bit_what_the_live_model_did(tmp_path, data,
+                                                                     monkeypatch):
+    """The last checkpoint stores the trained arrays as byte planes against the starting
+    weights, deflated, without Adam's state, in fewer bytes than the arrays; the run read back
+    holds the live model's weights and predicts the same bits."""
+    from refseg.run import training
+    from refseg.run.storage import AGAINST_START_KEY
+
+    live = []
+    write_epoch = training._write_epoch
+
+    def keep_live(run, model, *args):
+        live.append(model)
+        write_epoch(run, model, *args)
+
+    monkeypatch.setattr(training, "_write_epoch", keep_live)
+    run = tmp_path / "run"
+    quiet_train(data, run, TrainConfig(**{**SMALL, "epochs": 1}))
+    stored = stored_arrays(run)
+    trained = {k: v for k, v in stored.items() if k.startswith("model/")}
+    assert AGAINST_START_KEY in stored and not any(k.startswith("optimizer/") for k in stored)
+    assert trained and all(v.dtype == np.uint8 and v.ndim == 2 for v in trained.values())
+    assert (run / "checkpoint.npz").stat().st_size < sum(v.nbytes for v in trained.values())
+    model, _ = load_run(run)
+    expected = live[-1].weights()
+    assert model.weights().keys() == expected.keys()
+    for key, value in expected.items():
+        assert model.weights()[key].tobytes() == value.tobytes(), key
+    x = np.random.default_rng(3).uniform(-1, 1, (3, 32, 96, 3)).astype(np.float32)
+    live[-1].set_training(False)
+    assert model.predict(x).tobytes() == live[-1].predict(x).tobytes()
+
+
 @pytest.mark.claim("claim1.step3.train")
 def test_only_a_run_that_kept_its_optimizer_state_trains_further(tmp_path, data, straight):
     """keep_optimizer_state keeps Adam's state in the last checkpoint, and such a run resumed
@@ -686,10 +736,8 @@ def test_a_run_of_another_seed_starts_from_the_source_runs_weights(tmp_path, dat
                          init_from=str(straight[0]))
     run = tmp_path / "other-seed"
     quiet_train(data, run, config)
-    source = checkpoint_arrays(straight[0])
-    source_start = starting_weights(straight[0], TrainConfig(**SMALL))
+    source = load_run(straight[0])[0].weights()
     start = starting_weights(run, config)
-    assert start.keys() == source_start.keys()
+    assert start.keys() == source.keys()
     for key, value in start.items():
-        np.testing.assert_array_equal(value, source.get(f"model/{key}", source_start[key]),
-                                      err_msg=key)
+        np.testing.assert_array_equal(value, source[key], err_msg=key)
