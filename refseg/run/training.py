@@ -371,10 +371,13 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
             raise
 
 
-def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, stop_after_epoch,
-           log, shown_as, keep_optimizer_state, keep_cache) -> list[dict]:
-    """:func:`train` in its locked run folder."""
-    started = time.perf_counter()
+
+def _network_and_inputs(data_dir, run: Path, config: TrainConfig, *, resume, jobs, log):
+    """Steps 1-3 of :func:`train`: the data set checked and split, the network built (its
+    starting weights loaded, calibrated or restored), the run's records written, and what
+    each step reads: the cached taps, or the images when the backbones train.
+
+    Returns ``(model, train_source, labels, val_source, val_labels)``."""
     data = dataset.load_dataset(data_dir)
     identity = data_identity(data)
     if resume:
@@ -423,7 +426,14 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
         train_source, labels = train_cache["taps"], train_cache["labels"]
         val_source, val_labels = val_cache["taps"], val_cache["labels"]
         print(f"taps cached in {_duration(time.perf_counter() - t)}", file=log)
+    return model, train_source, labels, val_source, val_labels
 
+def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, stop_after_epoch,
+           log, shown_as, keep_optimizer_state, keep_cache) -> list[dict]:
+    """:func:`train` in its locked run folder."""
+    started = time.perf_counter()
+    model, train_source, labels, val_source, val_labels = _network_and_inputs(
+        data_dir, run, config, resume=resume, jobs=jobs, log=log)
     optimizer = Adam(model.trainable_parameters(), learning_rate=config.learning_rate)
     # the last epoch's checkpoint is stored against them
     start = {key: value.copy() for key, value in _trained_arrays(model).items()}
