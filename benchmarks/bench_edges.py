@@ -71,8 +71,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import (OtherLoad, ThreadSwitch, add_background_arguments, all_cores, background,
-                     check_background_arguments, describe_load, machine_lines, start)
+from _common import OtherLoad, ThreadSwitch, all_cores, machine_lines, start
+from _neighbours import (add_background_arguments, background, check_background_arguments,
+                         describe_load)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -51,7 +51,7 @@ pools set to 1 thread at run time (``refseg.threads``) and torch with
 its 1-thread time, and after the rounds counts the threads that really computed during one
 more call of each (CPU time per thread, /proc/self/task). ``--background-load
 none,busy,mixed`` repeats the timing under each condition in this one run; the script starts
-and stops the neighbours itself (``_common.py``: ``busy`` = ``--background-cores`` busy Python
+and stops the neighbours itself (``_neighbours.py``: ``busy`` = ``--background-cores`` busy Python
 loops, ``mixed`` = one process running NumPy float32 products on 2 OpenBLAS threads, 70 % of
 the time). Keras, the variant selection, the profile and the memory run without neighbours.
 refseg's T-thread rows run its default, a thread count chosen per prediction from the load
@@ -99,11 +99,11 @@ import time
 from pathlib import Path
 
 import _common
-from _common import (LOADS, Report, ThreadSwitch, add_background_arguments,
-                     add_row_loops_argument, all_cores, background, check_background_arguments,
-                     describe_load, environment_lines, measure_sgemm, median_ms,
-                     proc_status_mb, reset_peak_rss, start, time_rounds, verdict,
-                     working_threads)
+from _common import (Report, ThreadSwitch, add_row_loops_argument, all_cores,
+                     environment_lines, measure_sgemm, median_ms, proc_status_mb,
+                     reset_peak_rss, start, time_rounds, verdict, working_threads)
+from _neighbours import (LOADS, add_background_arguments, background,
+                         check_background_arguments, describe_load)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results_model.md"
