@@ -75,38 +75,46 @@ faults per run. All parts are timed in the same interleaved rounds.
 
 Memory of a decoder training step: forward of every decoder layer (relu after each, softmax
 after the prediction layer, the Adds), per-pixel categorical cross-entropy, backward, and one
-``refseg.autograd.optim.Adam`` update, from random tap tensors of the backbone shapes. It runs
-in a fresh child process (so memory that an earlier part of this run left in the allocator
-cannot hide the step's own allocations), and is
-measured as the peak resident set size: ``VmHWM`` of /proc/self/status, reset by writing 5 to
-/proc/self/clear_refs, minus ``VmRSS`` at the reset; once for step 1 (which also allocates
-whatever is made lazily: scratch buffers, optimiser state) and once over the steps after it
-(the steady state). Peak RSS is
-what the machine has to provide, and sees every allocation (NumPy arrays, BLAS buffers,
-allocator slack), which ``ru_maxrss`` also does but cannot be reset. As a cross-check the
-child also runs one step under ``tracemalloc``, to which NumPy reports its array buffers: that
-peak is the bytes of live arrays only. RSS is printed after steps 1, 10, 25 and 50 to show
-that it does not grow. The same step in torch (NCHW and channels_last, ``torch.optim.Adam``)
-is given for comparison.
+``refseg.autograd.optim.Adam`` update, from random tap tensors of the backbone shapes at
+224x224. It runs in a fresh child process (so memory that an earlier part of this run left in
+the allocator cannot hide the step's own allocations), and is measured as the peak resident
+set size: ``VmHWM`` of /proc/self/status, reset by writing 5 to /proc/self/clear_refs, minus
+``VmRSS`` at the reset; once for step 1 (which also allocates whatever is made lazily:
+scratch buffers, optimiser state) and once over the steps after it (the steady state). Peak
+RSS is what the machine has to provide, and sees every allocation (NumPy arrays, BLAS
+buffers, allocator slack), which ``ru_maxrss`` also does but cannot be reset. As a
+cross-check the child also runs one step under ``tracemalloc``, to which NumPy reports its
+array buffers: that peak is the bytes of live arrays only. RSS is printed after steps 1, 10,
+25 and 50 to show that it does not grow. The same step in torch (NCHW and channels_last,
+``torch.optim.Adam``) is given for comparison.
 
-The whole-network training step (``refseg train --train-backbone``): batch 8 at 64x224
-(``TrainConfig``'s defaults), both backbones and the decoder trainable, batch norm on batch
-statistics, forward, cross-entropy, backward, Adam; refseg's step as
-``refseg/run/training.py`` takes it, against the same step in torch (``_torch_net.py`` with
-``trainable=True``, ``torch.optim.Adam``, NCHW and channels_last), from the same initial
-weights (their first-step losses must agree within 1e-4). Each runs ``--net-steps`` steps in
-a fresh child process, with its thread count pinned before the libraries load, for the time
-per step (median without step 1) and the peak RSS (as the decoder step's); refseg also at 1
-thread. refseg's steps are sized to the load as ``refseg train`` sizes them (the report says
-how many ran on each thread count).
+The training steps as refseg trains (``_training_step.py``), each implementation in a fresh
+child process with its thread count pinned before the libraries load, at ``refseg train``'s
+defaults (``TrainConfig``: batch 8 at 64x224), for the time per step (median without step 1)
+and the peak RSS (as above), refseg also at 1 thread, against torch in NCHW and
+channels_last from the same initial weights (their first-step losses must agree within
+1e-4):
+
+* the demo's step (``--demo-steps``): the decoder on cached taps, as ``refseg demo`` and
+  ``refseg train`` with frozen backbones train; the taps of random images are computed once
+  by refseg's backbones, then refseg/run/training.py's ``training_step`` runs on them; torch
+  runs the same decoder (``refseg.models.decoder.DECODER``) on the same taps;
+* the whole-network step (``--net-steps``, ``refseg train --train-backbone``): both backbones
+  and the decoder trainable, batch norm on batch statistics; torch: ``_torch_net.py`` with
+  ``trainable=True``.
+
+refseg's steps are sized to the load as ``refseg train`` sizes them (the report says how many
+ran on each thread count). The report ends with the training-step targets of the run: time
+per step <= 0.8 of torch's (the faster layout), peak memory <= torch's.
 
 Threads and background load: with T > 1, every layer is also timed with refseg's OpenMP and
 OpenBLAS pools set to 1 thread at run time (``refseg.threads``; "refseg-fwd-1t",
 "refseg-fb-1t"), in the same rounds, and the report gives refseg's T-thread time over its
-1-thread time. ``--background-load none,busy,mixed`` times the layers and the whole-network
-step under each condition in this one run; the script starts and stops the neighbours itself
+1-thread time. ``--background-load none,busy,mixed,matmul`` times the layers and the training
+steps under each condition in this one run; the script starts and stops the neighbours itself
 (``_neighbours.py``: ``busy`` = ``--background-cores`` busy Python loops, ``mixed`` = one process
-running NumPy float32 products on 2 OpenBLAS threads, 70 % of the time). The decoder step's
+running NumPy float32 products on 2 OpenBLAS threads, 70 % of the time, ``matmul`` = the same
+products without pause). The decoder step's
 memory, the sgemm ceiling and the breakdown run without neighbours. The header names the
 CPU (/proc/cpuinfo) and the row loops refseg chose (``refseg.backend.row_loops``);
 ``--row-loops baseline`` runs the plain loops on an AVX-512 CPU.
@@ -115,8 +123,13 @@ Usage::
 
     python benchmarks/bench_ops.py [--quick] [--threads T] [--repeat N] [--write]
         [--batches 1 4] [--layers x1 x13 ...] [--no-profile] [--train-steps S]
-        [--net-steps S] [--wait-quiet SECONDS] [--row-loops auto|baseline]
-        [--background-load none,busy,mixed] [--background-cores N]
+        [--net-steps S] [--demo-steps S] [--wait-quiet SECONDS]
+        [--row-loops auto|baseline] [--background-load none,busy,mixed,matmul]
+        [--background-cores N]
+
+The parts live beside it: ``_decoder_layers.py`` (the layer table, one layer in refseg and
+torch, its timing), ``_layer_profile.py`` (the breakdown), ``_training_step.py`` (the
+training steps, their child processes and tables), ``_neighbours.py`` (the background load).
 """
 from __future__ import annotations
 
