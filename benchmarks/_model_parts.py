@@ -102,6 +102,13 @@ def spread(samples) -> float:
     return statistics.median(abs(v - m) for v in samples) / m if m > 0 else 0.0
 
 
+def thread_ratio(times) -> tuple[float, float]:
+    """refseg's T-thread median over its 1-thread median, and the run-to-run noise (the larger
+    spread of the two)."""
+    ours, one = times["refseg"], times["refseg 1 thread"]
+    return median_ms(ours) / median_ms(one), max(spread(ours), spread(one))
+
+
 def target_lines(condition, batch, times, torch_name, keras_name) -> list[str]:
     ref = median_ms(times["refseg"])
     r_torch = ref / median_ms(times[torch_name])
@@ -110,9 +117,7 @@ def target_lines(condition, batch, times, torch_name, keras_name) -> list[str]:
              f"{condition}): {verdict(r_torch <= target)}" if target is not None else
              f"- refseg / torch = {r_torch:.2f} (no target with background load {condition})"]
     if "refseg 1 thread" in times:
-        one = times["refseg 1 thread"]
-        noise = max(spread(times["refseg"]), spread(one))
-        r_one = ref / median_ms(one)
+        r_one, noise = thread_ratio(times)
         lines.append(f"- refseg T threads / 1 thread = {r_one:.2f} (target: not above 1 by more "
                      f"than the run-to-run noise, here {noise:.2f}): "
                      f"{verdict(r_one <= 1 + noise)}")

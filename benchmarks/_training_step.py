@@ -141,7 +141,32 @@ def net_inputs(batch: int, hw, seed: int = 5) -> tuple[np.ndarray, np.ndarray]:
     return x, rng.integers(0, CLASSES, size=(batch, *hw))
 
 
-class RefsegNetTrainer:
+class RefsegStep:
+    """refseg/run/training.py's ``training_step`` on a model and its source (images, or cached
+    taps by name), Adam over the model's trainable parameters at the training defaults."""
+
+    def __init__(self, model, source, labels):
+        from refseg.run.training import training_step
+
+        self.model, self.source, self.labels = model, source, labels
+        self.model.set_training(True)
+        self.index = np.arange(len(labels))
+        self.training_step = training_step
+        params = self.model.trainable_parameters()
+        self.parameters = sum(p.data.size for p in params)
+        self.optimizer = RefsegAdam(params, learning_rate=net_config().learning_rate)
+
+    def step(self) -> float:
+        # training's own step, sized to the load, its products cut for the process's thread
+        # count, as refseg.run.training.train runs it
+        with bits_independent_of_load():
+            p, loss = self.training_step(self.model, self.optimizer, self.source, self.index,
+                                         self.labels)
+        del p
+        return float(loss.data)
+
+
+class RefsegNetTrainer(RefsegStep):
     """One step of ``refseg train --train-backbone`` (refseg/run/training.py, _train_epoch):
     both backbones unfrozen, training mode (batch norm on batch statistics), forward,
     per-pixel cross-entropy, backward, Adam. The data set and claim-1 extraction are not
@@ -149,28 +174,12 @@ class RefsegNetTrainer:
 
     def __init__(self, batch: int):
         from refseg.models import ResMobileNet
-        from refseg.run.training import training_step
 
         config = net_config()
-        self.model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
+        model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
         for branch in config.branches:
-            self.model.freeze(branch, frozen=False)
-        self.model.set_training(True)
-        self.x, self.labels = net_inputs(batch, config.input_hw)
-        self.index = np.arange(batch)
-        self.training_step = training_step
-        params = self.model.trainable_parameters()
-        self.parameters = sum(p.data.size for p in params)
-        self.optimizer = RefsegAdam(params, learning_rate=config.learning_rate)
-
-    def step(self) -> float:
-        # training's own step, sized to the load, its products cut for the process's thread
-        # count, as refseg.run.training.train runs it
-        with bits_independent_of_load():
-            p, loss = self.training_step(self.model, self.optimizer, self.x, self.index,
-                                         self.labels)
-        del p
-        return float(loss.data)
+            model.freeze(branch, frozen=False)
+        super().__init__(model, *net_inputs(batch, config.input_hw))
 
 
 class TorchNetTrainer:
@@ -224,28 +233,13 @@ def demo_setup(batch: int):
     return model, model.taps(x), labels
 
 
-class RefsegDemoTrainer:
+class RefsegDemoTrainer(RefsegStep):
     """One step of the demo's training: refseg/run/training.py's ``training_step`` on cached
     taps (the decoder alone trainable, Adam), inside ``bits_independent_of_load`` as training
     runs it."""
 
     def __init__(self, batch: int):
-        from refseg.run.training import training_step
-
-        self.model, self.taps, self.labels = demo_setup(batch)
-        self.model.set_training(True)
-        self.index = np.arange(batch)
-        self.training_step = training_step
-        params = self.model.trainable_parameters()
-        self.parameters = sum(p.data.size for p in params)
-        self.optimizer = RefsegAdam(params, learning_rate=net_config().learning_rate)
-
-    def step(self) -> float:
-        with bits_independent_of_load():
-            p, loss = self.training_step(self.model, self.optimizer, self.taps, self.index,
-                                         self.labels)
-        del p
-        return float(loss.data)
+        super().__init__(*demo_setup(batch))
 
 
 class TorchDemoTrainer:

@@ -179,7 +179,7 @@ from refseg.models import ResMobileNet  # noqa: E402
 
 from _model_parts import (PATENT_S_PER_IMAGE, TARGET_CEILING_SHARE,  # noqa: E402
                           TARGET_TORCH_RATIO, memory_lines, profile_lines, profile_refseg,
-                          spread, summary_lines, target_lines, timing_table)
+                          summary_lines, target_lines, thread_ratio, timing_table)
 
 # torch and Keras are imported in load_frameworks(): the refseg memory child must not load
 # them (their libraries would count in the RSS it measures).
@@ -544,9 +544,7 @@ def prediction_target_rows(args, results, flops_image, ceiling) -> list[str]:
                         f"{100 * share:.0f}% | >= {100 * TARGET_CEILING_SHARE:.0f}%: "
                         f"{verdict(share >= TARGET_CEILING_SHARE)} |")
         if "refseg 1 thread" in times:
-            one = times["refseg 1 thread"]
-            noise = max(spread(times["refseg"]), spread(one))
-            r_one = ref / median_ms(one)
+            r_one, noise = thread_ratio(times)
             rows.append(f"| prediction, batch {batch} | {condition} | refseg T / 1 thread | "
                         f"{r_one:.2f} | <= 1 + noise ({noise:.2f}): "
                         f"{verdict(r_one <= 1 + noise)} |")
