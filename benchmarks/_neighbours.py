@@ -57,7 +57,7 @@ def add_background_arguments(parser) -> None:
                         help="conditions to measure under, comma-separated, each in this one "
                              "run: none (no neighbour), busy (busy Python loop processes), "
                              "mixed (a process running NumPy matrix products on 2 threads, "
-                             f"{MIXED_DUTY:.0%} of the time), matmul (the same products "
+                             f"{MIXED_DUTY:.0%}% of the time), matmul (the same products "
                              "without pause); default none. The script starts and stops the "
                              "neighbours itself")
     parser.add_argument("--background-cores", type=int, default=1, metavar="N",
