@@ -48,17 +48,18 @@ of their time is spent in.
 Threads and background load: with T > 1 threads (``--threads``, default all cores) refseg's
 pipeline is also timed with its OpenMP and OpenBLAS pools set to 1 thread at run time
 (``refseg.threads``), in the same rounds, and the tables give refseg's T-thread time over its
-1-thread time. ``--background-load none,busy,mixed`` repeats the timing under each condition
-in this one run, the script starting and stopping the neighbours itself (``_common.py``:
-``busy`` = ``--background-cores`` busy Python loops, ``mixed`` = one process running NumPy
-float32 products on 2 OpenBLAS threads, 70 % of the time). Targets at 1920x1080: refseg /
+1-thread time. ``--background-load none,busy,mixed,matmul`` repeats the timing under each
+condition in this one run, the script starting and stopping the neighbours itself
+(``_neighbours.py``: ``busy`` = ``--background-cores`` busy Python loops, ``mixed`` = one
+process running NumPy float32 products on 2 OpenBLAS threads, 70 % of the time, ``matmul`` =
+the same products without pause). Targets at 1920x1080: refseg /
 OpenCV <= 0.6 quiet and <= 1.0 with one busy neighbour; faster than scikit-image. The header
 names the CPU (/proc/cpuinfo) and the row loops refseg chose (``refseg.backend.row_loops``).
 
 Usage::
 
     python benchmarks/bench_edges.py [--quick] [--repeat N] [--threads N] [--check] [--write]
-        [--background-load none,busy,mixed] [--background-cores N]
+        [--background-load none,busy,mixed,matmul] [--background-cores N]
 """
 from __future__ import annotations
 
@@ -71,8 +72,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import (OtherLoad, ThreadSwitch, add_background_arguments, all_cores, background,
-                     check_background_arguments, describe_load, machine_lines, start)
+from _common import OtherLoad, ThreadSwitch, all_cores, machine_lines, start
+from _neighbours import (add_background_arguments, background, check_background_arguments,
+                         describe_load)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
