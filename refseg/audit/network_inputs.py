@@ -82,8 +82,9 @@ def summarise_grid(runs: list[dict]) -> list[dict]:
                         "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None}
             if kind != GRAY:
                 common = sorted(set(seeds) & set(gray))
-                entry[m]["paired"] = paired_interval(
-                    [_value(seeds[s], m) - _value(gray[s], m) for s in common])
+                differences = [_value(seeds[s], m) - _value(gray[s], m) for s in common]
+                entry[m]["paired"] = paired_interval(differences)
+                entry[m]["differences"] = differences
         out.append(entry)
     return out
 
@@ -139,7 +140,33 @@ def sentence_0121(summary: list[dict]) -> str:
         parts.append(f"not resolved (interval around 0, or one seed): {names(groups['other'])}")
     if groups["below gray"]:
         parts.append(f"below it: {names(groups['below gray'])}")
-    return "; ".join(parts) + "."
+    return "; ".join(parts) + "." + _multiplicity(arms)
+
+
+def _multiplicity(arms: list[dict]) -> str:
+    """When an interval excludes 0 among several inputs compared: which still do at the
+    Bonferroni-corrected coverage 1 - (1 - CONFIDENCE) / k over the k inputs with an interval
+    (k intervals at CONFIDENCE each exclude a true 0 by chance more often than one does)."""
+    compared = [e for e in arms if e["pixel_accuracy"]["paired"]["low"] is not None]
+    resolved = [e for e in compared
+                if verdict(e["pixel_accuracy"]["paired"]) in ("above gray", "below gray")]
+    if len(compared) < 2 or not resolved:
+        return ""
+    coverage = 1 - (1 - CONFIDENCE) / len(compared)
+    held = []
+    for e in resolved:
+        corrected = paired_interval(_paired_differences(e), coverage)
+        if verdict(corrected) in ("above gray", "below gray"):
+            held.append(f"`{e['kind']}`" + (f" with `{e['reading']}`" if e["reading"] else "")
+                        + f" {_difference(corrected)}")
+    return (f" Over the {len(compared)} inputs compared, at the Bonferroni-corrected coverage "
+            f"{coverage:.2%}: " + ("; ".join(held) if held else
+                                   "no interval excludes 0 (the differences above are leads, "
+                                   "not yet shown)") + ".")
+
+
+def _paired_differences(entry: dict) -> list[float]:
+    return entry["pixel_accuracy"]["differences"]
 
 
 def _count(n: int, what: str) -> str:

@@ -252,6 +252,36 @@ def test_the_paired_interval_and_the_r_dataset_block_by_hand():
     assert "Not measured" in network_inputs.block(None, "abc1234", "cmd")
 
 
+def test_several_inputs_compared_are_judged_again_at_the_bonferroni_coverage():
+    """Two inputs over three seeds, differences to gray 0.01, 0.02, 0.03 (mean 0.02, sd 0.01)
+    and 0.02, 0.021, 0.022 (mean 0.021, sd 0.001): at 95 % (t(0.975, 2) = 4.3027, half-widths
+    0.0248 and 0.00248) the second interval excludes 0, the first does not. With
+    two inputs the corrected coverage is 97.5 %, t(0.9875, 2) = 0.975 / sqrt(2 * 0.9875 *
+    0.0125) = 6.2053 (Student's t with 2 degrees of freedom in closed form), half-width
+    6.2053 * 0.001 / sqrt(3) = 0.003583: the second still excludes 0. With differences
+    0.002, 0.003, 0.004 (mean 0.003: above 0.00248, below 0.003583) it excludes 0 at 95 % only."""
+    def result(second):
+        runs = []
+        for seed, (a, b) in enumerate(zip([0.01, 0.02, 0.03], second)):
+            for kind, acc in (("gray", 0.9), ("feature", 0.9 + a), ("gray-and-feature", 0.9 + b)):
+                runs.append({"seed": seed, "kind": kind, "reading": None, "pixel_accuracy": acc,
+                             "iou": [0.1, 0.7, 0.9], "boundary_f1": 0.5, "miou": 0.5,
+                             "val_pixel_accuracy": 0.5, "seconds": 60.0})
+        return network_inputs.sentence_0121(network_inputs.summarise_grid(runs))
+
+    t_corrected = 0.975 / np.sqrt(2 * 0.9875 * 0.0125)
+    assert t_corrected == pytest.approx(6.2053, abs=1e-4)
+    held = result([0.02, 0.021, 0.022])
+    half = t_corrected * 0.001 / np.sqrt(3)
+    assert f"at the Bonferroni-corrected coverage 97.50%: `gray-and-feature` +0.0210 " \
+        f"[{0.021 - half:+.4f}, {0.021 + half:+.4f}]." in held
+    lost = result([0.002, 0.003, 0.004])
+    assert "above the gray image: `gray-and-feature` +0.0030 [" in lost
+    assert "97.50%: no interval excludes 0 (the differences above are leads, not yet " \
+        "shown)." in lost
+    assert "Bonferroni" not in result([0.0, 0.01, -0.01])  # nothing resolved: nothing to redo
+
+
 def test_the_r_dataset_block_survives_a_regeneration(tmp_path):
     """A sensitivity.md whose R-dataset block carries numbers is re-rendered from them (at
     the commit they were measured) when --downstream is not given."""
