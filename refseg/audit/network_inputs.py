@@ -27,6 +27,8 @@ MEASURES = {"pixel_accuracy": "pixel accuracy", "contour_iou": "contour IoU",
 #: Markers of the section's block and of the numbers it carries.
 BEGIN, END = "<!-- r-dataset: begin -->", "<!-- r-dataset: end -->"
 NUMBERS_BEGIN, NUMBERS_END = "<!-- r-dataset-numbers: ", " -->"
+#: How the block's sentence on [0121] begins (the claim chart quotes it).
+SENTENCE_START = "[0121] at the demo's size"
 
 
 def _value(run: dict, measure: str) -> float:
@@ -132,7 +134,7 @@ def sentence_0121(summary: list[dict]) -> str:
             + f" {_difference(e['pixel_accuracy']['paired'])} "
             f"({_count(e['pixel_accuracy']['paired']['n'], 'seed')})" for e in group)
 
-    parts = [f"[0121] at the demo's size, as the paired difference in test pixel accuracy to "
+    parts = [f"{SENTENCE_START}, as the paired difference in test pixel accuracy to "
              f"the gray input of the same seeds (mean [{CONFIDENCE:.0%} t interval]): "
              + (f"above the gray image: {names(groups['above gray'])}" if groups["above gray"]
                 else "no input built from the feature regions is shown above the gray image")]

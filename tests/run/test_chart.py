@@ -238,3 +238,21 @@ def test_the_chart_and_index_md_show_the_same_results(tiny_demo):
     for cells in [*map(score_cells, source.scores), *run_rows(source)]:
         assert "| " + " | ".join(cells) + " |" in index, cells
         assert "".join(f"<td>{h.inline(c)}</td>" for c in cells[1:]) in page, cells
+
+
+def test_the_chart_quotes_the_audits_sentence_on_0121(tiny_demo):
+    """The comparison of the feature image with the gray image ends with the sentence on
+    [0121] that ``refseg audit readings`` wrote into spec/sensitivity.md's R-dataset block,
+    not with a copy of its numbers."""
+    from refseg import registry as spec
+    from refseg.audit import network_inputs
+    from refseg.report.folder import Source
+    from refseg.report.results import comparisons, r_dataset_sentence
+
+    sentence = r_dataset_sentence()
+    text = spec.load_registry().sensitivity_text
+    block = text[text.index(network_inputs.BEGIN):text.index(network_inputs.END)]
+    assert sentence.startswith("[0121] at the demo's size, as the paired difference")
+    assert f"\n{sentence}\n" in block and "[95% t interval]" in sentence
+    out, _ = tiny_demo
+    assert comparisons(Source(out, out))[-1].reading.endswith(" " + sentence)
