@@ -199,10 +199,74 @@ def _disk_line(io: dict[str, int], temp: Path, new: list[str]) -> str:
 
 DISK_LINE = pytest.StashKey[str]()
 
+# ------------------------------------------------------------------ per-test disk accounting
+#: REFSEG_DISK_REPORT=1: each test's writes (its fixtures' setup and teardown included) and
+#: each wider-scoped fixture's setup, as /proc/self/io deltas, the top writers printed at the end.
+DISK_REPORT = os.environ.get("REFSEG_DISK_REPORT") == "1"
+#: How many of the largest writers the report lists.
+DISK_REPORT_TOP = 15
+#: (wchar, write_bytes) by test node id, and by "fixture <name> (<scope>) for <node id>".
+_WRITES_BY_TEST: dict[str, tuple[int, int]] = {}
+_WRITES_BY_FIXTURE: dict[str, tuple[int, int]] = {}
+
+
+def _write_counters() -> tuple[int, int]:
+    io = _io_counters()
+    return io.get("wchar", 0), io.get("write_bytes", 0)
+
+
+def _delta(before: tuple[int, int]) -> tuple[int, int]:
+    after = _write_counters()
+    return after[0] - before[0], after[1] - before[1]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not DISK_REPORT:
+        yield
+        return
+    before = _write_counters()
+    yield
+    _WRITES_BY_TEST[item.nodeid] = _delta(before)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    if not DISK_REPORT or fixturedef.scope == "function":
+        yield
+        return
+    before = _write_counters()
+    yield
+    key = f"fixture {fixturedef.argname} ({fixturedef.scope}) for {request.node.nodeid}"
+    _WRITES_BY_FIXTURE[key] = _delta(before)
+
+
+def _top_writers(writes: dict[str, tuple[int, int]]) -> list[str]:
+    ranked = sorted(writes.items(), key=lambda kv: kv[1][0], reverse=True)[:DISK_REPORT_TOP]
+    return [f"{wchar:>16,} {write_bytes:>16,}  {name}" for name, (wchar, write_bytes) in ranked]
+
+
+def _disk_report(terminalreporter) -> None:
+    def total(writes):
+        return sum(w for w, _ in writes.values()), sum(b for _, b in writes.values())
+
+    for title, writes in (("tests (fixtures' setup and teardown included)", _WRITES_BY_TEST),
+                          ("module/class/package/session fixtures (setup; inside the "
+                           "test that first asked for them)", _WRITES_BY_FIXTURE)):
+        wchar, write_bytes = total(writes)
+        terminalreporter.write_line(
+            f"refseg disk report, top {DISK_REPORT_TOP} {title}; all {len(writes)}: "
+            f"wchar {wchar:,}, write_bytes {write_bytes:,}")
+        terminalreporter.write_line(f"{'wchar':>16} {'write_bytes':>16}  name")
+        for line in _top_writers(writes):
+            terminalreporter.write_line(line)
+
 
 def pytest_terminal_summary(terminalreporter, config):
     """One line: what the session wrote (this process and its reaped children) and what it
     left in the temp folder."""
+    if DISK_REPORT:
+        _disk_report(terminalreporter)
     line = config.stash.get(DISK_LINE, None)
     if line is not None:
         terminalreporter.write_line(line)

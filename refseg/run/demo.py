@@ -110,8 +110,10 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
                                  seed=settings.seed, branches=branches,
                                  train_backbone=settings.train_backbone)
             t = time.perf_counter()
+            # a demo is not resumed (an interruption removes its staging): each run's
+            # checkpoint is written once, after its last epoch
             train(root / "data", root / "runs" / name, config, jobs=settings.jobs, log=log,
-                  shown_as=out / "runs" / name)
+                  shown_as=out / "runs" / name, checkpoint_every_epoch=False)
             timings[name] = time.perf_counter() - t
             remove_cache(root / "runs" / name)
         print("4/4 evaluation on the test set", file=log)

@@ -282,7 +282,7 @@ def _duration(seconds: float) -> str:
 def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
           stop_after_epoch: int | None = None, log=None,
           shown_as=None, keep_optimizer_state: bool = False,
-          keep_cache: bool = False) -> list[dict]:
+          keep_cache: bool = False, checkpoint_every_epoch: bool = True) -> list[dict]:
     """Train the fusion network on a data set folder; returns the metrics history.
 
     Parameters
@@ -309,6 +309,12 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
         with ``resume``; dropped by default, two thirds of the checkpoint).
     keep_cache : bool
         Keep the tap cache when training ends (removed by default; rebuilt on demand).
+    checkpoint_every_epoch : bool
+        Write the checkpoint after every epoch, what a killed run resumes from (the default).
+        False writes only the last epoch's (and the one ``stop_after_epoch`` stops at): for a
+        run nobody resumes, such as the demo's, whose staged folder an interruption removes.
+        Each earlier checkpoint holds Adam's two moments beside the trained arrays, three times
+        their size, rewritten every epoch.
 
     Returns
     -------
@@ -364,7 +370,8 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
                 return _train(data_dir, run, config, saved, resume=resume, jobs=jobs,
                               stop_after_epoch=stop_after_epoch, log=log, shown_as=shown_as,
                               keep_optimizer_state=keep_optimizer_state,
-                              keep_cache=keep_cache)
+                              keep_cache=keep_cache,
+                              checkpoint_every_epoch=checkpoint_every_epoch)
         except Exception:
             if not resume and not (run / "checkpoint.npz").exists():
                 clear_new_run(run, fresh)  # nothing to resume: the folder as it was
@@ -429,7 +436,8 @@ def _network_and_inputs(data_dir, run: Path, config: TrainConfig, *, resume, job
     return model, train_source, labels, val_source, val_labels
 
 def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, stop_after_epoch,
-           log, shown_as, keep_optimizer_state, keep_cache) -> list[dict]:
+           log, shown_as, keep_optimizer_state, keep_cache,
+           checkpoint_every_epoch=True) -> list[dict]:
     """:func:`train` in its locked run folder."""
     started = time.perf_counter()
     model, train_source, labels, val_source, val_labels = _network_and_inputs(
@@ -465,9 +473,12 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
               f"{entry['train_pixel_accuracy']:.4f}; validation loss {entry['val_loss']:.4f}, "
               f"accuracy {entry['val_pixel_accuracy']:.4f}, mIoU {entry['val_miou']:.4f} "
               f"({_duration(entry['seconds'])})", file=log)
+        stopping = stop_after_epoch is not None and epoch >= stop_after_epoch
+        last = epoch == config.epochs
         _write_epoch(run, model, optimizer, epoch, history, keep_optimizer_state,
-                     start if epoch == config.epochs else None)
-        if stop_after_epoch is not None and epoch >= stop_after_epoch:
+                     start if last else None,
+                     checkpoint=checkpoint_every_epoch or last or stopping)
+        if stopping:
             break
     if not keep_cache and len(history) == config.epochs:
         remove_cache(run)
@@ -650,17 +661,18 @@ def _line_start(log) -> str:
 
 
 def _write_epoch(run: Path, model, optimizer, epoch: int, history: list,
-                 keep_optimizer_state: bool, start: dict | None) -> None:
-    """The epoch's checkpoint, metrics and curves, each written atomically. The last epoch's
-    (``start``: the starting weights of the trained arrays) stores the trained arrays against
-    them, deflated, and drops Adam's state unless ``keep_optimizer_state``; an earlier one is
-    written plainly and whole, for resuming."""
-    arrays = _checkpoint_arrays(model, optimizer, epoch, history)
-    if start is not None:
-        if not keep_optimizer_state:
-            arrays = drop_optimizer_state(arrays)
-        arrays = pack_against_start(arrays, start)
-    write_npz(run / "checkpoint.npz", compressed=start is not None, **arrays)
+                 keep_optimizer_state: bool, start: dict | None, checkpoint: bool) -> None:
+    """The epoch's checkpoint (when ``checkpoint``), metrics and curves, each written
+    atomically. The last epoch's checkpoint (``start``: the starting weights of the trained
+    arrays) stores the trained arrays against them, deflated, and drops Adam's state unless
+    ``keep_optimizer_state``; an earlier one is written plainly and whole, for resuming."""
+    if checkpoint:
+        arrays = _checkpoint_arrays(model, optimizer, epoch, history)
+        if start is not None:
+            if not keep_optimizer_state:
+                arrays = drop_optimizer_state(arrays)
+            arrays = pack_against_start(arrays, start)
+        write_npz(run / "checkpoint.npz", compressed=start is not None, **arrays)
     _write_metrics(run / "metrics.jsonl", history)
     write_curves(history, run / "curves.png")
 

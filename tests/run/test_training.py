@@ -3,6 +3,7 @@
 import io
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,18 +73,35 @@ def starting_weights(run, config):
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, data):
-    """A 2-epoch run of 2 batches per epoch; its folder, history and log (a file, not a
-    terminal)."""
+    """A 2-epoch run of 2 batches per epoch, the uninterrupted run the resumed ones must equal;
+    its folder, history, log (a file, not a terminal) and the epochs whose checkpoint it wrote.
+    Never resumed, it writes only its last epoch's checkpoint: Adam's state, twice the
+    decoder's size, is not written for nothing."""
+    from unittest import mock
+
+    from refseg.run import training
+
     run = tmp_path_factory.mktemp("runs") / "straight"
     log = io.StringIO()
-    history = train(data, run, TrainConfig(**SMALL), log=log, jobs=1)
-    return run, history, log.getvalue()
+    written = []
+
+    def write_npz(path, compressed=False, **arrays):
+        if Path(path).name == "checkpoint.npz":
+            written.append(int(arrays["epoch"]))
+        return real_write_npz(path, compressed=compressed, **arrays)
+
+    real_write_npz = training.write_npz
+    with mock.patch.object(training, "write_npz", write_npz):
+        history = train(data, run, TrainConfig(**SMALL), log=log, jobs=1,
+                        checkpoint_every_epoch=False)
+    return run, history, log.getvalue(), written
 
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
 def test_a_smoke_run_writes_everything(straight):
-    run, history, _ = straight
+    run, history, _, checkpoints = straight
     assert [h["epoch"] for h in history] == [1, 2]
+    assert checkpoints == [2]  # checkpoint_every_epoch=False: the last epoch's only
     for entry in history:
         assert np.isfinite(entry["train_loss"]) and 0 <= entry["val_pixel_accuracy"] <= 1
         assert len(entry["val_iou"]) == 3
@@ -161,7 +179,7 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
     from refseg.run.training import _evaluate, _pairs, _split
 
     config = TrainConfig(**SMALL, train_backbone=True)
-    whole = quiet_train(data, tmp_path / "whole", config)
+    whole = quiet_train(data, tmp_path / "whole", config, checkpoint_every_epoch=False)
     quiet_train(data, tmp_path / "resumed", config, stop_after_epoch=1)
     resumed = quiet_train(data, tmp_path / "resumed", config, resume=True)
     expected = checkpoint_arrays(tmp_path / "whole")
@@ -199,7 +217,7 @@ def test_learning_rate_steps_apply_from_their_epoch_and_may_be_added_on_resume(t
     stopped after epoch 1 without the step and resumed with it ends bit for bit where the run
     planned with it does; a step for an epoch already trained is refused."""
     stepped = TrainConfig(**SMALL, learning_rate_steps=((2, 1e-4),))
-    whole = quiet_train(data, tmp_path / "whole", stepped)
+    whole = quiet_train(data, tmp_path / "whole", stepped, checkpoint_every_epoch=False)
     assert [h["learning_rate"] for h in whole] == [1e-3, 1e-4]
     assert [h["learning_rate"] for h in straight[1]] == [1e-3, 1e-3]
     assert whole[0] | {"seconds": 0} == straight[1][0] | {"seconds": 0}
@@ -261,7 +279,7 @@ def test_a_run_can_start_from_another_runs_checkpoint_at_another_input_size(tmp_
     history = quiet_train(data, run, config, resume=True)
     assert [h["epoch"] for h in history] == [1, 2]
     whole = tmp_path / "whole"
-    quiet_train(data, whole, config)
+    quiet_train(data, whole, config, checkpoint_every_epoch=False)
     resumed = checkpoint_arrays(run)
     for key, value in checkpoint_arrays(whole).items():
         np.testing.assert_array_equal(resumed[key], value, err_msg=key)
