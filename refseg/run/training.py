@@ -16,7 +16,8 @@ A run folder holds:
   (``refseg.run.storage``);
 - ``checkpoint.npz``: the trained weights (the decoder's, plus the backbones' weights and
   moving statistics with ``train_backbone``), Adam's state, the epoch and the metrics history,
-  written atomically at the end of every epoch (one file, so a kill leaves the last one whole);
+  written atomically at the end of every epoch (one file, so a kill leaves the last one whole;
+  a run nobody resumes, such as the demo's, writes only its last epoch's);
   at the last epoch Adam's state is dropped unless ``keep_optimizer_state``, and the trained
   arrays are stored against the starting weights (``refseg.run.storage.pack_against_start``);
 - ``metrics.jsonl``: one line per epoch (training loss and pixel accuracy, validation loss,

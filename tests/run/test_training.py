@@ -2,6 +2,7 @@
 2-4, claim 4, claim 5's training and output modules)."""
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -603,10 +604,14 @@ def test_a_damaged_run_folder_is_one_line_not_a_traceback(tmp_path, data, straig
     import shutil
 
     run = tmp_path / "run"
-    shutil.copytree(straight[0], run)
+    # hard links, not copies of the weights; the damaged file is unlinked and written anew,
+    # never written through the link into the shared run
+    shutil.copytree(straight[0], run, copy_function=os.link)
     if damage == "config":
+        (run / "config.json").unlink()
         (run / "config.json").write_text("{not json")
     elif damage == "config-fields":
+        (run / "config.json").unlink()
         (run / "config.json").write_text(json.dumps({"epochs": 2, "colour": "red"}))
     else:
         with np.load(run / "checkpoint.npz", allow_pickle=False) as npz:
@@ -614,6 +619,7 @@ def test_a_damaged_run_folder_is_one_line_not_a_traceback(tmp_path, data, straig
         history = b"{bad" if damage == "history" else json.dumps(
             json.loads(arrays["history"].tobytes())[:1]).encode()
         arrays["history"] = np.frombuffer(history, dtype=np.uint8)
+        (run / "checkpoint.npz").unlink()
         np.savez(run / "checkpoint.npz", **arrays)
     image = sorted((data / "images").iterdir())[0]
     out = tmp_path / "predicted"
@@ -723,12 +729,13 @@ def test_only_a_run_that_kept_its_optimizer_state_trains_further(tmp_path, data,
     does; the run without it is refused, unchanged, with a line saying why."""
     config = TrainConfig(**{**SMALL, "epochs": 3})
     kept = tmp_path / "kept"
-    quiet_train(data, kept, TrainConfig(**SMALL), keep_optimizer_state=True, keep_cache=True)
+    quiet_train(data, kept, TrainConfig(**SMALL), keep_optimizer_state=True, keep_cache=True,
+                checkpoint_every_epoch=False)
     assert any(k.startswith("optimizer/") for k in checkpoint_arrays(kept))
     assert (kept / "cache").is_dir()
     quiet_train(data, kept, config, resume=True)
     stopped = tmp_path / "stopped"
-    quiet_train(data, stopped, config, stop_after_epoch=2)
+    quiet_train(data, stopped, config, stop_after_epoch=2, checkpoint_every_epoch=False)
     quiet_train(data, stopped, config, resume=True)
     expected, got = checkpoint_arrays(stopped), checkpoint_arrays(kept)
     assert got.keys() == expected.keys()
