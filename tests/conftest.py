@@ -52,6 +52,8 @@ def pytest_configure(config):
     names = sorted({p for e in REGISTRY.elements for p in _prefixes(e)})
     for name in names:
         config.addinivalue_line("markers", f"{name}: tests of claim element {name}")
+    if DISK_REPORT:
+        config.pluginmanager.register(_DiskReport(), "refseg-disk-report")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -220,25 +222,26 @@ def _delta(before: tuple[int, int]) -> tuple[int, int]:
     return after[0] - before[0], after[1] - before[1]
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    if not DISK_REPORT:
-        yield
-        return
-    before = _write_counters()
-    yield
-    _WRITES_BY_TEST[item.nodeid] = _delta(before)
+class _DiskReport:
+    """The accounting hooks, registered as a plugin of their own (a conftest's hooks do not see
+    the session-scoped fixtures, set up on the session's node outside ``tests/``)."""
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    if not DISK_REPORT or fixturedef.scope == "function":
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        before = _write_counters()
         yield
-        return
-    before = _write_counters()
-    yield
-    key = f"fixture {fixturedef.argname} ({fixturedef.scope}) for {request.node.nodeid}"
-    _WRITES_BY_FIXTURE[key] = _delta(before)
+        _WRITES_BY_TEST[item.nodeid] = _delta(before)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if fixturedef.scope == "function":
+            yield
+            return
+        before = _write_counters()
+        yield
+        key = (f"fixture {fixturedef.argname} ({fixturedef.scope}) for "
+               f"{request.node.nodeid or 'the session'}")
+        _WRITES_BY_FIXTURE[key] = _delta(before)
 
 
 def _top_writers(writes: dict[str, tuple[int, int]]) -> list[str]:

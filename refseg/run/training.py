@@ -477,8 +477,7 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
         stopping = stop_after_epoch is not None and epoch >= stop_after_epoch
         last = epoch == config.epochs
         _write_epoch(run, model, optimizer, epoch, history, keep_optimizer_state,
-                     start if last else None,
-                     checkpoint=checkpoint_every_epoch or last or stopping)
+                     start if last else None, checkpoint_every_epoch or last or stopping)
         if stopping:
             break
     if not keep_cache and len(history) == config.epochs:

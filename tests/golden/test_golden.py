@@ -492,11 +492,26 @@ def test_the_shipped_list_of_pinning_arrays_is_the_bundles(bundle):
 
 
 def _copy_bundle(bundle, tmp_path):
+    """A copy of the shared bundle whose .npz files (the weights: 200 MB) are hard links to
+    the shared ones: a test that changes one unlinks it first (:func:`_unlinked`), never
+    writing through the link."""
+    import os
     import shutil
 
+    def link_npz(source, target):
+        if source.endswith(".npz"):
+            return os.link(source, target)
+        return shutil.copy2(source, target)
+
     folder = tmp_path / "copy"
-    shutil.copytree(bundle[0], folder)
+    shutil.copytree(bundle[0], folder, copy_function=link_npz)
     return folder, json.loads((folder / "manifest.json").read_text())
+
+
+def _unlinked(path):
+    """``path``, no longer a link to the shared bundle's file, ready to be written anew."""
+    path.unlink()
+    return path
 
 
 def _write_manifest(folder, manifest):
@@ -511,7 +526,7 @@ def test_a_bundle_changed_after_writing_is_refused(bundle, tmp_path, capsys):
     with np.load(folder / "arrays.npz", allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
     arrays[f"{IMAGE}/gray"] = arrays[f"{IMAGE}/gray"] + 1.0
-    golden.format.write_deterministic_npz(folder / "arrays.npz", arrays)
+    golden.format.write_deterministic_npz(_unlinked(folder / "arrays.npz"), arrays)
     candidate = tmp_path / "candidate.npz"
     np.savez(candidate, **{f"{IMAGE}/gray": arrays[f"{IMAGE}/gray"]})
     check = ["golden", "check", str(folder), str(candidate), "--select", f"{IMAGE}/gray"]
@@ -570,7 +585,8 @@ def test_a_changed_readings_or_weights_file_is_refused(bundle, tmp_path, capsys)
     folder, manifest = _copy_bundle(bundle, tmp_path / "w")
     weights = golden.read_weights(folder, manifest)
     weights["x1/bias"] = weights["x1/bias"] + np.float32(1)
-    golden.format.write_deterministic_npz(folder / "weights.npz", weights, compress=False)
+    golden.format.write_deterministic_npz(_unlinked(folder / "weights.npz"), weights,
+                                          compress=False)
     assert cli.main(["golden", "weights", str(folder), str(tmp_path / "out.npz")]) == 2
     err = capsys.readouterr().err
     assert "weights.npz: the weights do not hash to the network.weights_sha256" in err

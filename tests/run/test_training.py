@@ -161,7 +161,7 @@ def test_training_beside_a_busy_neighbour_sizes_its_steps_and_keeps_its_bits(
     from refseg import threads
 
     before = threads.SIZINGS.copy()
-    quiet_train(data, tmp_path / "loaded", TrainConfig(**SMALL))
+    quiet_train(data, tmp_path / "loaded", TrainConfig(**SMALL), checkpoint_every_epoch=False)
     sized = threads.SIZINGS - before
     assert set(sized) == {(2, 1), (2, 2)} and sized[2, 1] >= threads.TIMED_RUNS, sized
     expected = checkpoint_arrays(straight[0])
