@@ -98,6 +98,23 @@ def straight(tmp_path_factory, data):
     return run, history, log.getvalue(), written
 
 
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory, data):
+    """The run of ``straight`` stopped after epoch 1 (as a kill after its checkpoint), shared
+    by the tests that resume it: each resumes its own :func:`linked_copy`."""
+    run = tmp_path_factory.mktemp("runs") / "stopped"
+    quiet_train(data, run, TrainConfig(**SMALL), stop_after_epoch=1)
+    return run
+
+
+def linked_copy(run, target):
+    """A copy of the run folder ``run`` whose files are hard links to its files: training
+    writes every file of a run anew (atomically, under a temporary name), never through a
+    link, and reads the tap cache only."""
+    shutil.copytree(run, target, copy_function=os.link)
+    return target
+
+
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
 def test_a_smoke_run_writes_everything(straight):
     run, history, _, checkpoints = straight
@@ -133,11 +150,11 @@ def test_progress_in_a_log_file_is_whole_lines_with_the_time_left(straight):
 
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module")
-def test_resume_after_a_kill_gives_the_uninterrupted_weights(tmp_path, data, straight):
+def test_resume_after_a_kill_gives_the_uninterrupted_weights(tmp_path, data, straight,
+                                                            stopped):
     """Stopped after epoch 1 (as a kill after the checkpoint), resumed: the same weights and
     Adam state, bit for bit, as the uninterrupted run; a fresh run with the same seed too."""
-    run = tmp_path / "resumed"
-    quiet_train(data, run, TrainConfig(**SMALL), stop_after_epoch=1)
+    run = linked_copy(stopped, tmp_path / "resumed")
     assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["epoch"] == 1
     history = quiet_train(data, run, TrainConfig(**SMALL), resume=True)
     assert [h["epoch"] for h in history] == [1, 2]
@@ -213,7 +230,8 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module", "claim4.update")
 def test_learning_rate_steps_apply_from_their_epoch_and_may_be_added_on_resume(tmp_path, data,
-                                                                              straight):
+                                                                              straight,
+                                                                              stopped):
     """A step 2:1e-4 trains epoch 1 at 0.001 and epoch 2 at 1e-4 (recorded per epoch); a run
     stopped after epoch 1 without the step and resumed with it ends bit for bit where the run
     planned with it does; a step for an epoch already trained is refused."""
@@ -222,7 +240,7 @@ def test_learning_rate_steps_apply_from_their_epoch_and_may_be_added_on_resume(t
     assert [h["learning_rate"] for h in whole] == [1e-3, 1e-4]
     assert [h["learning_rate"] for h in straight[1]] == [1e-3, 1e-3]
     assert whole[0] | {"seconds": 0} == straight[1][0] | {"seconds": 0}
-    quiet_train(data, tmp_path / "added", TrainConfig(**SMALL), stop_after_epoch=1)
+    linked_copy(stopped, tmp_path / "added")
     # Adam's state kept, so that the finished run can be resumed below
     resumed = quiet_train(data, tmp_path / "added", stepped, resume=True,
                           keep_optimizer_state=True)
@@ -358,14 +376,13 @@ def test_resume_takes_a_weight_file_spelled_relative_or_absolute(tmp_path, monke
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module")
 def test_resume_on_another_thread_count_keeps_the_runs_tiles_and_its_bits(tmp_path, data,
-                                                                           straight):
+                                                                           straight, stopped):
     """The run records the thread count its products are cut for; resumed on one thread, it
     cuts for that count again and ends bit for bit where the uninterrupted run did."""
     from refseg.threads import limit_threads
 
     recorded = json.loads((straight[0] / "threads.json").read_text())["tiling_threads"]
-    run = tmp_path / "resumed"
-    quiet_train(data, run, TrainConfig(**SMALL), stop_after_epoch=1)
+    run = linked_copy(stopped, tmp_path / "resumed")
     assert json.loads((run / "threads.json").read_text())["tiling_threads"] == recorded
     with limit_threads(1):
         quiet_train(data, run, TrainConfig(**SMALL), resume=True)
@@ -555,7 +572,7 @@ def test_partial_weights_load_what_fits_and_the_run_records_the_rest(tmp_path, d
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module")
 def test_resume_refuses_another_data_set_and_accepts_the_same_one_moved(tmp_path, data,
-                                                                       straight):
+                                                                       straight, stopped):
     """The run records its data set (each pair's names, sizes and SHA-256); --resume with
     changed, added or removed pairs fails in one line naming them, before any work, and the
     run is left as it was; the same files in another folder resume to the weights of the
@@ -563,8 +580,7 @@ def test_resume_refuses_another_data_set_and_accepts_the_same_one_moved(tmp_path
     import shutil
 
     config = TrainConfig(**SMALL)
-    run = tmp_path / "run"
-    quiet_train(data, run, config, stop_after_epoch=1)
+    run = linked_copy(stopped, tmp_path / "run")
     record = json.loads((run / "data.json").read_text())
     assert record["pairs"] == 10 and record["folder"] == str(data.resolve())
     assert [f["stem"] for f in record["files"]] == [f"weld_{i:02d}" for i in range(10)]
