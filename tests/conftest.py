@@ -10,6 +10,11 @@ spec machinery). This file registers the markers, checks every cited ID against
 ``spec/registry.toml`` at collection, and gives each test one marker per ID and per ID prefix, so
 that ``pytest -m claim1.step2.cv`` (one element) or ``pytest -m claim1`` (a whole claim) selects
 them.
+
+At the end of a session one line says what it wrote to the disk and left in the temp folder;
+with ``REFSEG_DISK_REPORT=1`` the largest writers come before it: the tests (their fixtures'
+setup and teardown included) and the fixtures of wider scope, each as the ``wchar`` and
+``write_bytes`` it added to ``/proc/self/io``.
 """
 import os
 from pathlib import Path
