@@ -26,7 +26,6 @@ A run folder holds:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -37,7 +36,7 @@ import numpy as np
 
 from refseg import autograd as ag
 from refseg.errors import InputError
-from refseg.publish import is_reserved, locked_folder, write_json, write_npz, write_text
+from refseg.publish import locked_folder, write_json, write_npz, write_text
 from refseg.data.inputs import prepare
 from refseg.models import ResMobileNet
 from refseg.models.weights import read_weight_file
@@ -47,8 +46,8 @@ from refseg.run import metrics
 from refseg.run.config import TrainConfig, check_range
 from refseg.run.curves import write_curves
 from refseg.run.records import read_json, read_run_config
-from refseg.run.resume import (PATH_SETTINGS, THREADS_RECORD, check_apart, clear_new_run,
-                               recorded_tiles, same_path, trained_epochs)
+from refseg.run.resume import (DATA_RECORD, THREADS_RECORD, check_apart, check_run_folder,
+                               check_same_data, clear_new_run, data_identity, recorded_tiles)
 from refseg.run.storage import (AGAINST_START_KEY, MODEL_PREFIX, OPTIMIZER_PREFIX,
                                 STARTING_FILE, check_resumable, drop_optimizer_state,
                                 load_starting_weights, pack_against_start,
@@ -357,10 +356,10 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     run = Path(run_dir)
     check_apart(run, Path(data_dir))
     fresh = not resume and not run.exists()
-    saved = _check_run(run, config, resume)
+    saved = check_run_folder(run, config, resume)
     # one writer at a time; what a killed one left is swept under the lock
     with locked_folder(run):
-        saved = _check_run(run, config, resume)
+        saved = check_run_folder(run, config, resume)
         if resume:
             check_resumable(run / "checkpoint.npz", config.epochs)
         tiles = recorded_tiles(run, log) if resume else None
@@ -389,7 +388,7 @@ def _network_and_inputs(data_dir, run: Path, config: TrainConfig, *, resume, job
     data = dataset.load_dataset(data_dir)
     identity = data_identity(data)
     if resume:
-        _check_data(run, identity, log)
+        check_same_data(run, identity, log)
     train_set, validation_set = _split(data, config)
     model = ResMobileNet(config.input_hw, branches=config.branches, seed=config.seed)
     calibrated = resume and (run / STARTING_FILE).is_file()
@@ -484,82 +483,6 @@ def _train(data_dir, run: Path, config: TrainConfig, saved, *, resume, jobs, sto
         remove_cache(run)
     print(f"done in {_duration(time.perf_counter() - started)}: {shown_as or run}", file=log)
     return history
-
-
-def _check_run(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | None:
-    """Check the run folder against the resume policy: a resumed run keeps its settings
-    (only more epochs and later learning-rate steps may be added), a new run starts in an
-    empty folder. Returns the saved settings of a resumed run; writes nothing."""
-    if run.exists() and not run.is_dir():
-        raise InputError(f"{run}: exists and is not a folder")
-    if not resume:
-        if run.exists() and any(not is_reserved(e.name) for e in run.iterdir()):
-            raise InputError(f"{run}: run folder exists and is not empty (use --resume)")
-        return None
-    if not (run / "config.json").is_file():
-        raise InputError(f"{run}: nothing to resume (no config.json)")
-    saved = read_run_config(run / "config.json")
-    extendable = {"epochs", "learning_rate_steps"}
-    old, new = saved.to_json(), config.to_json()
-    for name in old:
-        if name in PATH_SETTINGS and same_path(old[name], new[name]):
-            continue
-        if name not in extendable and old[name] != new[name]:
-            raise InputError(f"{run}: --resume needs the run's own settings: {name} is "
-                             f"{json.dumps(old[name])} in the run, {json.dumps(new[name])} now")
-    done = trained_epochs(run / "checkpoint.npz")
-    if done is not None and config.epochs < done:
-        raise InputError(f"{run}: --epochs {config.epochs} is fewer than the {done} epochs "
-                         "already trained; give the total to reach, at least "
-                         f"{done}")
-    return saved
-
-
-#: The run's record of the data set it trains on.
-DATA_RECORD = "data.json"
-
-
-@infrastructure("the identity of a run's data set, for resuming")
-def data_identity(data) -> dict:
-    """What identifies a data set: its folder, and each pair's stem, file names, sizes and the
-    SHA-256 of the image's and the label's bytes; ``sha256`` digests all of them in order."""
-    digest, files = hashlib.sha256(), []
-    for sample in data:
-        entry = {"stem": sample.stem}
-        for role, path in (("image", sample.image_path), ("label", sample.label_path)):
-            content = path.read_bytes()
-            entry[role] = {"name": path.name, "bytes": len(content),
-                           "sha256": hashlib.sha256(content).hexdigest()}
-            digest.update(entry[role]["sha256"].encode())
-        files.append(entry)
-    return {"folder": str(Path(data.folder).resolve()), "pairs": len(files),
-            "sha256": digest.hexdigest(), "files": files}
-
-
-def _check_data(run: Path, identity: dict, log) -> None:
-    """A resumed run trains on the data it started with: the same pairs with the same bytes
-    (the folder may have moved). Runs from before this record are resumed unchecked."""
-    path = run / DATA_RECORD
-    if not path.is_file():
-        print(f"{run}: no {DATA_RECORD} (a run of an older refseg): the data set is not "
-              "checked", file=log)
-        return
-    saved = json.loads(path.read_text())
-    if saved["sha256"] == identity["sha256"]:
-        if saved["folder"] != identity["folder"]:
-            print(f"data set moved: {saved['folder']} -> {identity['folder']} (same files)",
-                  file=log)
-        return
-    before = {f["stem"]: f for f in saved["files"]}
-    now = {f["stem"]: f for f in identity["files"]}
-    gone, added = sorted(set(before) - set(now)), sorted(set(now) - set(before))
-    changed = sorted(s for s in set(before) & set(now) if before[s] != now[s])
-    what = "; ".join(part for part in (
-        f"{len(gone)} pairs gone ({', '.join(gone[:3])})" if gone else "",
-        f"{len(added)} pairs added ({', '.join(added[:3])})" if added else "",
-        f"{len(changed)} pairs changed ({', '.join(changed[:3])})" if changed else "") if part)
-    raise InputError(f"{identity['folder']}: not the data set the run {run} was trained on "
-                     f"({what}); --resume needs the same images and labels")
 
 
 def _first_data_set(train_set, validation_set, config: TrainConfig, jobs, log):

@@ -361,7 +361,7 @@ def test_resume_refuses_fewer_epochs_than_trained_and_changes_nothing(data, stra
 
 @pytest.mark.claim("claim5.training_module")
 def test_resume_takes_a_weight_file_spelled_relative_or_absolute(tmp_path, monkeypatch):
-    from refseg.run.training import _check_run
+    from refseg.run.resume import check_run_folder
 
     (tmp_path / "w.npz").write_bytes(b"")
     run = tmp_path / "run"
@@ -369,9 +369,9 @@ def test_resume_takes_a_weight_file_spelled_relative_or_absolute(tmp_path, monke
     started = TrainConfig(**{**SMALL, "weights": str(tmp_path / "w.npz")})
     (run / "config.json").write_text(json.dumps(started.to_json()))
     monkeypatch.chdir(tmp_path)
-    assert _check_run(run, TrainConfig(**{**SMALL, "weights": "w.npz"}), True) == started
+    assert check_run_folder(run, TrainConfig(**{**SMALL, "weights": "w.npz"}), True) == started
     with pytest.raises(InputError, match="own settings: weights"):
-        _check_run(run, TrainConfig(**{**SMALL, "weights": "other.npz"}), True)
+        check_run_folder(run, TrainConfig(**{**SMALL, "weights": "other.npz"}), True)
 
 
 @pytest.mark.claim("claim1.step3.train", "claim5.training_module")
