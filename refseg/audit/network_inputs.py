@@ -130,8 +130,7 @@ def sentence_0121(summary: list[dict]) -> str:
 
     def names(group):
         return "; ".join(
-            f"`{e['kind']}`" + (f" with `{e['reading']}`" if e["reading"] else "")
-            + f" {_difference(e['pixel_accuracy']['paired'])} "
+            f"{_arm_name(e)} {_difference(e['pixel_accuracy']['paired'])} "
             f"({_count(e['pixel_accuracy']['paired']['n'], 'seed')})" for e in group)
 
     parts = [f"{SENTENCE_START}, as the paired difference in test pixel accuracy to "
@@ -157,18 +156,18 @@ def _multiplicity(arms: list[dict]) -> str:
     coverage = 1 - (1 - CONFIDENCE) / len(compared)
     held = []
     for e in resolved:
-        corrected = paired_interval(_paired_differences(e), coverage)
+        corrected = paired_interval(e["pixel_accuracy"]["differences"], coverage)
         if verdict(corrected) in ("above gray", "below gray"):
-            held.append(f"`{e['kind']}`" + (f" with `{e['reading']}`" if e["reading"] else "")
-                        + f" {_difference(corrected)}")
+            held.append(f"{_arm_name(e)} {_difference(corrected)}")
     return (f" Over the {len(compared)} inputs compared, at the Bonferroni-corrected coverage "
             f"{coverage:.2%}: " + ("; ".join(held) if held else
                                    "no interval excludes 0 (the differences above are leads, "
                                    "not yet shown)") + ".")
 
 
-def _paired_differences(entry: dict) -> list[float]:
-    return entry["pixel_accuracy"]["differences"]
+def _arm_name(e) -> str:
+    """An input in the sentence: its kind, and the claim-1 reading when not refseg's."""
+    return f"`{e['kind']}`" + (f" with `{e['reading']}`" if e["reading"] else "")
 
 
 def _count(n: int, what: str) -> str:
