@@ -152,7 +152,8 @@ def nhwc(t):
     return t.detach().permute(0, 2, 3, 1).numpy().astype(np.float32)
 
 
-def main(bundle, candidate):
+def candidate_arrays(bundle):
+    """The network arrays of the bundle's manifest, as this plain PyTorch network computes them."""
     manifest = json.load(open(f"{bundle}/manifest.json", encoding="utf-8"))
     net, entries = manifest["network"], manifest["arrays"]
     with np.load(f"{bundle}/weights.npz", allow_pickle=False) as npz:
@@ -220,6 +221,11 @@ def main(bundle, candidate):
     for name, value in out.items():
         want = np.dtype(entries[name]["dtype"])
         assert np.asarray(value).dtype == want, (name, np.asarray(value).dtype, want)
+    return out
+
+
+def main(bundle, candidate):
+    out = candidate_arrays(bundle)
     np.savez(candidate, **out)
     print(f"{candidate}: {len(out)} network arrays")
 

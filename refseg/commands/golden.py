@@ -57,7 +57,7 @@ def _candidate(args) -> str:
 
     _settled(args.folder)
     check_single_output(args.destination, [args.folder], args.force)
-    count, missing = own_candidate(args.folder, args.destination)
+    count, missing = own_candidate(args.folder, args.destination, args.part)
     note = (f"; this refseg does not compute {len(missing)} of the bundle's arrays "
             f"({missing[0]} ...)" if missing else "")
     return (f"{args.destination}: refseg's candidate, {count} arrays{note}; check it with "
@@ -141,9 +141,16 @@ def _weights(args) -> str:
 
 WRITE = Verb(("golden", "write"), "write DIR/manifest.json and DIR/arrays.npz",
              _write_arguments, _write)
+def _candidate_arguments(parser):
+    _bundle_to_file("the candidate .npz to write")(parser)
+    parser.add_argument("--part", action="append", default=None, choices=GOLDEN_PARTS,
+                        help="only the arrays of this part of the bundle (repeatable; default: "
+                             "all; the network part's whole arrays take about 650 MB)")
+
+
 CANDIDATE = Verb(("golden", "candidate"), "write refseg's own candidate for a bundle (every "
                                           "array, whole): the self-check",
-                 _bundle_to_file("the candidate .npz to write"), _candidate)
+                 _candidate_arguments, _candidate)
 CHECK = Verb(("golden", "check"), "compare a candidate .npz with a bundle",
              _check_arguments, _check)
 REFERENCE = Verb(("golden", "reference"), "refseg's claim-1 arrays of image files, one "

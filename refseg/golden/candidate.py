@@ -8,15 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from refseg import publish
-from refseg.golden.format import read_bundle
+from refseg.golden.format import part_of, read_bundle
 from refseg.golden.own import READ_FUNCTION
 
 INFRASTRUCTURE = "golden files: refseg's own candidate"
 
 
-def own_candidate(folder, out) -> tuple[int, list[str]]:
-    """Write refseg's own candidate for a bundle: every array of its manifest, whole, as this
-    refseg computes it (the bundle's own images read from the bundle).
+def own_candidate(folder, out, parts=None) -> tuple[int, list[str]]:
+    """Write refseg's own candidate for a bundle: every array of its manifest (or of its
+    ``parts``), whole, as this refseg computes it (the bundle's own images read from the
+    bundle).
 
     Parameters
     ----------
@@ -24,6 +25,8 @@ def own_candidate(folder, out) -> tuple[int, list[str]]:
         The bundle.
     out : str or Path
         The ``.npz`` to write (atomically).
+    parts : sequence of str or None
+        Only the arrays of these parts (:data:`~refseg.golden.format.PARTS`); None: all.
 
     Returns
     -------
@@ -42,6 +45,8 @@ def own_candidate(folder, out) -> tuple[int, list[str]]:
     _, arrays, kept = build_bundle(keep=("*",), extra=extra)
     candidate, missing = {}, []
     for name in manifest["arrays"]:
+        if parts and part_of(name) not in parts:
+            continue
         value = kept.get(name, arrays.get(name))
         if value is None:
             missing.append(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,8 @@ INFRASTRUCTURE = "golden files: checking a candidate"
 
 #: How many positions of a failing array a row lists.
 POSITIONS_SHOWN = 3
+#: What a report names as the candidate when its arrays were given in memory.
+IN_MEMORY = "<arrays in memory>"
 
 
 @dataclass
@@ -88,7 +91,8 @@ class CheckReport:
     name), the parts checked, and the bundle's array count per part."""
 
     bundle: Path
-    candidate: Path
+    #: the candidate file, or ``"<arrays in memory>"`` for a candidate given as a mapping
+    candidate: Path | str
     rows: list
     unexpected: list
     parts: tuple = PARTS
@@ -374,8 +378,10 @@ def check_bundle(folder, candidate, select=None, parts=None,
     ----------
     folder : str or Path
         The bundle.
-    candidate : str or Path
-        An ``.npz`` keyed by the manifest's array names; read with ``allow_pickle=False``.
+    candidate : str, Path or mapping of str to ndarray
+        An ``.npz`` keyed by the manifest's array names, read with ``allow_pickle=False``; or
+        those arrays themselves, for an implementation checked in the same process (the
+        network part's whole arrays take over 600 MB as a file).
     select : list of str or None
         Shell patterns (``claim1/*``): check only the arrays whose names match one of them.
     parts : list of str or None
@@ -408,7 +414,11 @@ def check_bundle(folder, candidate, select=None, parts=None,
         raise InputError(f"--part {unknown[0]}: not a part of the bundle "
                          f"({', '.join(PARTS)})")
     manifest, stored = read_bundle(folder)
-    values = read_npz(Path(candidate), "candidate")
+    if isinstance(candidate, Mapping):
+        values, candidate = {str(k): np.asarray(v) for k, v in candidate.items()}, IN_MEMORY
+    else:
+        candidate = Path(candidate)
+        values = read_npz(candidate, "candidate")
     entries = manifest["arrays"]
     names = [n for n in entries if part_of(n) in parts
              and (not select or any(fnmatch.fnmatchcase(n, p) for p in select))]
@@ -432,5 +442,5 @@ def check_bundle(folder, candidate, select=None, parts=None,
                         if part_of(k) in parts or part_of(k) not in PARTS)
     rows += [_extra_row(key, list(entries)) for key in unexpected]
     sizes = {p: sum(part_of(n) == p for n in entries) for p in PARTS}
-    return CheckReport(Path(folder), Path(candidate), rows, unexpected, parts, allow_extra,
+    return CheckReport(Path(folder), candidate, rows, unexpected, parts, allow_extra,
                        sizes, diagnosis)

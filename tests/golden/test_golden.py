@@ -1,7 +1,7 @@
 """Golden-file bundles: writing, determinism, checking candidates, and the independent
 implementations in examples/ (OpenCV for claim 1, plain PyTorch for the network) checked
 against the bundle."""
-import importlib
+import importlib.util
 import itertools
 import json
 import os
@@ -173,10 +173,13 @@ def test_rules_the_docstrings_state_are_taken_from_them(bundle):
 
 
 @pytest.mark.infrastructure
-def test_refseg_passes_its_own_bundle(bundle, tmp_path):
+def test_refseg_passes_its_own_bundle(bundle):
+    """Every array, whole, checked in memory (as a file the network's arrays take 650 MB; the
+    tests of one changed pixel, a wrong dtype and the rest check candidate files)."""
     folder, manifest, stored, kept = bundle
-    status, report = _check(folder, tmp_path, _own(manifest, stored, kept))
-    assert status == 0 and report["passed"], [r for r in report["rows"] if r["status"] != "pass"]
+    report = golden.check_bundle(folder, _own(manifest, stored, kept)).as_dict()
+    assert report["passed"], [r for r in report["rows"] if r["status"] != "pass"]
+    assert report["candidate"] == "<arrays in memory>"
     outputs = [n for n, e in manifest["arrays"].items() if e["role"] == "output"]
     assert report["checked"] >= len(outputs)
     assert all(r["identical"] for r in report["rows"])
@@ -199,6 +202,19 @@ def test_one_changed_pixel_fails_naming_array_and_position(bundle, tmp_path, cap
     assert f"{IMAGE}/edges/canny" in out and "2 of 35840 pixels differ; first at [5,7], [9,2]" \
         in out
     assert report["failed"] == 1
+
+
+@pytest.mark.infrastructure
+def test_a_candidate_in_memory_fails_like_a_file(bundle):
+    folder, manifest, stored, kept = bundle
+    arrays = _own(manifest, stored, kept, IMAGE)
+    arrays[f"{IMAGE}/edges/canny"] = arrays[f"{IMAGE}/edges/canny"].copy()
+    arrays[f"{IMAGE}/edges/canny"][5, 7] ^= 1
+    report = golden.check_bundle(folder, arrays, select=[f"{IMAGE}/*"])
+    assert not report.passed
+    row = _row(report.as_dict(), f"{IMAGE}/edges/canny")
+    assert row["status"] == "fail" and row["position"] == [5, 7] and row["count"] == 1
+    assert [r.name for r in report.rows if r.status != "pass"] == [f"{IMAGE}/edges/canny"]
 
 
 def _claim1_arrays(image, rgb):
@@ -628,22 +644,22 @@ def test_independent_pytorch_network_passes_the_net_arrays(bundle, tmp_path):
     """examples/torch_net.py builds the network from the manifest's layer table and the
     bundle's weights.npz in plain PyTorch (no refseg import), resizes the feature maps by the
     manifest's rule, and passes every net array: the input exactly, the float arrays well
-    inside their tolerances (measured: at most 2.1e-9 of one)."""
+    inside their tolerances (measured: at most 2.1e-9 of one). Its arrays are checked in
+    memory: as a candidate file they take 645 MB."""
     require("torch")
     folder, manifest, _, _ = bundle
-    candidate = tmp_path / "candidate.npz"
-    source = (ROOT / "examples" / "torch_net.py").read_text(encoding="utf-8")
+    script = ROOT / "examples" / "torch_net.py"
+    source = script.read_text(encoding="utf-8")
     assert "refseg" not in "\n".join(line for line in source.splitlines()
                                      if line.startswith(("import", "from")))
-    r = subprocess.run([sys.executable, str(ROOT / "examples" / "torch_net.py"), str(folder),
-                        str(candidate)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    report = tmp_path / "report.json"
-    r = subprocess.run([sys.executable, "-P", "-m", "refseg", "golden", "check", str(folder),
-                        str(candidate), "--part", "net", "--report", str(report)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout
-    rows = json.loads(report.read_text())["rows"]
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith("usage: python examples/torch_net.py")
+    spec = importlib.util.spec_from_file_location("torch_net_example", script)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    report = golden.check_bundle(folder, example.candidate_arrays(folder), parts=["net"])
+    assert report.passed, [r.as_dict() for r in report.rows if r.status != "pass"][:3]
+    rows = report.as_dict()["rows"]
     net = [n for n, e in manifest["arrays"].items()
            if n.startswith("net/") and n != "net/pre_resize"
            and (e["role"] == "output" or n == "net/input")]
