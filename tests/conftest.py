@@ -210,8 +210,8 @@ DISK_LINE = pytest.StashKey[str]()
 #: REFSEG_DISK_REPORT=1: each test's writes (its fixtures' setup and teardown included) and
 #: each wider-scoped fixture's setup, as /proc/self/io deltas, the top writers printed at the end.
 DISK_REPORT = os.environ.get("REFSEG_DISK_REPORT") == "1"
-#: How many of the largest writers the report lists.
-DISK_REPORT_TOP = 15
+#: How many of the largest writers the report lists (REFSEG_DISK_REPORT_TOP=N for another N).
+DISK_REPORT_TOP = int(os.environ.get("REFSEG_DISK_REPORT_TOP", "15"))
 #: (wchar, write_bytes) by test node id, and by "fixture <name> (<scope>) for <node id>".
 _WRITES_BY_TEST: dict[str, tuple[int, int]] = {}
 _WRITES_BY_FIXTURE: dict[str, tuple[int, int]] = {}
