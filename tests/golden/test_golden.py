@@ -1,6 +1,7 @@
 """Golden-file bundles: writing, determinism, checking candidates, and the independent
 implementations in examples/ (OpenCV for claim 1, plain PyTorch for the network) checked
 against the bundle."""
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -605,15 +606,39 @@ def test_a_changed_readings_or_weights_file_is_refused(bundle, tmp_path, capsys)
                      f"{IMAGE}/gray"]) == 2
     assert "readings.md: its SHA-256 is not the one manifest.json records" in \
         capsys.readouterr().err
-    folder, manifest = _copy_bundle(bundle, tmp_path / "w")
-    weights = golden.read_weights(folder, manifest)
-    weights["x1/bias"] = weights["x1/bias"] + np.float32(1)
-    golden.format.write_deterministic_npz(_unlinked(folder / "weights.npz"), weights,
-                                          compress=False)
-    assert cli.main(["golden", "weights", str(folder), str(tmp_path / "out.npz")]) == 2
+    with _one_bit_flipped(bundle[0] / "weights.npz", "x1/bias.npy"):
+        assert cli.main(["golden", "weights", str(bundle[0]), str(tmp_path / "out.npz")]) == 2
     err = capsys.readouterr().err
     assert "weights.npz: the weights do not hash to the network.weights_sha256" in err
     assert err.count("\n") == 1 and not (tmp_path / "out.npz").exists()
+    golden.read_weights(*bundle[:2])  # whole again
+
+
+@contextlib.contextmanager
+def _one_bit_flipped(path, member):
+    """The stored (not deflated) ``member`` of the .npz ``path`` with the top bit of its last
+    byte flipped in place, for the time of the block: the last value of its array changes
+    sign. In place, because the file is the shared bundle's 193 MB of weights; put back
+    however the block ends."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(member)
+    assert info.compress_type == zipfile.ZIP_STORED
+    with open(path, "r+b") as f:
+        f.seek(info.header_offset + 26)
+        name_length, extra_length = np.frombuffer(f.read(4), "<u2")
+        last = info.header_offset + 30 + int(name_length) + int(extra_length) + info.file_size - 1
+        f.seek(last)
+        original = f.read(1)
+        f.seek(last)
+        f.write(bytes([original[0] ^ 0x80]))
+    try:
+        yield
+    finally:
+        with open(path, "r+b") as f:
+            f.seek(last)
+            f.write(original)
 
 
 @pytest.mark.claim("claim1.step2.final_weight", "claim1.step2.decision")
