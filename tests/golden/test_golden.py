@@ -617,28 +617,45 @@ def test_a_changed_readings_or_weights_file_is_refused(bundle, tmp_path, capsys)
 @contextlib.contextmanager
 def _one_bit_flipped(path, member):
     """The stored (not deflated) ``member`` of the .npz ``path`` with the top bit of its last
-    byte flipped in place, for the time of the block: the last value of its array changes
+    byte flipped in place, its CRC-32 in the local header and in the central directory made to
+    match, for the time of the block: still a valid archive, whose member's last value changed
     sign. In place, because the file is the shared bundle's 193 MB of weights; put back
     however the block ends."""
+    import struct
     import zipfile
+    import zlib
 
     with zipfile.ZipFile(path) as archive:
         info = archive.getinfo(member)
-    assert info.compress_type == zipfile.ZIP_STORED
+        central = archive.start_dir + sum(
+            46 + len(i.orig_filename.encode()) + len(i.extra) + len(i.comment)
+            for i in archive.infolist()[:archive.infolist().index(info)])
+    assert info.compress_type == zipfile.ZIP_STORED and info.flag_bits & 0x800 == 0
     with open(path, "r+b") as f:
         f.seek(info.header_offset + 26)
-        name_length, extra_length = np.frombuffer(f.read(4), "<u2")
-        last = info.header_offset + 30 + int(name_length) + int(extra_length) + info.file_size - 1
-        f.seek(last)
-        original = f.read(1)
-        f.seek(last)
-        f.write(bytes([original[0] ^ 0x80]))
+        name_length, extra_length = struct.unpack("<HH", f.read(4))
+        start = info.header_offset + 30 + name_length + extra_length
+        f.seek(start)
+        data = bytearray(f.read(info.file_size))
+        original = bytes(data)
+        data[-1] ^= 0x80
+        patches = [(start, bytes(data)), (info.header_offset + 14,
+                                          struct.pack("<I", zlib.crc32(data))),
+                   (central + 16, struct.pack("<I", zlib.crc32(data)))]
+        f.seek(central)
+        assert f.read(4) == b"PK\x01\x02"
+        undo = [(start, original)] + [(where, struct.pack("<I", info.CRC))
+                                      for where, _ in patches[1:]]
+        for where, value in patches:
+            f.seek(where)
+            f.write(value)
     try:
         yield
     finally:
         with open(path, "r+b") as f:
-            f.seek(last)
-            f.write(original)
+            for where, value in undo:
+                f.seek(where)
+                f.write(value)
 
 
 @pytest.mark.claim("claim1.step2.final_weight", "claim1.step2.decision")
