@@ -209,37 +209,55 @@ def channel_moments(x, mean, variance):
     variance[...] = ((x - mean) ** 2).mean(axis=0)
 
 
-def channel_sums(g, xhat, sum_g, sum_g_xhat):
-    """Twin of ``_kernels.channel_sums`` (autograd/_norm.pxi), for ``claim4.propagation`` (the
-    batch-norm backward of ``claim2.backbones``).
+def _masked(g, passes):
+    """g * passes (the ReLU's mask as a number of g's type, as NumPy multiplies by a bool
+    array), or g when passes is None."""
+    g = np.asarray(g)
+    return g if passes is None else g * np.asarray(passes).astype(g.dtype)
 
-    Per-column sums of g and of g * xhat in float64. NumPy sums pairwise where the kernel sums
-    the rows in order: equal to float64 rounding, not bit for bit.
+
+def batch_norm_gradient_sums(x, mean, inv_std, g, passes, sum_g, sum_g_xhat):
+    """Twin of ``_kernels.batch_norm_gradient_sums`` (autograd/_norm.pxi), for
+    ``claim4.propagation`` (the batch-norm backward of ``claim2.backbones``).
+
+    Per-column sums of gm = g * passes and of gm * xhat in float64, with xhat = (x - mean) *
+    inv_std rounded to x's dtype as in the forward pass. NumPy sums pairwise where the kernel
+    sums the rows in order: equal to float64 rounding, not bit for bit.
     """
-    g = np.asarray(g, dtype=np.float64)
-    sum_g[...] = g.sum(axis=0)
-    sum_g_xhat[...] = (g * np.asarray(xhat, dtype=np.float64)).sum(axis=0)
+    gm = _masked(g, passes).astype(np.float64)
+    xhat = (np.asarray(x) - mean) * inv_std
+    sum_g[...] = gm.sum(axis=0)
+    sum_g_xhat[...] = (gm * xhat.astype(np.float64)).sum(axis=0)
 
 
-def batch_norm_forward(x, mean, inv_std, gamma, beta, xhat, out):
+def batch_norm_forward(x, mean, inv_std, gamma, beta, low, high, out, passes):
     """Twin of ``_kernels.batch_norm_forward`` (autograd/_norm.pxi), for ``claim2.backbones``
     and ``claim4.propagation``.
 
-    xhat = (x - mean) * inv_std and out = xhat * gamma + beta per column, each operation rounded
-    to the arrays' dtype in that order, as in the kernel.
+    value = ((x - mean) * inv_std) * gamma + beta per column, each operation rounded to the
+    arrays' dtype in that order, as in the kernel; out = value clamped to [low, high] by
+    ``clamp``'s rule; passes (unless None) = the ReLU's mask of value
+    (``elementwise.relu_passes``).
     """
-    xhat[...] = (x - mean) * inv_std
-    out[...] = xhat * gamma + beta
+    x = np.asarray(x)
+    value = ((x - mean) * inv_std) * gamma + beta
+    if passes is not None:
+        below = value > x.dtype.type(low)
+        passes[...] = below & (value < x.dtype.type(high)) if high < np.inf else below
+    clamp(value.reshape(-1), low, high, value.reshape(-1))
+    out[...] = value
 
 
-def batch_norm_backward(g, xhat, coef, sum_g, sum_g_xhat, count, dx):
+def batch_norm_backward(g, passes, x, mean, inv_std, coef, sum_g, sum_g_xhat, count, dx):
     """Twin of ``_kernels.batch_norm_backward`` (autograd/_norm.pxi), for ``claim4.propagation``
     (the batch-norm input gradient in training, ``claim2.backbones``).
 
-    dx = coef * ((count * g - sum_g) - xhat * sum_g_xhat) per column, each operation rounded to
-    the arrays' dtype in that order, as in the kernel.
+    dx = coef * ((count * gm - sum_g) - xhat * sum_g_xhat) per column, gm and xhat as in
+    :func:`batch_norm_gradient_sums`, each operation rounded to the arrays' dtype in that
+    order, as in the kernel.
     """
-    dx[...] = coef * ((count * g - sum_g) - xhat * sum_g_xhat)
+    xhat = (np.asarray(x) - mean) * inv_std
+    dx[...] = coef * ((count * _masked(g, passes) - sum_g) - xhat * sum_g_xhat)
 
 
 # ------------------------------------------------------------------------------------------

@@ -166,16 +166,20 @@ def test_window_maximum_on_all_threads_equals_the_recording_path():
 @given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(1, 4)),
                     elements=st.floats(-100, 100)))
 def test_batch_norm_kernels(dtype, x):
-    """Channel reductions in float64; the twin sums pairwise: equal to 1e-12 relative."""
+    """Channel reductions in float64; the twin sums pairwise: equal to 1e-12 relative. The
+    gradient sums with and without the ReLU's mask."""
     x = x.astype(dtype)
     c = x.shape[1]
     fast, slow = both("channel_moments", x, outputs=[(c, np.float64), (c, np.float64)])
     for a, b in zip(fast, slow):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
     g = (x[::-1] * 0.5).copy()
-    fast, slow = both("channel_sums", g, x, outputs=[(c, np.float64), (c, np.float64)])
-    for a, b in zip(fast, slow):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
+    mean, inv_std = x[0].copy(), (1 + np.abs(x[-1])).astype(dtype)
+    for passes in (None, (x > 0).view(np.uint8)):
+        fast, slow = both("batch_norm_gradient_sums", x, mean, inv_std, g, passes,
+                          outputs=[(c, np.float64), (c, np.float64)])
+        for a, b in zip(fast, slow):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
 
 
 #: Examples of each elementwise check on PARALLEL_ROWS rows: a fifth of the profile's. Only the
@@ -219,19 +223,25 @@ def elementwise_cases(max_channels, *claims):
 
 
 def check_batch_norm_training_kernels(x, dtype, rng):
-    """Training-mode batch norm, forward (xhat and output) and input gradient, with NaN,
-    infinities and signed zeros: bit for bit, on one thread and on all."""
+    """Training-mode batch norm, forward (output, clamped by no ReLU, a ReLU or ReLU6, and the
+    ReLU's mask) and input gradient (with and without the mask), with NaN, infinities and
+    signed zeros: bit for bit, on one thread and on all."""
     c = x.shape[1]
     mean, inv_std, gamma, beta, coef, sum_g, sum_gx = (
         rng.uniform(-3, 3, c).astype(dtype) for _ in range(7))
-    pair = both("batch_norm_forward", x, mean, inv_std, gamma, beta,
-                outputs=[(x.shape, dtype), (x.shape, dtype)])
-    for a, b in zip(*pair):
-        np.testing.assert_array_equal(a, b)
     g = rng.uniform(-10, 10, x.shape).astype(dtype)
-    pair = both("batch_norm_backward", g, x, coef, sum_g, sum_gx, dtype(x.shape[0]),
-                outputs=[(x.shape, dtype)])
-    np.testing.assert_array_equal(*pair[0] + pair[1])
+    for bounds in ((-np.inf, np.inf), (0.0, np.inf), (0.0, 6.0)):
+        masked = bounds[0] == 0
+        pair = [[np.zeros(x.shape, dtype), np.zeros(x.shape, np.uint8) if masked else None]
+                for _ in range(2)]
+        for module, outs in zip((fast, twin), pair):
+            module.batch_norm_forward(x, mean, inv_std, gamma, beta, *bounds, *outs)
+        for a, b in zip(*pair):
+            np.testing.assert_array_equal(a, b)
+        passes = pair[0][1]
+        pair = both("batch_norm_backward", g, passes, x, mean, inv_std, coef, sum_g, sum_gx,
+                    dtype(x.shape[0]), outputs=[(x.shape, dtype)])
+        np.testing.assert_array_equal(*pair[0] + pair[1])
 
 
 test_batch_norm_training_kernels, test_batch_norm_training_kernels_on_all_threads = (
@@ -240,10 +250,11 @@ test_batch_norm_training_kernels, test_batch_norm_training_kernels_on_all_thread
 
 
 @pytest.mark.claim("claim2.backbones", "claim4.propagation")
-@pytest.mark.parametrize("channels", [1, 8, 9, 20, 64])
+@pytest.mark.parametrize("channels", [1, 8, 9, 16, 17, 20, 33, 64])
 def test_channel_reductions_sum_each_column_in_row_order(channels):
     """Each column's sums are the sequential float64 sums over the rows, in row order
-    (np.cumsum adds in order), on an input as large as a training batch's layer."""
+    (np.cumsum adds in order), on an input as large as a training batch's layer, whose
+    blocks of columns run on all threads."""
     rng = np.random.default_rng(channels)
     x = rng.uniform(-5, 5, (PARALLEL_ROWS, channels)).astype(np.float32)
     g = rng.uniform(-5, 5, x.shape).astype(np.float32)
@@ -254,11 +265,15 @@ def test_channel_reductions_sum_each_column_in_row_order(channels):
     np.testing.assert_array_equal(mean, expected_mean)
     np.testing.assert_array_equal(
         variance, np.cumsum((x64 - expected_mean) ** 2, axis=0)[-1] / x.shape[0])
-    sum_g, sum_gx = np.empty(channels), np.empty(channels)
-    fast.channel_sums(g, x, sum_g, sum_gx)
-    g64 = g.astype(np.float64)
-    np.testing.assert_array_equal(sum_g, np.cumsum(g64, axis=0)[-1])
-    np.testing.assert_array_equal(sum_gx, np.cumsum(g64 * x64, axis=0)[-1])
+    # xhat = (x - 0) * 1 = x
+    zeros, ones = np.zeros(channels, np.float32), np.ones(channels, np.float32)
+    for passes in (None, (x > 1).view(np.uint8)):
+        gm = g if passes is None else g * (x > 1)
+        sum_g, sum_gx = np.empty(channels), np.empty(channels)
+        fast.batch_norm_gradient_sums(x, zeros, ones, g, passes, sum_g, sum_gx)
+        g64 = gm.astype(np.float64)
+        np.testing.assert_array_equal(sum_g, np.cumsum(g64, axis=0)[-1])
+        np.testing.assert_array_equal(sum_gx, np.cumsum(g64 * x64, axis=0)[-1])
 
 
 @pytest.mark.claim("claim4.update")
