@@ -129,18 +129,25 @@ def max_pool_forward(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, P
                      Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, real[:, :, :, ::1] out,
                      long[:, :, :, ::1] argmax):
     """Window maximum over positions inside the input (the first maximum in row-major window
-    order wins a tie); argmax holds its flat index into x."""
+    order wins a tie); argmax holds its flat index into x (-1, and out 0, for a window
+    entirely in the padding)."""
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
-    cdef real v
+    cdef long first
+    cdef bint take
+    cdef real *dst
+    cdef long *arg
+    cdef const real *src
     with nogil:
         for row in prange(n_img * ho, schedule="dynamic", chunksize=_chunk(wo * ch),
-                           num_threads=_array_threads(n_img * ho * wo * ch)):
+                           num_threads=_array_threads(n_img * ho * wo * ch * kh * kw)):
             n = row // ho
             i = row - n * ho
             for j in range(wo):
+                dst = &out[n, i, j, 0]
+                arg = &argmax[n, i, j, 0]
                 for c in range(ch):
-                    argmax[n, i, j, c] = -1
+                    arg[c] = -1
                 for a in range(kh):
                     y = i * sh - pt + a
                     if y < 0 or y >= h:
@@ -149,14 +156,17 @@ def max_pool_forward(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, P
                         xx = j * sw - pl + b
                         if xx < 0 or xx >= wd:
                             continue
+                        src = &x[n, y, xx, 0]
+                        first = ((n * h + y) * wd + xx) * ch
+                        # selects rather than branches: which tap wins is data, and a
+                        # mispredicted branch per value cost more than the loop itself
                         for c in range(ch):
-                            v = x[n, y, xx, c]
-                            if argmax[n, i, j, c] < 0 or v > out[n, i, j, c]:
-                                out[n, i, j, c] = v
-                                argmax[n, i, j, c] = ((n * h + y) * wd + xx) * ch + c
+                            take = (arg[c] < 0) | (src[c] > dst[c])
+                            dst[c] = src[c] if take else dst[c]
+                            arg[c] = first + c if take else arg[c]
                 for c in range(ch):
-                    if argmax[n, i, j, c] < 0:  # a window entirely in the padding
-                        out[n, i, j, c] = 0
+                    if arg[c] < 0:  # a window entirely in the padding
+                        dst[c] = 0
 
 
 def max_pool_backward(const real[:, :, :, ::1] g, const long[:, :, :, ::1] argmax,
