@@ -9,8 +9,15 @@ cdef enum:
     _COLUMN_BLOCK = 16
 
 
+# The training kernels read or write two or three arrays per element and recompute xhat: each
+# element counts as this many units of _array_threads' work, so that a training batch's layers
+# from 262,144 elements on split across the threads (the inference batch norm, one
+# multiply-add per element, is channel_affine's).
+cdef Py_ssize_t _BATCH_NORM_WORK_PER_ELEMENT = 4
+
+
 cdef inline int _column_threads(Py_ssize_t rows, Py_ssize_t ch) noexcept nogil:
-    return _array_threads(rows * ch) if ch > _COLUMN_BLOCK else 1
+    return _array_threads(rows * ch * _BATCH_NORM_WORK_PER_ELEMENT) if ch > _COLUMN_BLOCK else 1
 
 
 cdef void _moments_block(const real *x, Py_ssize_t rows, Py_ssize_t ch, Py_ssize_t first,
@@ -117,7 +124,7 @@ def batch_norm_forward(const real[:, ::1] x, const real[::1] mean, const real[::
     cdef unsigned char *flags
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
-                         num_threads=_array_threads(rows * ch)):
+                         num_threads=_array_threads(rows * ch * _BATCH_NORM_WORK_PER_ELEMENT)):
             src = &x[r, 0]
             dst = &out[r, 0]
             for c in range(ch):
@@ -144,7 +151,7 @@ def batch_norm_backward(const real[:, ::1] g, const unsigned char[:, ::1] passes
     cdef bint masked = passes is not None
     with nogil:
         for r in prange(rows, schedule="dynamic", chunksize=_chunk(ch),
-                         num_threads=_array_threads(rows * ch)):
+                         num_threads=_array_threads(rows * ch * _BATCH_NORM_WORK_PER_ELEMENT)):
             for c in range(ch):
                 gm = g[r, c]
                 if masked:

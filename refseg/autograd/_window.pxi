@@ -1,5 +1,8 @@
 # Depthwise convolution and max pooling (NHWC), included by refseg/_kernels.pyx, which holds
 # the cimports, _array_threads and the fused type real. NumPy twins: autograd/_twins.py.
+# Their loops count a window's taps as the work of each output element (kh*kw units of
+# _array_threads' bound): MobileNetV2's depthwise layers in training hold 0.2-0.9 M elements,
+# nine multiply-adds each, and would otherwise run on one thread.
 
 def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,
                       Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl,
@@ -9,7 +12,7 @@ def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
     with nogil:
         for row in prange(n_img * ho, schedule="dynamic", chunksize=_chunk(wo * ch),
-                           num_threads=_array_threads(n_img * ho * wo * ch)):
+                           num_threads=_array_threads(n_img * ho * wo * ch * kh * kw)):
             n = row // ho
             i = row - n * ho
             for j in range(wo):
@@ -36,7 +39,7 @@ def depthwise_backward_input(const real[:, :, :, ::1] g, const real[:, ::1] w, P
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], row, n, y, xx, a, b, c, ti, tj, i, j
     with nogil:
         for row in prange(n_img * h, schedule="dynamic", chunksize=_chunk(wd * ch),
-                           num_threads=_array_threads(n_img * h * wd * ch)):
+                           num_threads=_array_threads(n_img * h * wd * ch * kh * kw)):
             n = row // h
             y = row - n * h
             for xx in range(wd):
@@ -65,7 +68,7 @@ def depthwise_backward_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], tap, n, i, j, a, b, c, y, xx
     with nogil:
         for tap in prange(kh * kw, schedule="dynamic", chunksize=1,
-                           num_threads=_array_threads(n_img * ho * wo * ch)):
+                           num_threads=_array_threads(n_img * ho * wo * ch * kh * kw)):
             a = tap // kw
             b = tap - a * kw
             for c in range(ch):
