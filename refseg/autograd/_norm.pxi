@@ -120,6 +120,10 @@ def batch_norm_forward(const real[:, ::1] x, const real[::1] mean, const real[::
     cdef bint masked = passes is not None
     cdef unsigned char uncapped = high == INFINITY
     cdef const real *src
+    cdef const real *m = &mean[0]
+    cdef const real *s = &inv_std[0]
+    cdef const real *gm = &gamma[0]
+    cdef const real *bt = &beta[0]
     cdef real *dst
     cdef unsigned char *flags
     with nogil:
@@ -128,8 +132,8 @@ def batch_norm_forward(const real[:, ::1] x, const real[::1] mean, const real[::
             src = &x[r, 0]
             dst = &out[r, 0]
             for c in range(ch):
-                value = ((src[c] - mean[c]) * inv_std[c]) * gamma[c]
-                dst[c] = _clamped(value + beta[c], lo, hi)
+                value = ((src[c] - m[c]) * s[c]) * gm[c]
+                dst[c] = _clamped(value + bt[c], lo, hi)
             if masked:
                 # a second sweep of the row, in cache: the mask's byte stores in the loop
                 # above keep it from vectorising
