@@ -281,6 +281,15 @@ def adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
     param[...] = (np.asarray(param, dtype=np.float64) - step).astype(dtype)
 
 
+def nonfinite_count(x, count):
+    """Twin of ``_kernels.nonfinite_count`` (autograd/_optim.pxi), for ``claim4.update`` (Adam's
+    check of the gradients).
+
+    count[0] = the number of NaN and infinite values of x.
+    """
+    count[0] = np.count_nonzero(~np.isfinite(np.asarray(x)))
+
+
 # ------------------------------------------------------------------------------------------
 # Twins of _elementwise.pxi.
 

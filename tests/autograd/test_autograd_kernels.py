@@ -311,6 +311,23 @@ def test_adam_update_on_all_threads(dtype):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.claim("claim4.update")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [0, 1, 50, PARALLEL_ROWS * 4])
+def test_nonfinite_count(dtype, size):
+    """The count of NaN and infinite values, on one thread and (the largest size) on all, with
+    NaN, infinities, the largest finite values and signed zeros planted: the twin's."""
+    rng = np.random.default_rng(size)
+    x = rng.uniform(-1, 1, size).astype(dtype)
+    for values in (x, _with_specials(x, dtype)):
+        values = values.copy()
+        values[size // 2:size // 2 + 1] = np.finfo(dtype).max
+        values[-1:] = np.inf if size > 10 else values[-1:]
+        pair = both("nonfinite_count", values, outputs=[((1,), np.int64)])
+        assert_same(pair)
+        assert pair[0][0][0] == np.count_nonzero(~np.isfinite(values))
+
+
 def _with_specials(values, dtype):
     """values with NaN, +-inf, -0.0 and 0.0 planted in the first elements."""
     out = values.astype(dtype).reshape(-1)
