@@ -361,6 +361,28 @@ def divide_by_row_sum(e, out):
     np.divide(e, e.sum(axis=-1, keepdims=True), out=out)
 
 
+def relu_mask(x, low, high, passes):
+    """Twin of ``_kernels.relu_mask`` (autograd/_elementwise.pxi), for ``claim4.propagation``
+    (the ReLU's gradient).
+
+    passes = low < x, and x < high unless high is inf (NaN: 0), as 0 and 1.
+    """
+    x = np.asarray(x)
+    mask = x > x.dtype.type(low)
+    if high < np.inf:
+        mask &= x < x.dtype.type(high)
+    passes[...] = mask
+
+
+def masked_gradient(g, passes, out):
+    """Twin of ``_kernels.masked_gradient`` (autograd/_elementwise.pxi), for
+    ``claim4.propagation`` (the ReLU's backward).
+
+    out = g * passes, the mask as g's dtype.
+    """
+    out[...] = _masked(g, passes)
+
+
 def add_arrays(x, y, out):
     """Twin of ``_kernels.add_arrays`` (autograd/_elementwise.pxi), for ``claim2.fusion`` (the
     sums of the skip connections) and ``claim4.propagation``.

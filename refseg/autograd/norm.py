@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refseg.autograd.elementwise import output_buffer, relu_bounds
+from refseg.autograd.elementwise import masked_gradient, output_buffer, relu_bounds
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
@@ -99,7 +99,7 @@ class BatchNorm(Op):
                                   sum_g.astype(dtype), sum_gx.astype(dtype), dtype.type(m), dx)
         else:
             if pass_through is not None:
-                g2 = g2 * pass_through  # the ReLU op's backward
+                g2 = masked_gradient(g2, pass_through, self.backend)  # the ReLU op's backward
             dx = g2 * (gamma * inv_std)
         return dx.reshape(grad.shape), sum_gx.astype(dtype), sum_g.astype(dtype)
 

@@ -365,6 +365,30 @@ test_inference_elementwise, test_inference_elementwise_on_all_threads = (
         check_inference_elementwise))
 
 
+def check_relu_mask_and_masked_gradient(x, dtype, rng):
+    """The ReLU's mask (ReLU and ReLU6) and its backward, g times the mask, with NaN,
+    infinities and signed zeros in x and in g: bit for bit the twins', and NumPy's comparisons
+    and product with the bool mask (the signs of the zeros included)."""
+    flat = x.reshape(-1)
+    g = rng.uniform(-10, 10, flat.size).astype(dtype)
+    g[::5] = -g[::5]
+    g[:4] = np.array([np.nan, -np.inf, -0.0, np.inf], dtype=dtype)[:g.size]
+    unsigned = np.uint32 if dtype == np.float32 else np.uint64
+    for high in (np.inf, 6.0):
+        pair = both("relu_mask", flat, 0.0, high, outputs=[(flat.shape, np.uint8)])
+        assert_same(pair)
+        mask = (flat > 0) & (flat < high) if high < np.inf else flat > 0
+        np.testing.assert_array_equal(pair[0][0], mask)
+        grads = both("masked_gradient", g, pair[0][0], outputs=[(flat.shape, dtype)])
+        expected = g * mask
+        for (out,) in grads:
+            np.testing.assert_array_equal(out.view(unsigned), expected.view(unsigned))
+
+
+test_relu_mask_and_masked_gradient, test_relu_mask_and_masked_gradient_on_all_threads = (
+    elementwise_cases(4, "claim4.propagation")(check_relu_mask_and_masked_gradient))
+
+
 def check_bias_padding_and_softmax_kernels(x, dtype, rng):
     """The bias sum (also in place; with a ReLU / ReLU6 clamp, and without), zero padding and
     softmax's row shift and normalisation, with NaN, infinities and signed zeros: bit for bit.
