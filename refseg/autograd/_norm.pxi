@@ -1,6 +1,6 @@
 # Batch-norm statistics and passes (rows = N*H*W pixels, columns = channels), included by
 # refseg/_kernels.pyx, which holds the cimports, _array_threads and the fused type real. NumPy
-# twins: autograd/_twins.py.
+# twins: autograd/_twins_training.py.
 
 # The column reductions split the channels into blocks of this many columns, one block per
 # thread at a time, so that each column is still summed over the rows in row order (the same

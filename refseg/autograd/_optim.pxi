@@ -1,5 +1,5 @@
 # The Adam step, included by refseg/_kernels.pyx, which holds the cimports, _array_threads and the
-# fused type real. NumPy twin: autograd/_twins.py.
+# fused type real. NumPy twins: autograd/_twins_training.py.
 
 # An Adam update costs about 7 times an elementwise sum per element (three double-precision
 # divisions and a square root: 5.7 ns per element on one Zen 1 core, against 0.8 for a float32
