@@ -222,9 +222,11 @@ class Conv2D(_Window):
             # k - 1 - p before), by the same Winograd path
             return winograd_conv(g, w, True, None, adjoint_pads, x_shape[1:3], self.backend,
                                  WINOGRAD_TILE[route])
-        if self.strides == (1, 1):
+        if self.strides == (1, 1) and (kh, kw) != (1, 1):
             # the correlation of g with the kernel flipped in space and transposed in
-            # channels, padded k - 1 - p before: the same blocked path as forward
+            # channels, padded k - 1 - p before: the same blocked path as forward (a 1x1
+            # kernel takes the path below, g times the kernel's transposed view, which BLAS
+            # reads in place: the flipped copy cost as much as the product at 7x7)
             return im2col_conv(g, flipped_kernel(w).reshape(kh * kw * cout, cin), kh, kw,
                                (1, 1), adjoint_pads, x_shape[1:3],
                                self.backend).reshape(x_shape)
