@@ -3,8 +3,8 @@
 """Hot loops of refseg, compiled into one module from this file, the ``.pxi`` files it includes
 (one per topic, beside the Python that calls those kernels: ``claim1/``, ``autograd/``) and the
 C loops in ``autograd/*.c``. Each kernel has an obvious NumPy twin of the same name and
-signature in ``_twins.py`` (which gathers ``claim1/_twins.py`` and
-``autograd/_twins.py``).
+signature in ``_twins.py`` (which gathers ``claim1/_twins.py``, ``autograd/_twins.py`` and
+``autograd/_twins_training.py``).
 
 The kernels trust their inputs: shapes, dtypes, contiguity and parameter ranges are checked
 by the Python functions that call them. They release the GIL and split rows over OpenMP

@@ -11,11 +11,8 @@ cdef inline real _clamped(real value, real lo, real hi) noexcept nogil:
     """value clamped to [lo, hi] as np.minimum(np.maximum(value, lo), hi): NaN kept, and a
     value equal to lo becomes lo itself (-0.0 gives +0.0 for lo = 0). The ReLU of every
     kernel here and of the Winograd output transforms."""
-    if value <= lo:
-        return lo
-    if value > hi:
-        return hi
-    return value
+    # one expression of selects, which GCC vectorises; early returns it left as branches
+    return lo if value <= lo else (hi if value > hi else value)
 
 
 def channel_affine(const real[:, ::1] x, const real[::1] scale, const real[::1] shift,
@@ -43,6 +40,28 @@ def clamp(const real[::1] x, double low, double high, real[::1] out):
         for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
                          num_threads=_array_threads(n)):
             out[k] = _clamped(x[k], lo, hi)
+
+
+def relu_mask(const real[::1] x, double low, double high, unsigned char[::1] passes):
+    """passes = 1 where low < x, and x < high unless high is inf; else 0 (NaN: 0): where a
+    ReLU with these bounds passes its input (``elementwise.relu_passes``)."""
+    cdef Py_ssize_t n = x.shape[0], k
+    cdef real lo = <real> low, hi = <real> high
+    cdef unsigned char uncapped = high == INFINITY
+    with nogil:
+        for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
+                         num_threads=_array_threads(n)):
+            passes[k] = (<unsigned char> (x[k] > lo)) & ((<unsigned char> (x[k] < hi)) | uncapped)
+
+
+def masked_gradient(const real[::1] g, const unsigned char[::1] passes, real[::1] out):
+    """out = g * passes, the mask as a number of g's type (0 or 1), as NumPy multiplies a float
+    array by a bool one: the ReLU's backward."""
+    cdef Py_ssize_t n = g.shape[0], k
+    with nogil:
+        for k in prange(n, schedule="dynamic", chunksize=_CHUNK_ELEMENTS,
+                         num_threads=_array_threads(n)):
+            out[k] = g[k] * <real> passes[k]
 
 
 def add_arrays(const real[::1] x, const real[::1] y, real[::1] out):

@@ -1,5 +1,5 @@
 # The Adam step, included by refseg/_kernels.pyx, which holds the cimports, _array_threads and the
-# fused type real. NumPy twin: autograd/_twins.py.
+# fused type real. NumPy twins: autograd/_twins_training.py.
 
 # An Adam update costs about 7 times an elementwise sum per element (three double-precision
 # divisions and a square root: 5.7 ns per element on one Zen 1 core, against 0.8 for a float32
@@ -24,3 +24,16 @@ def adam_update(real[::1] param, const real[::1] grad, real[::1] m, real[::1] v,
             m[k] = mk
             v[k] = vk
             param[k] = <real> (param[k] - lr * (mk / bias1) / (sqrt(vk / bias2) + eps))
+
+
+def nonfinite_count(const real[::1] x, long long[::1] count):
+    """count[0] = how many values of x are NaN or infinite (Adam checks every gradient before
+    it moves any parameter); split across the threads as a sum of 0/1 per element."""
+    cdef Py_ssize_t n = x.shape[0], k
+    cdef long long bad = 0
+    cdef real d
+    with nogil:
+        for k in prange(n, schedule="static", num_threads=_array_threads(n)):
+            d = x[k] - x[k]  # 0 for a finite value, NaN for NaN and the infinities
+            bad += d != 0
+    count[0] = bad

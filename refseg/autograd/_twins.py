@@ -1,5 +1,6 @@
 """NumPy twins of the autograd kernels in ``autograd/_*.pxi``, compiled into
-``refseg._kernels``: one section per ``.pxi``.
+``refseg._kernels``: one section per ``.pxi`` (those of the training kernels, ``_norm.pxi``
+and ``_optim.pxi``, in ``_twins_training.py``).
 
 Same names, same signatures (outputs written into ``out`` arrays), same arithmetic order: the
 tests hold each pair equal bit for bit, except the float64 reductions whose docstrings say
@@ -195,76 +196,14 @@ def max_pool_backward(g, argmax, dx_flat):
 
 
 # ------------------------------------------------------------------------------------------
-# Twins of _norm.pxi.
-
-def channel_moments(x, mean, variance):
-    """Twin of ``_kernels.channel_moments`` (autograd/_norm.pxi), for ``claim2.backbones`` and
-    ``claim4.propagation`` (the batch statistics of batch norm in training).
-
-    Per-column mean and biased variance of x in float64, in two passes. NumPy sums pairwise
-    where the kernel sums the rows in order: equal to float64 rounding, not bit for bit.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    mean[...] = x.mean(axis=0)
-    variance[...] = ((x - mean) ** 2).mean(axis=0)
-
-
-def channel_sums(g, xhat, sum_g, sum_g_xhat):
-    """Twin of ``_kernels.channel_sums`` (autograd/_norm.pxi), for ``claim4.propagation`` (the
-    batch-norm backward of ``claim2.backbones``).
-
-    Per-column sums of g and of g * xhat in float64. NumPy sums pairwise where the kernel sums
-    the rows in order: equal to float64 rounding, not bit for bit.
-    """
-    g = np.asarray(g, dtype=np.float64)
-    sum_g[...] = g.sum(axis=0)
-    sum_g_xhat[...] = (g * np.asarray(xhat, dtype=np.float64)).sum(axis=0)
-
-
-def batch_norm_forward(x, mean, inv_std, gamma, beta, xhat, out):
-    """Twin of ``_kernels.batch_norm_forward`` (autograd/_norm.pxi), for ``claim2.backbones``
-    and ``claim4.propagation``.
-
-    xhat = (x - mean) * inv_std and out = xhat * gamma + beta per column, each operation rounded
-    to the arrays' dtype in that order, as in the kernel.
-    """
-    xhat[...] = (x - mean) * inv_std
-    out[...] = xhat * gamma + beta
-
-
-def batch_norm_backward(g, xhat, coef, sum_g, sum_g_xhat, count, dx):
-    """Twin of ``_kernels.batch_norm_backward`` (autograd/_norm.pxi), for ``claim4.propagation``
-    (the batch-norm input gradient in training, ``claim2.backbones``).
-
-    dx = coef * ((count * g - sum_g) - xhat * sum_g_xhat) per column, each operation rounded to
-    the arrays' dtype in that order, as in the kernel.
-    """
-    dx[...] = coef * ((count * g - sum_g) - xhat * sum_g_xhat)
-
-
-# ------------------------------------------------------------------------------------------
-# Twin of _optim.pxi.
-
-def adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
-    """Twin of ``_kernels.adam_update`` (autograd/_optim.pxi), for ``claim4.update``.
-
-    m = b1 m + (1-b1) g and v = b2 v + (1-b2) g^2 computed in float64 and stored in the
-    parameter's dtype; p - lr * (m / bias1) / (sqrt(v / bias2) + eps) computed in float64 from
-    the stored m and v, then rounded to the parameter's dtype: the kernel's mix of double and
-    real arithmetic.
-    """
-    dtype = np.asarray(param).dtype
-    g = np.asarray(grad, dtype=np.float64)
-    mk = (beta1 * np.asarray(m, dtype=np.float64) + (1.0 - beta1) * g).astype(dtype)
-    vk = (beta2 * np.asarray(v, dtype=np.float64) + (1.0 - beta2) * g * g).astype(dtype)
-    m[...] = mk
-    v[...] = vk
-    step = lr * (mk.astype(np.float64) / bias1) / (np.sqrt(vk.astype(np.float64) / bias2) + eps)
-    param[...] = (np.asarray(param, dtype=np.float64) - step).astype(dtype)
-
-
-# ------------------------------------------------------------------------------------------
 # Twins of _elementwise.pxi.
+
+def _masked(g, passes):
+    """g * passes (the ReLU's mask as a number of g's type, as NumPy multiplies by a bool
+    array), or g when passes is None."""
+    g = np.asarray(g)
+    return g if passes is None else g * np.asarray(passes).astype(g.dtype)
+
 
 def channel_affine(x, scale, shift, low, high, out):
     """Twin of ``_kernels.channel_affine`` (autograd/_elementwise.pxi), for ``claim2.backbones``
@@ -332,6 +271,28 @@ def divide_by_row_sum(e, out):
     out = e / the sum over each row.
     """
     np.divide(e, e.sum(axis=-1, keepdims=True), out=out)
+
+
+def relu_mask(x, low, high, passes):
+    """Twin of ``_kernels.relu_mask`` (autograd/_elementwise.pxi), for ``claim4.propagation``
+    (the ReLU's gradient).
+
+    passes = low < x, and x < high unless high is inf (NaN: 0), as 0 and 1.
+    """
+    x = np.asarray(x)
+    mask = x > x.dtype.type(low)
+    if high < np.inf:
+        mask &= x < x.dtype.type(high)
+    passes[...] = mask
+
+
+def masked_gradient(g, passes, out):
+    """Twin of ``_kernels.masked_gradient`` (autograd/_elementwise.pxi), for
+    ``claim4.propagation`` (the ReLU's backward).
+
+    out = g * passes, the mask as g's dtype.
+    """
+    out[...] = _masked(g, passes)
 
 
 def add_arrays(x, y, out):

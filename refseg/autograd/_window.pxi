@@ -1,5 +1,8 @@
 # Depthwise convolution and max pooling (NHWC), included by refseg/_kernels.pyx, which holds
 # the cimports, _array_threads and the fused type real. NumPy twins: autograd/_twins.py.
+# Their loops count a window's taps as the work of each output element (kh*kw units of
+# _array_threads' bound): MobileNetV2's depthwise layers in training hold 0.2-0.9 M elements,
+# nine multiply-adds each, and would otherwise run on one thread.
 
 def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize_t kh,
                       Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl,
@@ -9,7 +12,7 @@ def depthwise_forward(const real[:, :, :, ::1] x, const real[:, ::1] w, Py_ssize
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
     with nogil:
         for row in prange(n_img * ho, schedule="dynamic", chunksize=_chunk(wo * ch),
-                           num_threads=_array_threads(n_img * ho * wo * ch)):
+                           num_threads=_array_threads(n_img * ho * wo * ch * kh * kw)):
             n = row // ho
             i = row - n * ho
             for j in range(wo):
@@ -36,7 +39,7 @@ def depthwise_backward_input(const real[:, :, :, ::1] g, const real[:, ::1] w, P
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], row, n, y, xx, a, b, c, ti, tj, i, j
     with nogil:
         for row in prange(n_img * h, schedule="dynamic", chunksize=_chunk(wd * ch),
-                           num_threads=_array_threads(n_img * h * wd * ch)):
+                           num_threads=_array_threads(n_img * h * wd * ch * kh * kw)):
             n = row // h
             y = row - n * h
             for xx in range(wd):
@@ -65,7 +68,7 @@ def depthwise_backward_weight(const real[:, :, :, ::1] x, const real[:, :, :, ::
     cdef Py_ssize_t ho = g.shape[1], wo = g.shape[2], tap, n, i, j, a, b, c, y, xx
     with nogil:
         for tap in prange(kh * kw, schedule="dynamic", chunksize=1,
-                           num_threads=_array_threads(n_img * ho * wo * ch)):
+                           num_threads=_array_threads(n_img * ho * wo * ch * kh * kw)):
             a = tap // kw
             b = tap - a * kw
             for c in range(ch):
@@ -129,18 +132,25 @@ def max_pool_forward(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, P
                      Py_ssize_t sw, Py_ssize_t pt, Py_ssize_t pl, real[:, :, :, ::1] out,
                      long[:, :, :, ::1] argmax):
     """Window maximum over positions inside the input (the first maximum in row-major window
-    order wins a tie); argmax holds its flat index into x."""
+    order wins a tie); argmax holds its flat index into x (-1, and out 0, for a window
+    entirely in the padding)."""
     cdef Py_ssize_t n_img = x.shape[0], h = x.shape[1], wd = x.shape[2], ch = x.shape[3]
     cdef Py_ssize_t ho = out.shape[1], wo = out.shape[2], row, n, i, j, a, b, c, y, xx
-    cdef real v
+    cdef long first
+    cdef bint take
+    cdef real *dst
+    cdef long *arg
+    cdef const real *src
     with nogil:
         for row in prange(n_img * ho, schedule="dynamic", chunksize=_chunk(wo * ch),
-                           num_threads=_array_threads(n_img * ho * wo * ch)):
+                           num_threads=_array_threads(n_img * ho * wo * ch * kh * kw)):
             n = row // ho
             i = row - n * ho
             for j in range(wo):
+                dst = &out[n, i, j, 0]
+                arg = &argmax[n, i, j, 0]
                 for c in range(ch):
-                    argmax[n, i, j, c] = -1
+                    arg[c] = -1
                 for a in range(kh):
                     y = i * sh - pt + a
                     if y < 0 or y >= h:
@@ -149,14 +159,17 @@ def max_pool_forward(const real[:, :, :, ::1] x, Py_ssize_t kh, Py_ssize_t kw, P
                         xx = j * sw - pl + b
                         if xx < 0 or xx >= wd:
                             continue
+                        src = &x[n, y, xx, 0]
+                        first = ((n * h + y) * wd + xx) * ch
+                        # selects rather than branches: which tap wins is data, and a
+                        # mispredicted branch per value cost more than the loop itself
                         for c in range(ch):
-                            v = x[n, y, xx, c]
-                            if argmax[n, i, j, c] < 0 or v > out[n, i, j, c]:
-                                out[n, i, j, c] = v
-                                argmax[n, i, j, c] = ((n * h + y) * wd + xx) * ch + c
+                            take = (arg[c] < 0) | (src[c] > dst[c])
+                            dst[c] = src[c] if take else dst[c]
+                            arg[c] = first + c if take else arg[c]
                 for c in range(ch):
-                    if argmax[n, i, j, c] < 0:  # a window entirely in the padding
-                        out[n, i, j, c] = 0
+                    if arg[c] < 0:  # a window entirely in the padding
+                        dst[c] = 0
 
 
 def max_pool_backward(const real[:, :, :, ::1] g, const long[:, :, :, ::1] argmax,

@@ -30,7 +30,7 @@ from refseg.autograd.conv_im2col import (im2col_conv, im2col_input_grad,
                                          im2col_weight_grad)
 from refseg.autograd.conv_routes import WINOGRAD_TILE, conv_route
 from refseg.autograd.conv_winograd import winograd_conv, winograd_weight_grad
-from refseg.autograd.elementwise import UNCLAMPED, relu_bounds, relu_passes
+from refseg.autograd.elementwise import UNCLAMPED, masked_gradient, relu_bounds, relu_passes
 from refseg.autograd.geometry import conv_output, flipped_kernel, int_pair, transpose_output
 from refseg.autograd.products import matmul
 from refseg.autograd.tensor import Op, Tensor, as_tensor
@@ -108,12 +108,12 @@ class _Window(Op):
         if not self.relu:
             return out
         if ctx.recording:
-            ctx.pass_through = relu_passes(out, self.bounds)
+            ctx.pass_through = relu_passes(out, self.bounds, self.backend)
         return out
 
     def _masked(self, ctx, grad) -> np.ndarray:
         """The ReLU op's backward: grad where the ReLU passed its input, 0 elsewhere."""
-        return grad * ctx.pass_through.reshape(grad.shape) if self.relu else grad
+        return masked_gradient(grad, ctx.pass_through, self.backend) if self.relu else grad
 
 
 @implements("claim2.fusion", "claim4.propagation")
@@ -222,9 +222,11 @@ class Conv2D(_Window):
             # k - 1 - p before), by the same Winograd path
             return winograd_conv(g, w, True, None, adjoint_pads, x_shape[1:3], self.backend,
                                  WINOGRAD_TILE[route])
-        if self.strides == (1, 1):
+        if self.strides == (1, 1) and (kh, kw) != (1, 1):
             # the correlation of g with the kernel flipped in space and transposed in
-            # channels, padded k - 1 - p before: the same blocked path as forward
+            # channels, padded k - 1 - p before: the same blocked path as forward (a 1x1
+            # kernel takes the path below, g times the kernel's transposed view, which BLAS
+            # reads in place: the flipped copy cost as much as the product at 7x7)
             return im2col_conv(g, flipped_kernel(w).reshape(kh * kw * cout, cin), kh, kw,
                                (1, 1), adjoint_pads, x_shape[1:3],
                                self.backend).reshape(x_shape)

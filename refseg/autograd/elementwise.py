@@ -68,16 +68,37 @@ def relu_bounds(relu: bool, cap: float | None, op: str) -> tuple[float, float]:
 
 
 @implements("claim4.propagation")
-def relu_passes(values: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+def relu_passes(values: np.ndarray, bounds: tuple[float, float],
+                backend: str = "cython") -> np.ndarray:
     """Where a ReLU with ``bounds`` passes its input, i.e. where its gradient is 1: low <
     values < high, elementwise (bool, values' shape). The ReLU's input and its clamped output
     give the same mask (NaN: False), so an op that clamps in place can take it from its
-    output."""
+    output. On refseg's threads (``relu_mask``) for a C-contiguous float array."""
+    values = np.asarray(values)
+    mask = np.empty(values.shape, dtype=bool)
+    if values.dtype in (np.float32, np.float64) and values.flags.c_contiguous:
+        kernels(backend).relu_mask(values.reshape(-1), *bounds, mask.reshape(-1).view(np.uint8))
+        return mask
     low, high = bounds
-    mask = values > low
+    mask[...] = values > low
     if high < np.inf:
         mask &= values < high
     return mask
+
+
+@implements("claim4.propagation")
+def masked_gradient(grad: np.ndarray, mask: np.ndarray, backend: str = "cython") -> np.ndarray:
+    """grad * mask (a bool mask of ``relu_passes`` of grad's shape): the ReLU's backward, a new
+    array. On refseg's threads (``masked_gradient``) for C-contiguous float arrays; the same
+    values as NumPy's product."""
+    grad = np.asarray(grad)
+    if not (grad.dtype in (np.float32, np.float64) and grad.flags.c_contiguous
+            and mask.flags.c_contiguous and mask.size == grad.size):
+        return grad * mask.reshape(grad.shape)
+    out = np.empty(grad.shape, dtype=grad.dtype)
+    kernels(backend).masked_gradient(grad.reshape(-1), mask.reshape(-1).view(np.uint8),
+                                     out.reshape(-1))
+    return out
 
 
 @implements("claim2.fusion", "claim4.propagation")
@@ -98,14 +119,14 @@ class ReLU(Op):
 
     def forward(self, ctx, x):
         if ctx.recording:
-            ctx.save_for_backward(relu_passes(x, self.bounds))
+            ctx.save_for_backward(relu_passes(x, self.bounds, self.backend))
         out = output_buffer(x, self.reuse_input)
         kernels(self.backend).clamp(_flat(x), *self.bounds, out.reshape(-1))
         return out
 
     def backward(self, ctx, grad):
         (pass_through,) = ctx.saved
-        return (grad * pass_through,)
+        return (masked_gradient(grad, pass_through, self.backend),)
 
 
 #: Channels up to which softmax runs on the compiled row kernels: NumPy sums up to 7 values

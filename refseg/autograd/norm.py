@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refseg.autograd.elementwise import output_buffer, relu_bounds, relu_passes
+from refseg.autograd.elementwise import masked_gradient, output_buffer, relu_bounds
 from refseg.autograd.tensor import Op, Tensor, as_tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
@@ -70,13 +70,11 @@ class BatchNorm(Op):
         inv_std = _inverse_std(variance, self.epsilon, x.dtype)
         mean, gamma, beta = (mean.astype(x.dtype), np.ascontiguousarray(gamma, dtype=x.dtype),
                              np.ascontiguousarray(beta, dtype=x.dtype))
-        xhat, out = np.empty_like(x2), np.empty_like(x2)
-        kernels(self.backend).batch_norm_forward(x2, mean, inv_std, gamma, beta, xhat, out)
-        pass_through = None
-        if self.relu:
-            # the ReLU op's mask and clamp, on the batch norm's output
-            pass_through = relu_passes(out, self.bounds)
-            kernels(self.backend).clamp(out.reshape(-1), *self.bounds, out.reshape(-1))
+        out = np.empty_like(x2)
+        # the ReLU op's mask, made in the same pass as the output and its clamp
+        pass_through = np.empty(x2.shape, dtype=bool) if self.relu else None
+        kernels(self.backend).batch_norm_forward(x2, mean, inv_std, gamma, beta, *self.bounds,
+                                                 out, _bytes(pass_through))
         # x2 (the input, which the graph keeps alive anyway) rather than xhat: backward
         # recomputes xhat, bit for bit, instead of holding a second array of x's size per
         # layer through the whole forward pass
@@ -86,24 +84,29 @@ class BatchNorm(Op):
     def backward(self, ctx, grad):
         x2, mean, inv_std, gamma, beta, pass_through = ctx.saved
         c = grad.shape[-1]
-        if pass_through is not None:
-            grad = grad * pass_through.reshape(grad.shape)  # the ReLU op's backward
         g2 = np.ascontiguousarray(grad).reshape(-1, c)
-        xhat, scratch = np.empty_like(x2), np.empty_like(x2)
-        kernels(self.backend).batch_norm_forward(x2, mean, inv_std, gamma, beta, xhat, scratch)
-        del scratch
+        passes = None if pass_through is None else _bytes(pass_through)
+        k = kernels(self.backend)
+        # the ReLU op's backward (g * mask) and xhat are recomputed inside each pass
         sum_g, sum_gx = np.empty(c), np.empty(c)
-        kernels(self.backend).channel_sums(g2, xhat, sum_g, sum_gx)
+        k.batch_norm_gradient_sums(x2, mean, inv_std, g2, passes, sum_g, sum_gx)
         dtype = grad.dtype
         if self.training:
             m = g2.shape[0]
             dx = np.empty_like(g2)
-            kernels(self.backend).batch_norm_backward(
-                g2, xhat, np.ascontiguousarray(gamma * inv_std / m, dtype=dtype),
-                sum_g.astype(dtype), sum_gx.astype(dtype), dtype.type(m), dx)
+            k.batch_norm_backward(g2, passes, x2, mean, inv_std,
+                                  np.ascontiguousarray(gamma * inv_std / m, dtype=dtype),
+                                  sum_g.astype(dtype), sum_gx.astype(dtype), dtype.type(m), dx)
         else:
+            if pass_through is not None:
+                g2 = masked_gradient(g2, pass_through, self.backend)  # the ReLU op's backward
             dx = g2 * (gamma * inv_std)
         return dx.reshape(grad.shape), sum_gx.astype(dtype), sum_g.astype(dtype)
+
+
+def _bytes(mask):
+    """A bool mask as the kernels take it (uint8, the same memory), or None."""
+    return None if mask is None else mask.view(np.uint8)
 
 
 def _inverse_std(variance, epsilon, dtype) -> np.ndarray:

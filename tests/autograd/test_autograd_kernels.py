@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from twins import PARALLEL_ROWS, assert_same, both, fast, twin
+from twins import PARALLEL_ROWS, assert_same, both, elementwise_cases, fast, twin
 
 
 WINDOW = st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 3),
@@ -161,149 +161,6 @@ def test_window_maximum_on_all_threads_equals_the_recording_path():
     assert np.array_equal(pair[0][0], recorded)
 
 
-@pytest.mark.claim("claim4.propagation", "claim2.backbones")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@given(x=hnp.arrays(np.float64, st.tuples(st.integers(1, 30), st.integers(1, 4)),
-                    elements=st.floats(-100, 100)))
-def test_batch_norm_kernels(dtype, x):
-    """Channel reductions in float64; the twin sums pairwise: equal to 1e-12 relative."""
-    x = x.astype(dtype)
-    c = x.shape[1]
-    fast, slow = both("channel_moments", x, outputs=[(c, np.float64), (c, np.float64)])
-    for a, b in zip(fast, slow):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
-    g = (x[::-1] * 0.5).copy()
-    fast, slow = both("channel_sums", g, x, outputs=[(c, np.float64), (c, np.float64)])
-    for a, b in zip(fast, slow):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9)
-
-
-#: Examples of each elementwise check on PARALLEL_ROWS rows: a fifth of the profile's. Only the
-#: seed and the column count vary there, and each example runs a million elements through both
-#: backends; the drawn small arrays keep the profile's full count.
-PARALLEL_EXAMPLES = max(6, settings().max_examples // 5)
-
-
-def elementwise_cases(max_channels, *claims):
-    """The two tests of one elementwise kernel check ``check(x, dtype, rng)``, in both dtypes:
-    on a drawn array of up to 40 rows of up to ``max_channels`` columns (one thread), and on
-    PARALLEL_ROWS uniform rows of a drawn column count (all threads), each with NaN, infinities
-    and signed zeros planted first. Returns the pair (small, on all threads)."""
-    def decorate(check):
-        def small(dtype, values, seed):
-            check(_with_specials(values, dtype), dtype, np.random.default_rng(seed))
-
-        def on_all_threads(dtype, columns, seed):
-            rng = np.random.default_rng(seed)
-            check(_with_specials(rng.uniform(-10, 10, (PARALLEL_ROWS, columns)), dtype), dtype,
-                  rng)
-
-        slow_ok = [HealthCheck.too_slow]
-        small = settings(suppress_health_check=slow_ok)(given(
-            values=hnp.arrays(np.float64, st.tuples(st.integers(1, 40),
-                                                    st.integers(1, max_channels)),
-                              elements=st.floats(-10, 10)),
-            seed=st.integers(0, 2**16))(small))
-        on_all_threads = settings(suppress_health_check=slow_ok, max_examples=PARALLEL_EXAMPLES)(
-            given(columns=st.integers(1, max_channels), seed=st.integers(0, 2**16))(
-                on_all_threads))
-        tests = []
-        for test, suffix in ((small, ""), (on_all_threads, "_on_all_threads")):
-            test = pytest.mark.parametrize("dtype", [np.float32, np.float64])(test)
-            test = pytest.mark.claim(*claims)(test)
-            test.__name__ = test.__qualname__ = check.__name__.replace("check_", "test_") + suffix
-            test.__doc__ = check.__doc__
-            tests.append(test)
-        return tuple(tests)
-    return decorate
-
-
-def check_batch_norm_training_kernels(x, dtype, rng):
-    """Training-mode batch norm, forward (xhat and output) and input gradient, with NaN,
-    infinities and signed zeros: bit for bit, on one thread and on all."""
-    c = x.shape[1]
-    mean, inv_std, gamma, beta, coef, sum_g, sum_gx = (
-        rng.uniform(-3, 3, c).astype(dtype) for _ in range(7))
-    pair = both("batch_norm_forward", x, mean, inv_std, gamma, beta,
-                outputs=[(x.shape, dtype), (x.shape, dtype)])
-    for a, b in zip(*pair):
-        np.testing.assert_array_equal(a, b)
-    g = rng.uniform(-10, 10, x.shape).astype(dtype)
-    pair = both("batch_norm_backward", g, x, coef, sum_g, sum_gx, dtype(x.shape[0]),
-                outputs=[(x.shape, dtype)])
-    np.testing.assert_array_equal(*pair[0] + pair[1])
-
-
-test_batch_norm_training_kernels, test_batch_norm_training_kernels_on_all_threads = (
-    elementwise_cases(20, "claim2.backbones", "claim4.propagation")(
-        check_batch_norm_training_kernels))
-
-
-@pytest.mark.claim("claim2.backbones", "claim4.propagation")
-@pytest.mark.parametrize("channels", [1, 8, 9, 20, 64])
-def test_channel_reductions_sum_each_column_in_row_order(channels):
-    """Each column's sums are the sequential float64 sums over the rows, in row order
-    (np.cumsum adds in order), on an input as large as a training batch's layer."""
-    rng = np.random.default_rng(channels)
-    x = rng.uniform(-5, 5, (PARALLEL_ROWS, channels)).astype(np.float32)
-    g = rng.uniform(-5, 5, x.shape).astype(np.float32)
-    mean, variance = np.empty(channels), np.empty(channels)
-    fast.channel_moments(x, mean, variance)
-    x64 = x.astype(np.float64)
-    expected_mean = np.cumsum(x64, axis=0)[-1] / x.shape[0]
-    np.testing.assert_array_equal(mean, expected_mean)
-    np.testing.assert_array_equal(
-        variance, np.cumsum((x64 - expected_mean) ** 2, axis=0)[-1] / x.shape[0])
-    sum_g, sum_gx = np.empty(channels), np.empty(channels)
-    fast.channel_sums(g, x, sum_g, sum_gx)
-    g64 = g.astype(np.float64)
-    np.testing.assert_array_equal(sum_g, np.cumsum(g64, axis=0)[-1])
-    np.testing.assert_array_equal(sum_gx, np.cumsum(g64 * x64, axis=0)[-1])
-
-
-@pytest.mark.claim("claim4.update")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@given(values=hnp.arrays(np.float64, st.tuples(st.just(4), st.integers(1, 50)),
-                         elements=st.floats(-10, 10)), t=st.integers(1, 1000))
-def test_adam_update(dtype, values, t):
-    """Elementwise, same expression in float64, rounded to the parameter's type: bit for bit."""
-    p0, g, m0, v0 = (values[i].astype(dtype) for i in range(4))
-    v0 = np.abs(v0)
-    results = []
-    for module in (fast, twin):
-        p, m, v = p0.copy(), m0.copy(), v0.copy()
-        module.adam_update(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1 - 0.9 ** t, 1 - 0.999 ** t)
-        results.append((p, m, v))
-    for a, b in zip(*results):
-        assert np.array_equal(a, b)
-
-
-@pytest.mark.claim("claim4.update")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_adam_update_on_all_threads(dtype):
-    """Enough elements for Adam's split across the threads (an eighth of
-    PARALLEL_MIN_ELEMENTS): still bit for bit the twin's."""
-    rng = np.random.default_rng(7)
-    n = fast.PARALLEL_MIN_ELEMENTS // 8 + 7
-    p0, g, m0 = (rng.uniform(-10, 10, n).astype(dtype) for _ in range(3))
-    v0 = rng.uniform(0, 10, n).astype(dtype)
-    results = []
-    for module in (fast, twin):
-        p, m, v = p0.copy(), m0.copy(), v0.copy()
-        module.adam_update(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1 - 0.9 ** 3, 1 - 0.999 ** 3)
-        results.append((p, m, v))
-    for a, b in zip(*results):
-        assert np.array_equal(a, b)
-
-
-def _with_specials(values, dtype):
-    """values with NaN, +-inf, -0.0 and 0.0 planted in the first elements."""
-    out = values.astype(dtype).reshape(-1)
-    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 6.0], dtype=dtype)
-    out[:min(out.size, specials.size)] = specials[:out.size]
-    return out.reshape(values.shape)
-
-
 def check_inference_elementwise(x, dtype, rng):
     """Batch-norm multiply-add (alone, and with the ReLU / ReLU6 clamp in the same pass), ReLU /
     ReLU6 clamps and the sum, with NaN, infinities and signed zeros: bit for bit (NaN where the
@@ -331,6 +188,30 @@ def check_inference_elementwise(x, dtype, rng):
 test_inference_elementwise, test_inference_elementwise_on_all_threads = (
     elementwise_cases(4, "claim2.backbones", "claim2.fusion")(
         check_inference_elementwise))
+
+
+def check_relu_mask_and_masked_gradient(x, dtype, rng):
+    """The ReLU's mask (ReLU and ReLU6) and its backward, g times the mask, with NaN,
+    infinities and signed zeros in x and in g: bit for bit the twins', and NumPy's comparisons
+    and product with the bool mask (the signs of the zeros included)."""
+    flat = x.reshape(-1)
+    g = rng.uniform(-10, 10, flat.size).astype(dtype)
+    g[::5] = -g[::5]
+    g[:4] = np.array([np.nan, -np.inf, -0.0, np.inf], dtype=dtype)[:g.size]
+    unsigned = np.uint32 if dtype == np.float32 else np.uint64
+    for high in (np.inf, 6.0):
+        pair = both("relu_mask", flat, 0.0, high, outputs=[(flat.shape, np.uint8)])
+        assert_same(pair)
+        mask = (flat > 0) & (flat < high) if high < np.inf else flat > 0
+        np.testing.assert_array_equal(pair[0][0], mask)
+        grads = both("masked_gradient", g, pair[0][0], outputs=[(flat.shape, dtype)])
+        expected = g * mask
+        for (out,) in grads:
+            np.testing.assert_array_equal(out.view(unsigned), expected.view(unsigned))
+
+
+test_relu_mask_and_masked_gradient, test_relu_mask_and_masked_gradient_on_all_threads = (
+    elementwise_cases(4, "claim4.propagation")(check_relu_mask_and_masked_gradient))
 
 
 def check_bias_padding_and_softmax_kernels(x, dtype, rng):
