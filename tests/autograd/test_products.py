@@ -163,7 +163,8 @@ def test_a_products_tail_equals_the_pass_after_it_bit_for_bit(dtype, shape, tail
     the larger products into tiles; -0.0, ties at the bounds and a NaN included. Each backend
     is held to its own product followed by the pass: the product itself can differ between
     the backends by the one exception of ``test_tile_loop_equals_its_twin_bit_for_bit``
-    (float64, one output column: 1 ulp apart), which is checked here by its condition."""
+    (float64, one output column: within the rounding bound of the sum, not bit for bit), which
+    is checked here by its condition."""
     planes, m, k, n = shape
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((planes, m, k)).astype(dtype)
@@ -194,7 +195,13 @@ def test_a_products_tail_equals_the_pass_after_it_bit_for_bit(dtype, shape, tail
         # the bits themselves: -0.0 and +0.0 differ here, as do two NaNs' payloads
         np.testing.assert_array_equal(fused.view(unsigned), expected.view(unsigned))
     if dtype == np.float64 and n == 1:
-        np.testing.assert_array_max_ulp(plains["cython"], plains["numpy"], maxulp=1)
+        # the exception's own condition, held to the rounding bound of a sum of k products (as
+        # in test_tile_loop_equals_its_twin_bit_for_bit): ulps of the result are no bound where
+        # the terms cancel (9 ulps were drawn on an Intel Xeon at k = 16)
+        exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        scale = np.matmul(np.abs(a), np.abs(b))
+        for plain in plains.values():
+            assert np.all(np.abs(plain - exact) <= (k + 2) * np.finfo(dtype).eps * scale + 1e-300)
     else:
         np.testing.assert_array_equal(plains["cython"].view(unsigned),
                                       plains["numpy"].view(unsigned))
