@@ -4,7 +4,8 @@ backend ``"numpy"`` runs (``refseg.backend``).
 Same names, same signatures (outputs written into ``out`` arrays), same arithmetic order: the
 tests hold each pair equal bit for bit. The twins live beside their kernels' ``.pxi`` files, in
 ``claim1/_twins.py``, ``autograd/_twins.py`` and ``autograd/_twins_training.py`` (batch norm in
-training and Adam): every public function of those modules is a twin, and this module gathers them, so a new twin needs no list of names here.
+training and Adam): every public function of those modules is a twin, and this module gathers
+them, so a new twin needs no list of names here.
 ``tests/test_backend.py`` holds the twins and the kernels to the same names.
 """
 from refseg.autograd import _twins as _autograd

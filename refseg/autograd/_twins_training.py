@@ -8,7 +8,7 @@ otherwise.
 """
 import numpy as np
 
-from refseg.autograd._twins import _masked, clamp
+from refseg.autograd._twins import _masked, clamp, relu_mask
 
 
 # ------------------------------------------------------------------------------------------
@@ -49,11 +49,9 @@ def batch_norm_forward(x, mean, inv_std, gamma, beta, low, high, out, passes):
     ``clamp``'s rule; passes (unless None) = the ReLU's mask of value
     (``elementwise.relu_passes``).
     """
-    x = np.asarray(x)
-    value = ((x - mean) * inv_std) * gamma + beta
+    value = ((np.asarray(x) - mean) * inv_std) * gamma + beta
     if passes is not None:
-        below = value > x.dtype.type(low)
-        passes[...] = below & (value < x.dtype.type(high)) if high < np.inf else below
+        relu_mask(value.reshape(-1), low, high, passes.reshape(-1))
     clamp(value.reshape(-1), low, high, value.reshape(-1))
     out[...] = value
 

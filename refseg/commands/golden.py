@@ -60,8 +60,9 @@ def _candidate(args) -> str:
     count, missing = own_candidate(args.folder, args.destination, args.part)
     note = (f"; this refseg does not compute {len(missing)} of the bundle's arrays "
             f"({missing[0]} ...)" if missing else "")
+    parts = "".join(f" --part {part}" for part in dict.fromkeys(args.part or ()))
     return (f"{args.destination}: refseg's candidate, {count} arrays{note}; check it with "
-            f"`refseg golden check {args.folder} {args.destination}`")
+            f"`refseg golden check {args.folder} {args.destination}{parts}`")
 
 
 def _check_arguments(parser):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from refseg import publish
-from refseg.golden.format import part_of, read_bundle
+from refseg.golden.format import chosen_parts, part_of, read_bundle
 from refseg.golden.own import READ_FUNCTION
 
 INFRASTRUCTURE = "golden files: refseg's own candidate"
@@ -27,6 +27,7 @@ def own_candidate(folder, out, parts=None) -> tuple[int, list[str]]:
         The ``.npz`` to write (atomically).
     parts : sequence of str or None
         Only the arrays of these parts (:data:`~refseg.golden.format.PARTS`); None: all.
+        InputError, before any work, on a name that is not a part.
 
     Returns
     -------
@@ -37,6 +38,7 @@ def own_candidate(folder, out, parts=None) -> tuple[int, list[str]]:
     """
     from refseg.golden.produce import build_bundle
 
+    parts = chosen_parts(parts)
     manifest, stored = read_bundle(folder)
     extra = {name.split("/", 1)[1]: (stored[name], manifest["inputs"].get(
                  name.split("/", 1)[1], {}))
@@ -45,7 +47,7 @@ def own_candidate(folder, out, parts=None) -> tuple[int, list[str]]:
     _, arrays, kept = build_bundle(keep=("*",), extra=extra)
     candidate, missing = {}, []
     for name in manifest["arrays"]:
-        if parts and part_of(name) not in parts:
+        if part_of(name) not in parts:
             continue
         value = kept.get(name, arrays.get(name))
         if value is None:

@@ -24,8 +24,8 @@ import numpy as np
 from refseg import publish
 from refseg.errors import InputError
 from refseg.golden.flagged import diagnose, diagnosis_lines
-from refseg.golden.format import (PARTS, array_sha256, block_sums, part_of, read_bundle,
-                                  read_npz, summary_statistics)
+from refseg.golden.format import (PARTS, array_sha256, block_sums, chosen_parts, part_of,
+                                  read_bundle, read_npz, summary_statistics)
 
 INFRASTRUCTURE = "golden files: checking a candidate"
 
@@ -408,11 +408,7 @@ def check_bundle(folder, candidate, select=None, parts=None,
     SHA-256. Output arrays missing from the candidate fail as ``missing``; input arrays may be
     left out.
     """
-    parts = tuple(PARTS if not parts else dict.fromkeys(parts))
-    unknown = [p for p in parts if p not in PARTS]
-    if unknown:
-        raise InputError(f"--part {unknown[0]}: not a part of the bundle "
-                         f"({', '.join(PARTS)})")
+    parts = chosen_parts(parts)
     manifest, stored = read_bundle(folder)
     if isinstance(candidate, Mapping):
         values, candidate = {str(k): np.asarray(v) for k, v in candidate.items()}, IN_MEMORY

@@ -166,6 +166,16 @@ def weights_sha256(weights: dict) -> str:
 
 
 # -- building the bundle -------------------------------------------------------------------------
+def chosen_parts(parts) -> tuple[str, ...]:
+    """The parts a check or a candidate covers: ``parts`` in order without repeats, or every
+    part of :data:`PARTS` for None or empty; InputError on a name that is not a part."""
+    chosen = tuple(PARTS if not parts else dict.fromkeys(parts))
+    unknown = [p for p in chosen if p not in PARTS]
+    if unknown:
+        raise InputError(f"--part {unknown[0]}: not a part of the bundle ({', '.join(PARTS)})")
+    return chosen
+
+
 def part_of(name: str) -> str:
     """The part of a bundle an array name belongs to: ``claim1`` (``input/*`` too), ``net``,
     ``ops``; another first component is returned as it is."""

@@ -55,7 +55,8 @@ def test_write_images_then_the_self_check_and_the_outside_example_pass(tmp_path,
     own = tmp_path / "own.npz"
     parts = ["--part", "claim1", "--part", "ops"]
     assert cli.main(["golden", "candidate", str(folder), str(own), *parts]) == 0
-    capsys.readouterr()
+    assert f"check it with `refseg golden check {folder} {own} --part claim1 --part ops`" in \
+        capsys.readouterr().out
     with np.load(own, allow_pickle=False) as npz:
         assert sorted(npz.files) == sorted(n for n in manifest["arrays"]
                                            if part_of(n) in ("claim1", "ops"))
@@ -70,6 +71,16 @@ def test_write_images_then_the_self_check_and_the_outside_example_pass(tmp_path,
     assert r.returncode == 0, r.stderr
     assert cli.main(["golden", "check", str(folder), str(candidate), "--part", "claim1"]) == 0, \
         capsys.readouterr().out
+
+
+@pytest.mark.infrastructure
+def test_a_candidate_of_an_unknown_part_is_refused_before_any_work(tmp_path):
+    from refseg.errors import InputError
+    from refseg.golden.candidate import own_candidate
+
+    with pytest.raises(InputError, match=r"^--part nets: not a part of the bundle \(claim1, "):
+        own_candidate(tmp_path / "no-bundle", tmp_path / "c.npz", ["claim1", "nets"])
+    assert not (tmp_path / "c.npz").exists()
 
 
 @pytest.mark.infrastructure
