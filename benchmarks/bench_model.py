@@ -43,7 +43,10 @@ needs); BN, activations, Adds and pooling are not counted. These are direct-conv
 for every implementation: where refseg (or torch) computes a 3x3 convolution by Winograd, which
 does fewer multiply-adds, its GFLOP/s is an effective rate. refseg's GFLOP/s is set against the
 float32 sgemm ceiling (``np.matmul``, square 1024 and 2048, median, the better of before and
-after the model timings), measured as bench_ops.py does (``_common.measure_sgemm``).
+after the model timings), measured as bench_ops.py does (``_common.measure_sgemm``); and, for
+the target, against a square 2048 ``np.matmul`` timed in the same quiet rounds as the
+implementations, round by round (``SGEMM_IN_ROUNDS``): a shared host's speed drifts within
+minutes, and a ceiling taken before or after the rounds measures the drift as well.
 
 Threads and background load: with T > 1, refseg is also timed with its OpenMP and OpenBLAS
 pools set to 1 thread at run time (``refseg.threads``) and torch with
@@ -66,14 +69,16 @@ The header names the CPU (/proc/cpuinfo) and the row loops refseg chose
 Targets (``_model_parts.py``), each reported with its verdict in the last section, "Targets:
 every one of this run": refseg / torch <= 0.7 on a quiet machine at every batch size, <= 1.0
 with one busy neighbour and with the mixed load (none stated beside the matmul neighbour);
-batch 1 at >= 55 % of the sgemm ceiling of the same run (effective GFLOP/s, quiet); refseg's
+batch 1 at >= 55 % of the sgemm ceiling of the same run (effective GFLOP/s, quiet; the
+median over the rounds of refseg's rate over the sgemm's of the same round); refseg's
 T threads never slower than its 1 thread beyond run-to-run noise (the median absolute
 deviation over the median, the larger of the two), under every condition; faster than Keras
 (ratio < 1); under the 0.123 s per image that the patent reports for its prediction ([0260];
 its hardware is not stated) with one busy neighbour; and the training steps' (``--train-steps``,
 bench_ops.py's child processes, without neighbours): the demo's step (the decoder on cached
 taps) and ``--train-backbone``'s each <= 0.8 of torch's time per step, with a peak memory
-<= torch's.
+<= torch's; with ``--train-rounds R`` the children run R times, the order of the
+implementations rotated each round, and the ratios are the medians of the rounds' ratios.
 
 Where refseg's time goes (``--no-profile`` skips it): every autograd op call of one prediction
 (``Op.__call__``, wrapped at run time; no file is modified) timed and summed by op, and the
@@ -91,6 +96,7 @@ Usage::
     python benchmarks/bench_model.py [--quick] [--threads T] [--repeat N] [--batches 1,8]
         [--wait-quiet SECONDS] [--no-profile] [--write] [--row-loops auto|baseline]
         [--background-load none,busy,mixed,matmul] [--background-cores N] [--train-steps S]
+        [--train-rounds R]
 
 The profile and the report tables are ``_model_parts.py``'s.
 """
@@ -145,6 +151,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "cached taps; --train-backbone's) per implementation, each in a "
                              "child process of bench_ops.py, without neighbours, for the "
                              "targets table (default 8, 3 with --quick; 0 skips them)")
+    parser.add_argument("--train-rounds", type=int, default=1,
+                        help="rounds of the training-step children, the implementations' "
+                             "order rotated each round; the targets take the median of the "
+                             "rounds' ratios (default 1)")
     add_row_loops_argument(parser)
     add_background_arguments(parser)
     parser.add_argument("--write", action="store_true",
@@ -160,6 +170,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.train_steps = 3 if args.quick else 8
     if args.train_steps < 0:
         parser.error("--train-steps must be >= 0")
+    if args.train_rounds < 1:
+        parser.error("--train-rounds must be >= 1")
     if min(args.repeat, args.threads, *args.batches) < 1:
         parser.error("--repeat, --threads and --batches must be >= 1")
     check_background_arguments(parser, args)
@@ -411,9 +423,36 @@ def select_variants(report: Report, nets, args) -> tuple[dict, dict]:
     return inputs, chosen_names
 
 
+#: The product timed in the quiet rounds beside the implementations (square, float32,
+#: np.matmul on T threads): the sgemm ceiling of each round, against which that round's
+#: refseg prediction is set (``paired_ceiling_share``).
+SGEMM_IN_ROUNDS = ("sgemm 2048 (in the rounds)", 2048)
+
+
+def sgemm_call(side: int):
+    """np.matmul of two float32 side x side matrices."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((side, side), dtype=np.float32)
+    b = rng.standard_normal((side, side), dtype=np.float32)
+    return lambda: a @ b
+
+
+def paired_ceiling_share(times: dict, flops: float) -> list[float]:
+    """refseg's effective GFLOP/s over the sgemm's of the same round, round by round: on a
+    host whose speed drifts within minutes (measured: the 2048 product at 294 GFLOP/s before
+    the models loaded and 201 after, in one run) a ceiling taken at another moment measures
+    the drift as much as refseg."""
+    name, side = SGEMM_IN_ROUNDS
+    sgemm_flops = 2.0 * side ** 3
+    return [(flops / ours) / (sgemm_flops / theirs)
+            for ours, theirs in zip(times["refseg"], times[name])]
+
+
 def time_condition(nets, args, switch, condition, batch, inputs, chosen_names):
     """One background-load condition at one batch size: (times, loads, torch name, Keras
-    name), the working threads of refseg's calls, and the thread counts it chose."""
+    name), the working threads of refseg's calls, and the thread counts it chose. On a quiet
+    machine the rounds also time ``SGEMM_IN_ROUNDS`` (its times under its name, apart from
+    the implementations' tables)."""
     torch_name, keras_name = chosen_names[batch]
     calls = nets.calls(inputs[batch])
     chosen = {"refseg": calls["refseg"], torch_name: calls[torch_name]}
@@ -422,6 +461,7 @@ def time_condition(nets, args, switch, condition, batch, inputs, chosen_names):
         chosen[f"{torch_name} 1 thread"] = torch_at(1, calls[torch_name], args.threads)
     if condition == "none":  # Keras' target is a quiet machine's
         chosen[keras_name] = calls[keras_name]
+        chosen[SGEMM_IN_ROUNDS[0]] = sgemm_call(SGEMM_IN_ROUNDS[1])
     else:
         settle_thread_choice(calls["refseg"])
     before = refseg_threads.SIZINGS.copy()
@@ -446,6 +486,24 @@ def time_conditions(nets, args, switch, inputs, chosen_names):
     return results, workers, sizings
 
 
+def implementations(times: dict) -> dict:
+    """The timings of the implementations, without the sgemm of the rounds."""
+    return {name: t for name, t in times.items() if name != SGEMM_IN_ROUNDS[0]}
+
+
+def paired_ceiling_lines(times: dict, flops: float) -> list[str]:
+    """The sgemm of the rounds and refseg's share of it, round by round (quiet rows only)."""
+    name, side = SGEMM_IN_ROUNDS
+    if name not in times:
+        return []
+    rates = [2.0 * side ** 3 / t / 1e9 for t in times[name]]
+    shares = paired_ceiling_share(times, flops)
+    return [f"{name}: median {statistics.median(rates):.0f} GFLOP/s (rounds: "
+            f"{min(rates):.0f}-{max(rates):.0f}); refseg's effective GFLOP/s over the sgemm's "
+            f"of the same round: median {100 * statistics.median(shares):.0f}% (rounds: "
+            f"{100 * min(shares):.0f}-{100 * max(shares):.0f}%).", ""]
+
+
 def timing_sections(report: Report, args, results, workers, sizings, flops_image,
                     ceiling) -> None:
     for (condition, batch), (times, loads, torch_name, keras_name) in results.items():
@@ -460,7 +518,9 @@ def timing_sections(report: Report, args, results, workers, sizings, flops_image
                "refseg's OpenMP and OpenBLAS pools set to 1 at run time (refseg.threads), "
                "torch by torch.set_num_threads(1). Threads that computed during one more call "
                f"of each (CPU time from /proc/self/task): {seen or '-'}.", "",
-               *timing_table(batch, times, loads, batch * flops_image, ceiling), "",
+               *timing_table(batch, implementations(times), loads, batch * flops_image,
+                             ceiling), "",
+               *paired_ceiling_lines(times, batch * flops_image),
                sizing_line(sizings[(condition, batch)], args.threads), "",
                *target_lines(condition, batch, times, torch_name, keras_name), "")
     report("## Summary: every condition", "",
@@ -513,17 +573,23 @@ def memory_section(report: Report, args, chosen_names) -> None:
 
 def training_runs(args) -> dict:
     """The training steps' child runs by kind (bench_ops.py's children), without neighbours:
-    the demo's step and --train-backbone's, refseg's at T threads and at 1."""
+    the demo's step and --train-backbone's, refseg's at T threads and at 1; a list of rounds
+    per kind, each round a list of runs, the implementations' order rotated from round to
+    round so that a slow spell of the host does not fall on one of them alone."""
     from _training_step import DEMO_IMPLS, NET_IMPLS, net_config, run_train_child
 
     batch = net_config().batch_size
     runs = {}
     for kind, impls in (("demo", DEMO_IMPLS), ("net", NET_IMPLS)):
-        runs[kind] = [run_train_child(impl, batch, args.train_steps, args.threads,
-                                      args.row_loops, args.wait_quiet) for impl in impls]
+        children = [(impl, args.threads) for impl in impls]
         if args.threads > 1:
-            runs[kind].append(run_train_child(impls[0], batch, args.train_steps, 1,
-                                              args.row_loops, args.wait_quiet))
+            children.append((impls[0], 1))
+        runs[kind] = []
+        for r in range(args.train_rounds):
+            k = r % len(children)
+            runs[kind].append([run_train_child(impl, batch, args.train_steps, threads,
+                                               args.row_loops, args.wait_quiet)
+                               for impl, threads in children[k:] + children[:k]])
     return runs
 
 
@@ -540,9 +606,13 @@ def prediction_target_rows(args, results, flops_image, ceiling) -> list[str]:
                                         if target is not None else "none stated") + " |")
         if condition == "none" and batch == 1:
             share = batch * flops_image / (ref * 1e-3) / 1e9 / ceiling
-            rows.append(f"| prediction, batch 1 | none | share of the sgemm ceiling | "
-                        f"{100 * share:.0f}% | >= {100 * TARGET_CEILING_SHARE:.0f}%: "
-                        f"{verdict(share >= TARGET_CEILING_SHARE)} |")
+            paired = statistics.median(paired_ceiling_share(times, batch * flops_image))
+            rows.append(f"| prediction, batch 1 | none | share of the sgemm ceiling, round by "
+                        f"round (median) | {100 * paired:.0f}% | "
+                        f">= {100 * TARGET_CEILING_SHARE:.0f}%: "
+                        f"{verdict(paired >= TARGET_CEILING_SHARE)} |")
+            rows.append(f"| prediction, batch 1 | none | share of the run's best sgemm "
+                        f"({ceiling:.0f} GFLOP/s) | {100 * share:.0f}% | context |")
         if "refseg 1 thread" in times:
             r_one, noise = thread_ratio(times)
             rows.append(f"| prediction, batch {batch} | {condition} | refseg T / 1 thread | "
@@ -558,22 +628,29 @@ def targets_section(report: Report, args, results, flops_image, ceiling, train) 
 
     rows = prediction_target_rows(args, results, flops_image, ceiling)
     for kind, impls in (("demo", DEMO_IMPLS), ("net", NET_IMPLS)):
-        r = step_ratios(train.get(kind, []), args.threads, impls)
         label = {"demo": "training step, decoder on cached taps (the demo's)",
                  "net": "training step, --train-backbone"}[kind]
-        if r is None:
+        rounds = [step_ratios(rs, args.threads, impls) for rs in train.get(kind, [])]
+        if not rounds or any(r is None for r in rounds):
             rows.append(f"| {label} | none | - | {'skipped' if not train else 'failed'} | |")
             continue
-        rows.append(f"| {label} | none | refseg / torch per step | {r['time']:.2f} | "
-                    f"<= {TARGET_STEP_RATIO}: {verdict(r['time'] <= TARGET_STEP_RATIO)} |")
-        rows.append(f"| {label} | none | refseg / torch peak memory | {r['memory']:.2f} | "
-                    f"<= 1: {verdict(r['memory'] <= 1)} |")
+        for measure, key, target in (("per step", "time", TARGET_STEP_RATIO),
+                                     ("peak memory", "memory", 1)):
+            values = [r[key] for r in rounds]
+            value = statistics.median(values)
+            each = (f" (rounds: {', '.join(f'{v:.2f}' for v in values)})"
+                    if len(values) > 1 else "")
+            rows.append(f"| {label} | none | refseg / torch {measure}{each} | {value:.2f} | "
+                        f"<= {target}: {verdict(value <= target)} |")
     if train:
         report("## Training steps (no neighbour)", "",
                "bench_ops.py's child processes (its report describes them): demo = the "
-               "decoder on cached taps at the training defaults, net = --train-backbone.", "",
-               *step_lines({"none": train["demo"] + train["net"]}, args.threads,
-                           DEMO_IMPLS)[:-2], "")
+               "decoder on cached taps at the training defaults, net = --train-backbone; "
+               f"{args.train_rounds} round{'s' * (args.train_rounds > 1)}, the "
+               "implementations' order rotated from round to round.", "",
+               *step_lines({f"round {i + 1}": train["demo"][i] + train["net"][i]
+                            for i in range(args.train_rounds)}, args.threads,
+                           DEMO_IMPLS)[:-2 - (args.train_rounds - 1)], "")
     report("## Targets: every one of this run", "",
            "torch = the faster layout; T threads = refseg's default (load-sized) count; "
            "noise = the larger median absolute deviation over the median of the two.", "",
