@@ -37,7 +37,8 @@ def _demo_arguments(parser):
                         help="run the demo with seeds S, S+1, ... (at least 2) into "
                              "--out/seed-<s>/ and write the scores' mean and spread (seeds.md, "
                              "seeds.json)")
-    add_jobs(parser)
+    add_jobs(parser, "processes that draw the welds and extract claim 1 (default: one per "
+                     "core)")
     parser.add_argument("--train-backbone", action="store_true",
                         help="train the backbones too (an extension; the patent freezes them)")
     parser.add_argument("--keep-checkpoints", action="store_true",
@@ -77,6 +78,7 @@ def _synth_arguments(parser):
     parser.add_argument("--out", type=Path, required=True, help="data set folder")
     parser.add_argument("--seed", default="0", help="seed of the first image; image i uses S+i")
     parser.add_argument("--size", default=size_text(WELD_SHAPE), help="HxW, rows x cols")
+    add_jobs(parser, "processes that draw the images (default: one per core)")
 
 
 def _synth(args) -> str:
@@ -85,7 +87,7 @@ def _synth(args) -> str:
     check_synthetic_options(args.out, args.count, args.seed, args.size)
     from refseg.data.synthetic import write_synthetic_dataset
 
-    out = write_synthetic_dataset(args.out, args.count, args.seed, args.size)
+    out = write_synthetic_dataset(args.out, args.count, args.seed, args.size, jobs=args.jobs)
     return (f"{out}: {int(args.count)} synthetic weld images in {out / 'images'}, "
             f"labels in {out / 'labels'}")
 

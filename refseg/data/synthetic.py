@@ -13,6 +13,8 @@ say that edge operators lose it. Labels use the colours of [0263].
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -422,7 +424,8 @@ def _colour(rng, image: np.ndarray, heat: np.ndarray, arc) -> np.ndarray:
 
 
 @implements("claim5.acquisition_module", "claim1.step2.dataset")
-def write_synthetic_dataset(out, count, seed=0, size=WELD_SHAPE, *, stem: str = "weld") -> Path:
+def write_synthetic_dataset(out, count, seed=0, size=WELD_SHAPE, *, stem: str = "weld",
+                            jobs: int | None = None) -> Path:
     """Write a synthetic weld data set in the folder layout of :mod:`refseg.data.dataset`.
 
     Parameters
@@ -438,6 +441,9 @@ def write_synthetic_dataset(out, count, seed=0, size=WELD_SHAPE, *, stem: str = 
     stem : str
         The files' names before ``_<i>``: letters, digits, ``_`` and ``-`` (the demo names
         its test welds ``test_weld_<i>``, apart from its training welds).
+    jobs : int or None
+        Worker processes that draw and write the images (default: one per core this process
+        may use; 1 draws them in this process). The files are the same for any number.
 
     Returns
     -------
@@ -465,20 +471,26 @@ def write_synthetic_dataset(out, count, seed=0, size=WELD_SHAPE, *, stem: str = 
     count, seed, (rows, cols) = check_synthetic_options(out, count, seed, size)
     if not (isinstance(stem, str) and stem and all(c.isalnum() or c in "_-" for c in stem)):
         raise InputError(f"stem: letters, digits, _ and - only, got {stem!r}")
+    from refseg.data.inputs import _worker_start, default_jobs
+
+    jobs = default_jobs() if jobs is None else int(jobs)
+    if jobs < 1:
+        raise InputError(f"jobs must be >= 1, got {jobs}")
     out = publish.check_output_folder(out)
     publish.check_replaceable(out, [dataset.IMAGES_DIR, dataset.LABELS_DIR], _drawn(out),
                               "refseg synth")
     digits = max(5, len(str(count - 1)))
-    records = []
     with publish.staged_folders(out) as staging:
         images = staging.folder(dataset.IMAGES_DIR)
         labels = staging.folder(dataset.LABELS_DIR)
-        for i in range(count):
-            sample = weld_image(seed + i, (rows, cols))
-            name = f"{stem}_{i:0{digits}d}"
-            publish.write_png(images / f"{name}.png", sample.rgb)
-            dataset.write_label(labels / f"{name}.png", sample.classes)
-            records.append({"stem": name, "seed": seed + i, "params": sample.params})
+        work = [(seed + i, (rows, cols), f"{stem}_{i:0{digits}d}", images, labels)
+                for i in range(count)]
+        if jobs == 1 or count < 2:
+            records = [_draw_and_write(item) for item in work]
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, count), initializer=_worker_start,
+                                     initargs=(os.getpid(),)) as pool:
+                records = list(pool.map(_draw_and_write, work, chunksize=4))
         # inside the staged folder: images, labels and their description appear together
         publish.write_json(staging.root / SYNTH_MANIFEST, {
             "generator": "refseg.data.synthetic.weld_image", "refseg_version": __version__,
@@ -486,6 +498,15 @@ def write_synthetic_dataset(out, count, seed=0, size=WELD_SHAPE, *, stem: str = 
             "classes": class_table(), "label_colours": colour_table(),
             "contour_half_width": CONTOUR_HALF_WIDTH, "samples": records})
     return out
+
+
+def _draw_and_write(item) -> dict:
+    """Draw one weld and write its image and label (one worker's task); its manifest record."""
+    seed, shape, name, images, labels = item
+    sample = weld_image(seed, shape)
+    publish.write_png(images / f"{name}.png", sample.rgb)
+    dataset.write_label(labels / f"{name}.png", sample.classes)
+    return {"stem": name, "seed": seed, "params": sample.params}
 
 
 def _drawn(out: Path) -> set:

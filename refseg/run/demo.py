@@ -86,10 +86,11 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
     with publish.staged_folders(out) as staging:
         root = staging.root
         print("1/4 synthetic weld-seam data", file=log)
-        write_synthetic_dataset(root / "data", settings.count, settings.seed)
+        write_synthetic_dataset(root / "data", settings.count, settings.seed,
+                                jobs=settings.jobs)
         # the test welds are named apart from the training welds: weld_00000 is one image
         write_synthetic_dataset(root / "test", settings.test_count, settings.seed + 100_000,
-                                stem=TEST_STEM)
+                                stem=TEST_STEM, jobs=settings.jobs)
         print("2/4 claim 1 on the first images", file=log)
         claim1 = staging.folder("claim1")
         shown = list(dataset.load_dataset(root / "data"))[:2]

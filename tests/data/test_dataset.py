@@ -332,6 +332,24 @@ def test_synth_writes_a_loadable_data_set(tmp_path, capsys):
 
 
 @pytest.mark.claim("claim5.acquisition_module")
+def test_synth_draws_the_same_files_in_any_number_of_processes(tmp_path, capsys):
+    # each weld is drawn from its own seed, so workers can draw them in any order
+    sets = {}
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"jobs{jobs}"
+        assert main(["synth", "--count", "7", "--out", str(out), "--seed", "11",
+                     "--size", "40x64", "--jobs", str(jobs)]) == 0
+        sets[jobs] = listing(out)
+    assert len([name for name, _ in sets[1] if name.endswith(".png")]) == 14
+    assert sets[1] == sets[2] == sets[3]
+    capsys.readouterr()
+    assert main(["synth", "--count", "2", "--out", str(tmp_path / "none"),
+                 "--jobs", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "refseg: error: jobs must be >= 1, got 0"
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.claim("claim5.acquisition_module")
 def test_synth_never_overwrites_a_data_set_it_did_not_write(tmp_path, capsys):
     root = make_dataset(tmp_path / "hand", [(4, 4)])
     before = listing(root)
