@@ -114,16 +114,12 @@ def write_png(path, array) -> None:
 
 
 @infrastructure("atomic output files")
-def write_npz(path, compressed: bool = False, deflate_level: int = 6, **arrays) -> None:
+def write_npz(path, compressed: bool = False, **arrays) -> None:
     """Write arrays to an .npz, atomically (no pickled objects); with ``compressed``, the
-    integer and boolean arrays are deflated at ``deflate_level`` (1 fastest, 9 smallest;
-    zlib's default 6)."""
+    integer and boolean arrays are deflated."""
     if not compressed:
         _atomic_write(Path(path), lambda f: np.savez(f, **arrays))
         return
-    # ZipInfo's level is compress_level from Python 3.13, _compresslevel before it
-    level_field = "compress_level" if hasattr(zipfile.ZipInfo(), "compress_level") \
-        else "_compresslevel"
 
     def save(f):
         with zipfile.ZipFile(f, "w") as archive:
@@ -134,7 +130,6 @@ def write_npz(path, compressed: bool = False, deflate_level: int = 6, **arrays) 
                 method = zipfile.ZIP_STORED if value.dtype.kind in "fc" else zipfile.ZIP_DEFLATED
                 info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
                 info.compress_type = method
-                setattr(info, level_field, deflate_level)
                 with archive.open(info, "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, value, allow_pickle=False)
     _atomic_write(Path(path), save)

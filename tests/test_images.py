@@ -114,38 +114,6 @@ def test_bad_files_raise_one_line_naming_the_file(tmp_path, case, message):
 
 
 @pytest.mark.infrastructure
-def test_compressed_npz_deflates_integers_at_the_level_asked(tmp_path):
-    import zipfile
-    import zlib
-
-    # a run-length-rich integer map: level 9 finds matches level 1 does not look for
-    steps = np.repeat(RNG.integers(0, 4, 20_000, dtype=np.uint8), RNG.integers(1, 9, 20_000))
-    floats = RNG.standard_normal(100)
-    sizes = {}
-    for level in (1, 9):
-        path = tmp_path / f"l{level}.npz"
-        write_npz(path, compressed=True, deflate_level=level, steps=steps, floats=floats)
-        with np.load(path, allow_pickle=False) as npz:
-            assert np.array_equal(npz["steps"], steps) and np.array_equal(npz["floats"], floats)
-        with zipfile.ZipFile(path) as archive:
-            info = {i.filename: i for i in archive.infolist()}
-        raw = path.read_bytes()
-        assert info["floats.npy"].compress_type == zipfile.ZIP_STORED
-        assert info["steps.npy"].compress_type == zipfile.ZIP_DEFLATED
-        sizes[level] = info["steps.npy"].compress_size
-        # the member is the deflate stream zlib writes at that level
-        header = info["steps.npy"].header_offset
-        name_len, extra_len = np.frombuffer(raw[header + 26:header + 30], "<u2")
-        start = header + 30 + int(name_len) + int(extra_len)
-        with zipfile.ZipFile(path) as archive:
-            payload = archive.read("steps.npy")
-        stream = zlib.compressobj(level, zlib.DEFLATED, -15)
-        expected = stream.compress(payload) + stream.flush()
-        assert raw[start:start + sizes[level]] == expected
-    assert sizes[1] > sizes[9]
-
-
-@pytest.mark.infrastructure
 def test_writes_are_atomic_and_leave_no_temporary_files(tmp_path):
     write_png(tmp_path / "a.png", RGB)
     write_npz(tmp_path / "a.npz", x=np.arange(3))

@@ -61,9 +61,6 @@ INFERENCE_BATCH = 8
 PROGRESS_SECONDS = 15.0
 #: What a run folder holds instead of its weights when ``refseg demo`` removed them.
 PRUNED_RECORD = "pruned.json"
-#: zlib level of the last epoch's checkpoint (its trained arrays' byte planes against the
-#: starting weights).
-CHECKPOINT_DEFLATE_LEVEL = 1
 
 
 # ----------------------------------------------------------------------------------- data
@@ -598,11 +595,7 @@ def _write_epoch(run: Path, model, optimizer, epoch: int, history: list,
             if not keep_optimizer_state:
                 arrays = drop_optimizer_state(arrays)
             arrays = pack_against_start(arrays, start)
-        # level 1: the planes training moved are noise, which deflate's effort at level 6
-        # shrinks by 1.4 % in twice the time (a trained fusion decoder: 76.0 against 77.1 MB,
-        # 4.5 against 2.1 s)
-        write_npz(run / "checkpoint.npz", compressed=start is not None,
-                  deflate_level=CHECKPOINT_DEFLATE_LEVEL, **arrays)
+        write_npz(run / "checkpoint.npz", compressed=start is not None, **arrays)
     _write_metrics(run / "metrics.jsonl", history)
     write_curves(history, run / "curves.png")
 
