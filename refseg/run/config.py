@@ -159,8 +159,9 @@ RUNS = (("fusion-feature", BRANCHES, "feature"),
 @dataclass
 class DemoSettings:
     """Settings of ``refseg demo`` (recorded in ``demo.json``): the training and test set
-    sizes, the epochs, batch size and input size of every run, the seed, the extraction
-    processes, and the runs (:data:`RUNS`); checked as they are made."""
+    sizes, the epochs, batch size and input size of every run, the seed, the processes that
+    draw the welds and extract claim 1, and the runs (:data:`RUNS`); checked as they are
+    made."""
 
     count: int = 160
     test_count: int = 40
