@@ -9,11 +9,6 @@ Labels are resized with nearest neighbours, so they stay exact class ids.
 """
 from __future__ import annotations
 
-import ctypes
-import os
-import signal
-from concurrent.futures import ProcessPoolExecutor
-
 import numpy as np
 from PIL import Image
 from scipy import ndimage
@@ -23,7 +18,8 @@ from refseg.claim1 import features
 from refseg.claim1 import preprocess
 from refseg.data import kinds
 from refseg.errors import InputError
-from refseg.cite import implements, infrastructure
+from refseg.workers import checked_jobs, map_in_workers
+from refseg.cite import implements
 
 
 def _resize(plane: np.ndarray, input_hw, resample) -> np.ndarray:
@@ -138,28 +134,6 @@ def _prepare_one(args):
     return x, None if classes is None else resize_labels(classes, input_hw)
 
 
-@infrastructure("the number of extraction processes")
-def default_jobs() -> int:
-    """Cores this process may use (the default number of extraction processes)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _worker_start(parent: int) -> None:
-    """Set up an extraction worker: it dies with its parent (a killed ``train`` leaves no
-    orphans behind) and leaves Ctrl-C to the parent, which reports it once."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # not Linux: the pool's own shutdown is all there is
-    if os.getppid() != parent:  # the parent died before the request took hold
-        os._exit(1)
-
-
 @implements("claim1.step2.dataset")
 def prepare(pairs, input_hw, kind: str = kinds.FEATURE, jobs: int | None = None,
             reading: str | None = None):
@@ -181,16 +155,9 @@ def prepare(pairs, input_hw, kind: str = kinds.FEATURE, jobs: int | None = None,
     x : ndarray of shape (count, H, W, 3), float32
     y : ndarray of shape (count, H, W), uint8, or None when no labels were given
     """
+    jobs = checked_jobs(jobs)
     work = [(rgb, classes, tuple(input_hw), kind, reading) for rgb, classes in pairs]
-    jobs = default_jobs() if jobs is None else int(jobs)
-    if jobs < 1:
-        raise InputError(f"jobs must be >= 1, got {jobs}")
-    if jobs == 1 or len(work) < 2:
-        results = [_prepare_one(item) for item in work]
-    else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(work)), initializer=_worker_start,
-                                 initargs=(os.getpid(),)) as pool:
-            results = list(pool.map(_prepare_one, work, chunksize=4))
+    results = map_in_workers(_prepare_one, work, jobs)
     h, w = input_hw
     x = np.stack([r[0] for r in results]) if results else np.empty((0, h, w, 3), np.float32)
     labels = [r[1] for r in results]

@@ -13,8 +13,6 @@ say that edge operators lose it. Labels use the colours of [0263].
 from __future__ import annotations
 
 import json
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from refseg._version import __version__
 from refseg.data import dataset
 from refseg.data.labels import CONTOUR, INSIDE, LABEL_COLOURS, OUTSIDE, class_table, colour_table
 from refseg.errors import InputError
+from refseg.workers import checked_jobs, map_in_workers
 from refseg.data.synthetic_options import MIN_SIDE, check_synthetic_options
 from refseg.cite import implements
 from refseg.data.synthetic_options import WELD_SHAPE
@@ -471,11 +470,7 @@ def write_synthetic_dataset(out, count, seed=0, size=WELD_SHAPE, *, stem: str = 
     count, seed, (rows, cols) = check_synthetic_options(out, count, seed, size)
     if not (isinstance(stem, str) and stem and all(c.isalnum() or c in "_-" for c in stem)):
         raise InputError(f"stem: letters, digits, _ and - only, got {stem!r}")
-    from refseg.data.inputs import _worker_start, default_jobs
-
-    jobs = default_jobs() if jobs is None else int(jobs)
-    if jobs < 1:
-        raise InputError(f"jobs must be >= 1, got {jobs}")
+    jobs = checked_jobs(jobs)
     out = publish.check_output_folder(out)
     publish.check_replaceable(out, [dataset.IMAGES_DIR, dataset.LABELS_DIR], _drawn(out),
                               "refseg synth")
@@ -485,12 +480,7 @@ def write_synthetic_dataset(out, count, seed=0, size=WELD_SHAPE, *, stem: str = 
         labels = staging.folder(dataset.LABELS_DIR)
         work = [(seed + i, (rows, cols), f"{stem}_{i:0{digits}d}", images, labels)
                 for i in range(count)]
-        if jobs == 1 or count < 2:
-            records = [_draw_and_write(item) for item in work]
-        else:
-            with ProcessPoolExecutor(max_workers=min(jobs, count), initializer=_worker_start,
-                                     initargs=(os.getpid(),)) as pool:
-                records = list(pool.map(_draw_and_write, work, chunksize=4))
+        records = map_in_workers(_draw_and_write, work, jobs)
         # inside the staged folder: images, labels and their description appear together
         publish.write_json(staging.root / SYNTH_MANIFEST, {
             "generator": "refseg.data.synthetic.weld_image", "refseg_version": __version__,

@@ -16,9 +16,7 @@ by ``jobs`` images, whatever the folder's size.
 from __future__ import annotations
 
 import functools
-import os
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ import numpy as np
 from refseg import publish
 from refseg.images import MAX_PIXELS, check_max_pixels, decode_image, read_bytes, read_image
 from refseg.errors import InputError
+from refseg.workers import checked_jobs, worker_pool
 from refseg.golden.check import CheckRow, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
 from refseg.golden.format import BundleBuilder, array_sha256, read_npz
@@ -152,10 +151,7 @@ def _run(function, work, jobs: int):
         for item in work:
             yield function(*item)
         return
-    from refseg.data.inputs import _worker_start
-
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start,
-                             initargs=(os.getpid(),)) as pool:
+    with worker_pool(jobs) as pool:
         pending = []
         for item in work:
             pending.append(pool.submit(function, *item))
@@ -165,13 +161,6 @@ def _run(function, work, jobs: int):
             yield future.result()
 
 
-def _jobs(jobs) -> int:
-    from refseg.data.inputs import default_jobs
-
-    jobs = default_jobs() if jobs is None else jobs
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise InputError(f"--jobs: expected a positive integer, got {jobs!r}")
-    return jobs
 
 
 def write_references(images, out, jobs: int | None = None,
@@ -179,7 +168,7 @@ def write_references(images, out, jobs: int | None = None,
     """``refseg golden reference``: every image read and checked first, then one reference
     file each, the folder published whole (:func:`refseg.publish.staged_folders`)."""
     files = image_files(images)
-    jobs = _jobs(jobs)
+    jobs = checked_jobs(jobs)
     limit = MAX_PIXELS if max_pixels is None else check_max_pixels(max_pixels)
     names = {}
     for path in files:
@@ -198,7 +187,7 @@ def compare_folders(reference_dir, candidate_dir, jobs: int | None = None):
     """Yield :func:`compare_image` of every reference file against the candidate file of the
     same name, in name order, ``jobs`` processes at a time."""
     reference_dir, candidate_dir = Path(reference_dir), Path(candidate_dir)
-    jobs = _jobs(jobs)
+    jobs = checked_jobs(jobs)
     if not reference_dir.is_dir():
         raise InputError(f"{reference_dir}: no such folder")
     if not candidate_dir.is_dir():
