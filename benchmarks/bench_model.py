@@ -437,15 +437,18 @@ def sgemm_call(side: int):
     return lambda: a @ b
 
 
+def sgemm_rates(times: dict) -> list[float]:
+    """GFLOP/s of the sgemm of each round."""
+    name, side = SGEMM_IN_ROUNDS
+    return [2.0 * side ** 3 / t / 1e9 for t in times[name]]
+
+
 def paired_ceiling_share(times: dict, flops: float) -> list[float]:
     """refseg's effective GFLOP/s over the sgemm's of the same round, round by round: on a
     host whose speed drifts within minutes (measured: the 2048 product at 294 GFLOP/s before
     the models loaded and 201 after, in one run) a ceiling taken at another moment measures
     the drift as much as refseg."""
-    name, side = SGEMM_IN_ROUNDS
-    sgemm_flops = 2.0 * side ** 3
-    return [(flops / ours) / (sgemm_flops / theirs)
-            for ours, theirs in zip(times["refseg"], times[name])]
+    return [flops / ours / 1e9 / rate for ours, rate in zip(times["refseg"], sgemm_rates(times))]
 
 
 def time_condition(nets, args, switch, condition, batch, inputs, chosen_names):
@@ -493,10 +496,10 @@ def implementations(times: dict) -> dict:
 
 def paired_ceiling_lines(times: dict, flops: float) -> list[str]:
     """The sgemm of the rounds and refseg's share of it, round by round (quiet rows only)."""
-    name, side = SGEMM_IN_ROUNDS
+    name = SGEMM_IN_ROUNDS[0]
     if name not in times:
         return []
-    rates = [2.0 * side ** 3 / t / 1e9 for t in times[name]]
+    rates = sgemm_rates(times)
     shares = paired_ceiling_share(times, flops)
     return [f"{name}: median {statistics.median(rates):.0f} GFLOP/s (rounds: "
             f"{min(rates):.0f}-{max(rates):.0f}); refseg's effective GFLOP/s over the sgemm's "
