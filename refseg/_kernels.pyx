@@ -36,12 +36,12 @@ cdef inline int _threads(Py_ssize_t pixels) noexcept nogil:
 
 
 # The network's kernels (autograd/) run on one thread below this many elements (or units of
-# work): at batch 1 most of its batch norms, sums and paddings are 0.2-1 M elements, a fraction
-# of a millisecond, and when another process holds a core each parallel loop can wait for a
-# descheduled thread at its end. Measured with one busy neighbour at batch 1, the whole
-# prediction on 2 threads took 1.00-1.06 times its 1-thread time at this bound against
-# 1.06-1.16 at the claim-1 bound (docs/performance.md).
-cdef Py_ssize_t _PARALLEL_MIN_ELEMENTS = 1048576
+# work), where starting and joining the threads costs more than it saves. At batch 1 most of
+# the network's batch norms, sums and paddings hold 0.2-1 M elements: split over both threads
+# from this bound on, a 224x224 prediction took 0.86-0.90 of its time at a bound of 1 M
+# (docs/performance.md). Beside a busy neighbour, where a parallel loop can wait at its end
+# for a descheduled thread, refseg.threads.sized_to_load runs the whole call on fewer threads.
+cdef Py_ssize_t _PARALLEL_MIN_ELEMENTS = 262144
 PARALLEL_MIN_ELEMENTS = _PARALLEL_MIN_ELEMENTS
 
 
