@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from _common import machine_lines
+from _common import machine_lines, verdict
 
 #: What a process imports before it reads or extracts: the imports of ``refseg edges`` and its
 #: compiled kernels.
@@ -63,12 +63,27 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="processes per measurement; the median is reported (default 1)")
     args = parser.parse_args(argv)
     try:
-        args.sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(",")]
-    except ValueError:
-        parser.error(f"--sizes: expected WIDTHxHEIGHT,..., got {args.sizes!r}")
-    if args.repeat < 1 or any(len(s) != 2 or min(s) < 3 for s in args.sizes):
-        parser.error("--repeat must be >= 1 and every size at least 3x3")
+        args.sizes = parse_sizes(args.sizes)
+    except ValueError as exc:
+        parser.error(f"--sizes: {exc}")
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
     return args
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """``WIDTHxHEIGHT,...`` as (width, height) pairs, each side at least 3 (else ValueError);
+    an empty text is no size."""
+    sizes = []
+    for item in filter(None, text.split(",")):
+        try:
+            size = tuple(int(v) for v in item.lower().split("x"))
+        except ValueError:
+            size = ()
+        if len(size) != 2 or min(size) < 3:
+            raise ValueError(f"expected WIDTHxHEIGHT,... with sides >= 3, got {text!r}")
+        sizes.append(size)
+    return sizes
 
 
 #: Runs the code in argv[2] and writes the process's peak resident kilobytes to argv[1] as it
@@ -132,42 +147,74 @@ def returned_bytes_per_pixel() -> float:
     return (sum(buffers.values()) + rgb.nbytes) / (rgb.shape[0] * rgb.shape[1])
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
+def claim1_memory(sizes, repeat: int = 1) -> dict:
+    """Peak memory of ``refseg edges`` on astronaut tiles of each (width, height) of ``sizes``,
+    each figure the median of ``repeat`` fresh processes, in a temporary folder outside any
+    checkout (the installed refseg is measured). Returns the baseline, ``import refseg``
+    alone and the budget of ``--arrays all`` (bytes), and one row per size: its pixels, and
+    bytes per pixel above the baseline for reading, ``--arrays maps`` and ``--arrays all``,
+    with the peaks in bytes."""
     budget = returned_bytes_per_pixel()
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)  # outside any checkout: the installed refseg is measured
-        baseline = median_peak(BASELINE, folder, args.repeat)
-        import_only = median_peak(IMPORT_ONLY, folder, args.repeat)
-        print("# Peak memory of `refseg edges`")
-        print()
-        print(*machine_lines(), sep="\n")
-        print(f"- Python {sys.version.split()[0]}, numpy {np.__version__}; "
-              f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; "
-              f"median of {args.repeat} process(es) per figure")
-        print(f"- baseline (imports of `refseg edges` and the compiled kernels): "
-              f"{baseline / 2**20:.1f} MiB; `import refseg` alone: {import_only / 2**20:.1f} MiB")
-        print(f"- arrays `extract` returns plus the input: {budget:.1f} bytes per pixel; "
-              f"`--arrays all` target <= {ALL_MARGIN * budget:.1f}, "
-              f"`--arrays maps` target <= {MAPS_TARGET:.0f}")
-        print()
-        print("| image | pixels | reading (B/px) | --arrays maps (B/px) | --arrays all (B/px) "
-              "| all / (returned + input) | maps peak MiB | all peak MiB |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for width, height in args.sizes:
+        folder = Path(tmp)
+        baseline = median_peak(BASELINE, folder, repeat)
+        import_only = median_peak(IMPORT_ONLY, folder, repeat)
+        for width, height in sizes:
             image = photograph(width, height, folder)
             pixels = width * height
-            read = median_peak(READ.format(path=str(image)), folder, args.repeat)
-            peaks = {}
-            for arrays in ARRAYS:
-                out = folder / f"out_{arrays}_{width}x{height}"
-                peaks[arrays] = median_peak(edges_code(image, out, arrays), folder,
-                                            args.repeat)
-            per_pixel = {k: (v - baseline) / pixels for k, v in peaks.items()}
-            print(f"| astronaut tiles {width}x{height} | {pixels / 1e6:.0f} MP "
-                  f"| {(read - baseline) / pixels:.1f} | {per_pixel['maps']:.1f} "
-                  f"| {per_pixel['all']:.1f} | {per_pixel['all'] / budget:.3f} "
-                  f"| {peaks['maps'] / 2**20:.0f} | {peaks['all'] / 2**20:.0f} |", flush=True)
+            read = median_peak(READ.format(path=str(image)), folder, repeat)
+            peaks = {arrays: median_peak(edges_code(image, folder / f"out_{arrays}_{width}x"
+                                                    f"{height}", arrays), folder, repeat)
+                     for arrays in ARRAYS}
+            rows.append({"size": (width, height), "pixels": pixels,
+                         "read": (read - baseline) / pixels, "peaks": peaks,
+                         **{arrays: (peak - baseline) / pixels
+                            for arrays, peak in peaks.items()}})
+    return {"baseline": baseline, "import_only": import_only, "budget": budget, "rows": rows}
+
+
+def claim1_target_rows(memory: dict) -> list[str]:
+    """The claim-1 memory targets as rows of bench_model.py's targets table."""
+    rows = []
+    for row in memory["rows"]:
+        size = "x".join(map(str, row["size"]))
+        all_share = row["all"] / memory["budget"]
+        rows.append(f"| claim 1, --arrays maps | {size} | peak bytes per pixel | "
+                    f"{row['maps']:.1f} | <= {MAPS_TARGET:.0f}: "
+                    f"{verdict(row['maps'] <= MAPS_TARGET)} |")
+        rows.append(f"| claim 1, --arrays all | {size} | peak / (returned arrays + input, "
+                    f"{memory['budget']:.1f} B/px) | {all_share:.3f} | <= {ALL_MARGIN:.2f}: "
+                    f"{verdict(all_share <= ALL_MARGIN)} |")
+    return rows
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    memory = claim1_memory(args.sizes, args.repeat)
+    baseline, budget = memory["baseline"], memory["budget"]
+    print("# Peak memory of `refseg edges`")
+    print()
+    print(*machine_lines(), sep="\n")
+    print(f"- Python {sys.version.split()[0]}, numpy {np.__version__}; "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; "
+          f"median of {args.repeat} process(es) per figure")
+    print(f"- baseline (imports of `refseg edges` and the compiled kernels): "
+          f"{baseline / 2**20:.1f} MiB; `import refseg` alone: "
+          f"{memory['import_only'] / 2**20:.1f} MiB")
+    print(f"- arrays `extract` returns plus the input: {budget:.1f} bytes per pixel; "
+          f"`--arrays all` target <= {ALL_MARGIN * budget:.1f}, "
+          f"`--arrays maps` target <= {MAPS_TARGET:.0f}")
+    print()
+    print("| image | pixels | reading (B/px) | --arrays maps (B/px) | --arrays all (B/px) "
+          "| all / (returned + input) | maps peak MiB | all peak MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for row in memory["rows"]:
+        width, height = row["size"]
+        print(f"| astronaut tiles {width}x{height} | {row['pixels'] / 1e6:.0f} MP "
+              f"| {row['read']:.1f} | {row['maps']:.1f} "
+              f"| {row['all']:.1f} | {row['all'] / budget:.3f} "
+              f"| {row['peaks']['maps'] / 2**20:.0f} | {row['peaks']['all'] / 2**20:.0f} |")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,11 @@ bench_ops.py's child processes, without neighbours): the demo's step (the decode
 taps) and ``--train-backbone``'s each <= 0.8 of torch's time per step, with a peak memory
 <= torch's; with ``--train-rounds R`` the children run R times, the order of the
 implementations rotated each round, and the ratios are the medians of the rounds' ratios.
+Claim 1's peak memory (``--claim1-sizes``, bench_edges_memory.py's fresh processes): with
+``--arrays maps`` <= 40 bytes per pixel, with ``--arrays all`` <= 1.10 times the arrays it
+returns plus the input. The main job (``--demo-against PYTHON``, ``_demo_runs.py``): the
+default ``refseg demo`` at least 1.5 times faster than the install of PYTHON (the code before
+these targets), with the same scores, in alternating child processes.
 
 Where refseg's time goes (``--no-profile`` skips it): every autograd op call of one prediction
 (``Op.__call__``, wrapped at run time; no file is modified) timed and summed by op, and the
@@ -96,7 +101,8 @@ Usage::
     python benchmarks/bench_model.py [--quick] [--threads T] [--repeat N] [--batches 1,8]
         [--wait-quiet SECONDS] [--no-profile] [--write] [--row-loops auto|baseline]
         [--background-load none,busy,mixed,matmul] [--background-cores N] [--train-steps S]
-        [--train-rounds R]
+        [--train-rounds R] [--claim1-sizes WxH,...] [--demo-against PYTHON]
+        [--demo-rounds R]
 
 The profile and the report tables are ``_model_parts.py``'s.
 """
@@ -116,6 +122,8 @@ import _common
 from _common import (Report, ThreadSwitch, add_row_loops_argument, all_cores,
                      environment_lines, measure_sgemm, median_ms, proc_status_mb,
                      reset_peak_rss, start, time_rounds, verdict, working_threads)
+from _demo_runs import demo_lines, demo_rounds, demo_target_rows
+from bench_edges_memory import claim1_memory, claim1_target_rows, parse_sizes
 from _neighbours import (LOADS, add_background_arguments, background,
                          check_background_arguments, describe_load)
 
@@ -155,6 +163,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="rounds of the training-step children, the implementations' "
                              "order rotated each round; the targets take the median of the "
                              "rounds' ratios (default 1)")
+    parser.add_argument("--claim1-sizes", default=None, metavar="WxH,...",
+                        help="images on which claim 1's peak memory is measured for the "
+                             "targets table, bench_edges_memory.py's way (default "
+                             "3000x2000,6000x4000, 1500x1000 with --quick; '' skips it)")
+    parser.add_argument("--demo-against", default=None, metavar="PYTHON",
+                        help="time the default `refseg demo` of this install against the "
+                             "one of the interpreter PYTHON (another install of refseg), "
+                             "in alternating child processes, for the targets table "
+                             "(default: not measured; about 5 minutes a demo)")
+    parser.add_argument("--demo-rounds", type=int, default=1,
+                        help="rounds of the two demos with --demo-against (default 1)")
     add_row_loops_argument(parser)
     add_background_arguments(parser)
     parser.add_argument("--write", action="store_true",
@@ -170,8 +189,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.train_steps = 3 if args.quick else 8
     if args.train_steps < 0:
         parser.error("--train-steps must be >= 0")
-    if args.train_rounds < 1:
-        parser.error("--train-rounds must be >= 1")
+    if args.train_rounds < 1 or args.demo_rounds < 1:
+        parser.error("--train-rounds and --demo-rounds must be >= 1")
+    if args.claim1_sizes is None:
+        args.claim1_sizes = "1500x1000" if args.quick else "3000x2000,6000x4000"
+    try:
+        args.claim1_sizes = parse_sizes(args.claim1_sizes)
+    except ValueError as exc:
+        parser.error(f"--claim1-sizes: {exc}")
+    if args.demo_against is not None and not Path(args.demo_against).is_file():
+        parser.error(f"--demo-against: no interpreter at {args.demo_against}")
     if min(args.repeat, args.threads, *args.batches) < 1:
         parser.error("--repeat, --threads and --batches must be >= 1")
     check_background_arguments(parser, args)
@@ -624,8 +651,10 @@ def prediction_target_rows(args, results, flops_image, ceiling) -> list[str]:
     return rows
 
 
-def targets_section(report: Report, args, results, flops_image, ceiling, train) -> None:
-    """Every target of this run in one table; the training steps' from their child runs."""
+def targets_section(report: Report, args, results, flops_image, ceiling, train, claim1,
+                    demos) -> None:
+    """Every target of this run in one table; the training steps' from their child runs,
+    claim 1's memory and the demo's speed from theirs (when measured)."""
     from _training_step import (DEMO_IMPLS, NET_IMPLS, TARGET_STEP_RATIO, step_lines,
                                 step_ratios)
 
@@ -654,6 +683,15 @@ def targets_section(report: Report, args, results, flops_image, ceiling, train) 
                *step_lines({f"round {i + 1}": train["demo"][i] + train["net"][i]
                             for i in range(args.train_rounds)}, args.threads,
                            DEMO_IMPLS)[:-2 - (args.train_rounds - 1)], "")
+    if claim1 is not None:
+        rows += claim1_target_rows(claim1)
+    else:
+        rows.append("| claim 1's peak memory | none | - | skipped (--claim1-sizes '') | |")
+    if demos:
+        report(*demo_lines(demos, args.demo_against))
+        rows += demo_target_rows(demos)
+    else:
+        rows.append("| refseg demo (defaults) | none | - | not measured (--demo-against) | |")
     report("## Targets: every one of this run", "",
            "torch = the faster layout; T threads = refseg's default (load-sized) count; "
            "noise = the larger median absolute deviation over the median of the two.", "",
@@ -699,7 +737,9 @@ def main(args: argparse.Namespace) -> None:
     gc.collect()
     memory_section(report, args, chosen_names)
     train = training_runs(args) if args.train_steps else {}
-    targets_section(report, args, results, flops_image, ceiling, train)
+    claim1 = claim1_memory(args.claim1_sizes) if args.claim1_sizes else None
+    demos = demo_rounds(args.demo_against, args.demo_rounds) if args.demo_against else []
+    targets_section(report, args, results, flops_image, ceiling, train, claim1, demos)
     report.finish(RESULTS if args.write else None)
 
 

@@ -32,7 +32,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +39,7 @@ from PIL import Image
 
 from refseg.errors import InputError
 from refseg.cite import infrastructure
+from refseg.zipwrite import write_npz_members
 
 #: Every output folder refseg publishes holds this file; it is also the folder's lock.
 OUTPUT_MARKER = ".refseg-output"
@@ -121,18 +121,10 @@ def write_npz(path, compressed: bool = False, **arrays) -> None:
         _atomic_write(Path(path), lambda f: np.savez(f, **arrays))
         return
 
-    def save(f):
-        with zipfile.ZipFile(f, "w") as archive:
-            for name, value in arrays.items():
-                value = np.asanyarray(value)
-                # integer maps deflate 50-fold in moments; float planes hardly shrink and take
-                # seconds per megapixel, so they are stored
-                method = zipfile.ZIP_STORED if value.dtype.kind in "fc" else zipfile.ZIP_DEFLATED
-                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-                info.compress_type = method
-                with archive.open(info, "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, value, allow_pickle=False)
-    _atomic_write(Path(path), save)
+    # integer maps deflate 50-fold in moments; float planes hardly shrink and take seconds
+    # per megapixel, so they are stored
+    _atomic_write(Path(path), lambda f: write_npz_members(
+        f, arrays, deflate=lambda value: value.dtype.kind not in "fc"))
 
 
 @infrastructure("atomic output files")
