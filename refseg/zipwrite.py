@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -35,6 +36,10 @@ MEMBER_ATTRIBUTES = 0o600 << 16
 DOS_DATE, DOS_TIME = (1 << 5) | 1, 0
 #: Flag bit 11: the member's name is UTF-8.
 UTF8_NAME = 0x800
+#: Bytes of members that may compress ahead of the one being written: what bounds the
+#: deflated streams held in memory (a trained fusion checkpoint holds 92 MB in 39 members, the
+#: largest 53 MB).
+AHEAD_BYTES = 128 << 20
 
 _LOCAL = struct.Struct("<4s2B4HL2L2H")
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
@@ -84,8 +89,8 @@ def write_npz_members(f, arrays: dict, deflate, threads: int | None = None) -> N
     threads = default_jobs() if threads is None else threads
     central, offset = [], 0
     with ThreadPoolExecutor(max(1, min(threads, len(members)))) as pool:
-        packed = pool.map(lambda member: _packed(*member[1:]), members)
-        for (name, header, data, _), (crc, size, stream) in zip(members, packed):
+        for (name, header, data, _), (crc, size, stream) in zip(
+                members, _in_order(pool, members, AHEAD_BYTES)):
             encoded, flag_bits = _encoded_name(name + ".npy")
             stored = size if stream is None else len(stream)
             method = STORED if stream is None else DEFLATED
@@ -100,6 +105,23 @@ def write_npz_members(f, arrays: dict, deflate, threads: int | None = None) -> N
             central.append((encoded, flag_bits, method, crc, size, stored, offset))
             offset += _LOCAL.size + len(encoded) + 20 + stored
     _write_central_directory(f, central, offset)
+
+
+def _in_order(pool, members, ahead: int):
+    """:func:`_packed` of each member, in order, computed on ``pool`` while the members
+    submitted and not yet written hold at most ``ahead`` bytes (always at least one member):
+    the streams waiting to be written stay within that."""
+    pending, held = deque(), 0
+    for member in members:
+        size = len(member[1]) + member[2].size
+        while pending and held + size > ahead:
+            done_size, future = pending.popleft()
+            held -= done_size
+            yield future.result()
+        pending.append((size, pool.submit(_packed, *member[1:])))
+        held += size
+    while pending:
+        yield pending.popleft()[1].result()
 
 
 def _encoded_name(name: str) -> tuple[bytes, int]:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from refseg import publish
+from refseg import publish, zipwrite
 from refseg.zipwrite import write_npz_members
 
 pytestmark = pytest.mark.infrastructure
@@ -70,6 +70,15 @@ def test_a_trained_checkpoints_byte_planes_round_trip():
         assert set(loaded.files) == set(arrays)
         for name, value in arrays.items():
             np.testing.assert_array_equal(loaded[name], value)
+
+
+@pytest.mark.parametrize("ahead", [1, 5_000, 1 << 30])
+def test_the_members_held_ahead_do_not_change_the_bytes(monkeypatch, ahead):
+    rng = np.random.default_rng(1)
+    arrays = {f"m{i}": rng.integers(0, 4, size, dtype=np.uint8)
+              for i, size in enumerate([20_000, 10, 3_000, 0, 50_000, 7])}
+    monkeypatch.setattr(zipwrite, "AHEAD_BYTES", ahead)
+    assert threaded_npz(arrays, threads=3) == zipfile_npz(arrays)
 
 
 def test_more_members_than_a_zip_counts_take_the_zip64_end_records():
