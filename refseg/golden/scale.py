@@ -161,8 +161,6 @@ def _run(function, work, jobs: int):
             yield future.result()
 
 
-
-
 def write_references(images, out, jobs: int | None = None,
                      max_pixels: int | None = None) -> list[str]:
     """``refseg golden reference``: every image read and checked first, then one reference
