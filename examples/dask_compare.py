@@ -23,18 +23,23 @@ from pathlib import Path
 
 from dask.distributed import Client, LocalCluster
 
-from refseg.golden import scale
+from refseg.golden import references, scale
 
 
 def run(client, images, candidates, reference):
     reference = Path(reference)
     reference.mkdir(parents=True, exist_ok=True)
     files = scale.image_files([images])
-    names = client.gather(client.map(scale.generate_reference, files,
-                                     out_dir=str(reference), pure=False))
-    refs = [reference / f"{name}.npz" for name in names]
-    results = client.gather(client.map(scale.compare_image, refs,
-                                       [Path(candidates) / r.name for r in refs], pure=False))
+    records = client.gather(client.map(scale.generate_reference, files,
+                                       out_dir=str(reference), pure=False))
+    # the folder's index, as `refseg golden reference` writes it: `golden compare` reads it
+    index = {r["image"]: {k: v for k, v in r.items() if k != "image"} for r in records}
+    references.write_index(reference, index)
+    names = sorted(index)
+    results = client.gather(client.map(
+        scale.compare_image, [reference / f"{n}.npz" for n in names],
+        [Path(candidates) / f"{n}.npz" for n in names],
+        [index[n]["sha256"] for n in names], pure=False))
     return scale.summarize(sorted(results, key=lambda r: r["image"]))
 
 

@@ -7,6 +7,8 @@ import them from here, so each is typed once.
 
 - :data:`MAX_PIXELS`, :data:`MAX_PIXELS_CEILING`: the image size limit of :mod:`refseg.images`
   (``--max-pixels``);
+- :data:`MAX_JOBS`: the most worker processes a verb starts (``--jobs``,
+  :mod:`refseg.workers`, ``refseg.run.config.RANGES``);
 - :data:`GOLDEN_PARTS`: the parts of a golden bundle, :data:`refseg.golden.format.PARTS`
   (``golden check --part``).
 """
@@ -19,6 +21,9 @@ from __future__ import annotations
 MAX_PIXELS = 40_000_000
 #: The most that ``max_pixels`` may be raised to.
 MAX_PIXELS_CEILING = 10 ** 10
+#: The most worker processes any verb starts (``--jobs``): far beyond the cores of one
+#: machine, low enough that a typo cannot fork thousands of processes.
+MAX_JOBS = 1024
 #: The parts of a golden bundle, in pipeline order: claim 1's arrays, the network's, the
 #: autograd ops'.
 GOLDEN_PARTS = ("claim1", "net", "ops")

@@ -1,7 +1,7 @@
 """Worker processes: how many, how each one starts, and a map over them in order.
 
-A leaf of refseg (no NumPy, nothing of refseg's but its errors and citations): the claim-1
-extraction of a data set (:mod:`refseg.data.inputs`), the synthetic welds
+A leaf of refseg (no NumPy, nothing of refseg's but its errors, citations and vocabulary):
+the claim-1 extraction of a data set (:mod:`refseg.data.inputs`), the synthetic welds
 (:mod:`refseg.data.synthetic`) and the golden reference arrays (:mod:`refseg.golden.scale`)
 spread their work with it.
 """
@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from refseg.errors import InputError
 from refseg.cite import infrastructure
+from refseg.vocabulary import MAX_JOBS
 
 _PR_SET_PDEATHSIG = 1
 
@@ -27,10 +28,11 @@ def default_jobs() -> int:
 
 @infrastructure("argument validation")
 def checked_jobs(jobs) -> int:
-    """``jobs`` as a positive int (None: :func:`default_jobs`); InputError otherwise."""
-    jobs = default_jobs() if jobs is None else jobs
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise InputError(f"--jobs: expected a positive integer, got {jobs!r}")
+    """``jobs`` as an int from 1 to :data:`MAX_JOBS` (None: :func:`default_jobs`, at most
+    :data:`MAX_JOBS`); InputError otherwise."""
+    jobs = min(default_jobs(), MAX_JOBS) if jobs is None else jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
+        raise InputError(f"--jobs: expected an integer from 1 to {MAX_JOBS}, got {jobs!r}")
     return jobs
 
 
@@ -47,10 +49,11 @@ def _worker_start(parent: int) -> None:
 
 
 @infrastructure("worker processes")
-def worker_pool(jobs: int) -> ProcessPoolExecutor:
-    """A pool of ``jobs`` processes, each set up by ``_worker_start``."""
-    return ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start,
-                               initargs=(os.getpid(),))
+def worker_pool(jobs: int, items: int) -> ProcessPoolExecutor:
+    """A pool of ``min(jobs, items)`` processes (never more workers than work items: a pool
+    starts all its processes at once), each set up by ``_worker_start``."""
+    return ProcessPoolExecutor(max_workers=max(1, min(jobs, items)),
+                               initializer=_worker_start, initargs=(os.getpid(),))
 
 
 @infrastructure("worker processes")
@@ -59,5 +62,5 @@ def map_in_workers(function, work: list, jobs: int, chunksize: int = 4) -> list:
     (in this process for one job or fewer than two items)."""
     if jobs == 1 or len(work) < 2:
         return [function(item) for item in work]
-    with worker_pool(min(jobs, len(work))) as pool:
+    with worker_pool(jobs, len(work)) as pool:
         return list(pool.map(function, work, chunksize=chunksize))

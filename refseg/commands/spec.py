@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from refseg.commands.verb import Verb
+from refseg.commands.verb import Verb, add_jobs
 from refseg.errors import InputError
 
 INFRASTRUCTURE = "the command line: the traceability and audit verbs"
@@ -94,8 +94,7 @@ def _audit_readings_arguments(parser):
                              f"{demo.test_count})")
     parser.add_argument("--epochs", type=int, default=None,
                         help=f"epochs of --downstream (default: the demo's {demo.epochs})")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="extraction processes (trainings)")
+    add_jobs(parser, "extraction processes (trainings)")
 
 
 def _audit_readings(args) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from refseg.errors import InputError
-from refseg.vocabulary import MAX_PIXELS
+from refseg.vocabulary import MAX_JOBS, MAX_PIXELS
 
 INFRASTRUCTURE = "the command line: verbs and their shared arguments"
 
@@ -55,8 +55,9 @@ def add_max_pixels(parser: argparse.ArgumentParser) -> None:
 
 
 def add_jobs(parser: argparse.ArgumentParser, text: str = JOBS_HELP) -> None:
-    """``--jobs J``: the number of worker processes."""
-    parser.add_argument("--jobs", type=int, default=None, help=text)
+    """``--jobs J``: the number of worker processes (1 to :data:`MAX_JOBS`, never more than
+    the work items)."""
+    parser.add_argument("--jobs", type=int, default=None, help=f"{text}; 1 to {MAX_JOBS}")
 
 
 def input_size(text: str) -> tuple[int, int]:

@@ -30,9 +30,9 @@ def add_input(bundle: BundleBuilder, name: str, rgb: np.ndarray, function: str,
                also=("claim5.acquisition_module",), whole=True)
 
 
-def add_claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray):
+def add_claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray) -> features.FeatureResult:
     """Add the claim-1 arrays of one image (``claim1/<name>/<step>``) to a bundle, after its
-    ``input/<name>``."""
+    ``input/<name>``; returns the extraction they come from."""
     r = features.extract(rgb)
     fn = EXTRACT
     steps = claim1_params(r)
@@ -94,3 +94,4 @@ def add_claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray):
                computed_from=(f"{p}/final_weight",),
                meaning="the binary feature-region image: 1 where final_weight >= 0",
                also=("claim1.step2.traverse", "claim1.step2.extract", "claim5.feature_module"))
+    return r

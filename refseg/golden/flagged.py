@@ -390,28 +390,40 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     return found
 
 
-def image_vectors(image: str, rgb) -> tuple[list, dict, dict]:
-    """The flagged vectors of one image computed now, every array whole: (vectors, notes,
-    members) as :func:`diagnose` takes them (for folder comparisons, which carry no
-    bundle)."""
-    changes = compute_changes({image: rgb})
-    vectors, members, notes = [], {}, {}
-    for alt in alternatives.ALTERNATIVES:
-        notes[alt.name] = {"does": alt.text}
-        changed = changes.get((alt.name, image))
-        if not changed:
-            continue
-        arrays = {}
-        for step, (array, _, _) in changed.items():
-            key = f"{alt.name}/{step}"
-            members[key] = array
-            arrays[f"claim1/{image}/{step}"] = {"storage": "full", "member": key,
-                                                "shape": list(array.shape),
-                                                "dtype": array.dtype.str}
-        vectors.append({"id": f"{alt.name}/{image}", "image": image,
-                        "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
-                        "arrays": arrays})
-    return vectors, notes, members
+def image_vectors(image: str, rgb) -> tuple:
+    """The flagged vectors of one image, every array whole: (vectors, notes, members) as
+    :func:`diagnose` takes them (for folder comparisons, which carry no bundle).
+
+    ``vectors`` is a generator: each alternative is computed when :func:`diagnose` reaches
+    it, and ``members`` holds the arrays of that alternative alone, so that memory holds
+    refseg's arrays of the image and one alternative's, not every alternative's at once.
+    """
+    notes = {alt.name: {"does": alt.text} for alt in alternatives.ALTERNATIVES}
+    members: dict = {}
+
+    def vectors():
+        base = variant_arrays(rgb)
+        for alt in alternatives.ALTERNATIVES:
+            members.clear()
+            arrays = variant_arrays(rgb, alt.variant)
+            described = {}
+            for step in STEPS:
+                count, _ = difference(arrays[step], base[step], step_tolerance(step))
+                if not count and arrays[step].dtype == base[step].dtype:
+                    continue
+                key = f"{alt.name}/{step}"
+                members[key] = arrays[step]
+                described[f"claim1/{image}/{step}"] = {
+                    "storage": "full", "member": key, "shape": list(arrays[step].shape),
+                    "dtype": arrays[step].dtype.str}
+            del arrays
+            if described:
+                yield {"id": f"{alt.name}/{image}", "image": image,
+                       "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
+                       "arrays": described}
+        members.clear()
+
+    return vectors(), notes, members
 
 
 def diagnosis_lines(diagnosis: list, rows) -> list[str]:

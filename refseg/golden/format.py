@@ -375,19 +375,27 @@ def read_bundle(folder) -> tuple[dict, dict]:
             raise InputError(f"{arrays_path}: its SHA-256 is not the one {MANIFEST} records; "
                              "the bundle was changed after it was written")
     arrays = read_npz(arrays_path, "bundle arrays")
-    for name, entry in manifest["arrays"].items():
+    check_stored_arrays(manifest["arrays"], arrays, arrays_path, MANIFEST)
+    _check_flagged_members(manifest["flagged"], arrays, arrays_path)
+    return manifest, arrays
+
+
+def check_stored_arrays(entries: dict, arrays: dict, path: Path, listed_by: str) -> None:
+    """The stored arrays of manifest ``entries`` are whole and unchanged: each member an entry
+    names is a readable array, a whole array hashes to its entry's SHA-256, a summary's sample
+    and blocks fit its shape; InputError naming ``path`` (and ``listed_by``, the file whose
+    entries these are) otherwise."""
+    for name, entry in entries.items():
         members = [name] if entry["storage"] == "full" else _members(entry)
         for member in members:
             if member not in arrays or isinstance(arrays[member], Exception):
-                raise InputError(f"{arrays_path}: no readable array {member!r}, which "
-                                 f"{MANIFEST} lists")
+                raise InputError(f"{path}: no readable array {member!r}, which "
+                                 f"{listed_by} lists")
         if entry["storage"] == "full" and array_sha256(arrays[name]) != entry["sha256"]:
-            raise InputError(f"{arrays_path}: array {name!r} does not hash to the SHA-256 "
-                             f"{MANIFEST} records; the bundle was changed after it was written")
+            raise InputError(f"{path}: array {name!r} does not hash to the SHA-256 "
+                             f"{listed_by} records; the file was changed after it was written")
         if entry["storage"] == "summary":
-            _check_summary_members(name, entry, arrays, arrays_path)
-    _check_flagged_members(manifest["flagged"], arrays, arrays_path)
-    return manifest, arrays
+            _check_summary_members(name, entry, arrays, path)
 
 
 def _check_flagged_members(flagged: dict, arrays: dict, path: Path) -> None:

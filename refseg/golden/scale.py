@@ -2,10 +2,12 @@
 the comparison of a candidate folder with them.
 
 ``refseg golden reference IMAGE... --out REF_DIR`` writes ``REF_DIR/<image>.npz`` per image:
-``input/<image>`` and every ``claim1/<image>/<step>`` array under the bundle's names.
+``input/<image>`` and every ``claim1/<image>/<step>`` array under the bundle's names, stored
+by the bundle's rule, and ``REF_DIR/index.json`` listing them (:mod:`~refseg.golden.references`).
 ``refseg golden compare REF_DIR CAND_DIR`` compares ``CAND_DIR/<image>.npz`` (same keys) with
 each, with the bundle's tolerances and root causes, diagnoses a failing image by the
-alternative readings (computed for that image then), and ends with a summary table.
+alternative readings (computed for that image then), reports every image and key on either
+side that it could not compare (as failing), and ends with a summary table.
 
 :func:`generate_reference` and :func:`compare_image` are plain functions of paths that return
 plain data, so that a process pool, or a Dask cluster (``examples/dask_compare.py``), can run
@@ -15,21 +17,24 @@ by ``jobs`` images, whatever the folder's size.
 """
 from __future__ import annotations
 
-import functools
+import hashlib
+import zipfile
+import zlib
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from refseg import publish
-from refseg.images import MAX_PIXELS, check_max_pixels, decode_image, read_bytes, read_image
+from refseg.images import (MAX_NPZ_BYTES, MAX_PIXELS, check_max_pixels, check_npz_members,
+                           decode_image, read_bytes, read_image)
 from refseg.errors import InputError
 from refseg.workers import checked_jobs, worker_pool
-from refseg.golden.check import CheckRow, check_array, link_causes
+from refseg.golden import references
+from refseg.golden.check import CheckRow, _extra_row, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
-from refseg.golden.format import BundleBuilder, array_sha256, read_npz
-from refseg.golden.own import as_rgb, image_name
-from refseg.golden.claim1_arrays import add_claim1, add_input
+from refseg.golden.own import image_name
 
 INFRASTRUCTURE = "golden files: folder-to-folder comparison"
 
@@ -52,106 +57,151 @@ def image_files(paths) -> list[Path]:
     return out
 
 
-def reference_arrays(name: str, rgb: np.ndarray, provenance: dict | None = None):
-    """(arrays, entries): ``input/<name>`` and the claim-1 arrays of one image, whole, with
-    their manifest entries."""
-    bundle = BundleBuilder()
-    add_input(bundle, name, rgb, "refseg.images.read_image", provenance or {})
-    add_claim1(bundle, name, rgb)
-    arrays = {n: bundle.arrays.get(n) for n in bundle.entries}
-    return arrays, bundle.entries
-
-
-@functools.lru_cache(maxsize=1)
-def _template() -> dict:
-    """The claim-1 entries of a small image named ``x``: tolerance, role and sources per
-    step (they do not depend on the image)."""
-    rgb = (np.arange(8 * 9 * 3) * 37 % 256).astype(np.uint8).reshape(8, 9, 3)
-    return reference_arrays("x", rgb)[1]
-
-
-def _entries_for(name: str, arrays: dict) -> dict:
-    """The entries of an image's arrays: the template's, renamed, with the arrays' own shape,
-    dtype and SHA-256."""
-    def rename(key):
-        return f"input/{name}" if key == "input/x" else f"claim1/{name}/" + key.split("/", 2)[2]
-
-    out = {}
-    for key, entry in _template().items():
-        new = rename(key)
-        if new in arrays:
-            a = arrays[new]
-            out[new] = {**entry, "shape": list(a.shape), "dtype": a.dtype.str,
-                        "sha256": array_sha256(a), "storage": "full",
-                        "computed_from": [rename(s) for s in entry["computed_from"]]}
-    return out
-
-
-def generate_reference(image, out_dir, max_pixels: int | None = None) -> str:
-    """Read one image file and write ``out_dir/<name>.npz``: its claim-1 arrays under the
-    bundle's names (atomically). Returns the name."""
+def generate_reference(image, out_dir, max_pixels: int | None = None) -> dict:
+    """Read one image file and write ``out_dir/<name>.npz``, its reference file
+    (:mod:`refseg.golden.references`), atomically. Returns its line of ``index.json``
+    (``image``, ``file``, ``sha256``, where it came from)."""
     path = Path(image)
     limit = MAX_PIXELS if max_pixels is None else max_pixels
     loaded = read_image(path, limit)
     name = image_name(path)
-    arrays, _ = reference_arrays(name, np.ascontiguousarray(as_rgb(loaded.pixels)))
-    publish.write_npz(Path(out_dir) / f"{name}.npz", compressed=True, **arrays)
-    return name
+    arrays, meta = references.reference_file(name, loaded,
+                                             hashlib.sha256(read_bytes(path)).hexdigest())
+    del loaded
+    digest = references.write_reference(Path(out_dir) / f"{name}.npz", arrays)
+    return {"image": name, **references.index_record(meta, digest)}
 
 
-def compare_image(reference, candidate) -> dict:
+class _Candidate(Mapping):
+    """A candidate ``.npz`` read one array at a time (none kept), its members' headers
+    checked first against ``max_bytes`` together."""
+
+    def __init__(self, path: Path, max_bytes: int):
+        if not path.is_file():
+            raise InputError(f"{path}: no such file (candidate)")
+        with open(path, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                raise InputError(f"{path}: not an .npz archive (candidate)")
+        check_npz_members(path, max_bytes, objects_ok=True)
+        self.path = path
+        try:
+            self._npz = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            raise InputError(f"{path}: not a readable .npz archive (candidate: {exc})") \
+                from None
+
+    def __getitem__(self, key):
+        if key not in self._npz.files:
+            raise KeyError(key)
+        try:
+            return self._npz[key]
+        except ValueError as exc:
+            return exc  # an object array: reported as its row
+        except (OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
+            raise InputError(f"{self.path}: member {key!r} is not readable ({exc})") from None
+
+    def __iter__(self):
+        return iter(self._npz.files)
+
+    def __len__(self):
+        return len(self._npz.files)
+
+    def close(self):
+        self._npz.close()
+
+
+def _step(name: str) -> str:
+    """``input`` or the claim-1 step of an array name (``gray``, ``edges/canny`` ...)."""
+    return "input" if name.startswith("input/") else name.split("/", 2)[-1]
+
+
+def _unchecked(image: str, status: str, error: str) -> dict:
+    return {"image": image, "status": status, "checked": 0, "failed": 0, "first_failing": [],
+            "why": "", "missing_steps": [], "unexpected": [], "diagnosis": [], "error": error}
+
+
+def compare_image(reference, candidate, sha256: str | None = None) -> dict:
     """Compare one candidate file with one reference file.
+
+    Parameters
+    ----------
+    reference, candidate : str or Path
+    sha256 : str or None
+        The reference file's SHA-256 as ``index.json`` records it (None: not checked).
 
     Returns
     -------
     dict
-        ``image``; ``status`` ("pass", "fail", "missing": no candidate file, "error": an
-        unreadable file, with ``error``); ``checked`` and ``failed`` array counts;
-        ``first_failing``: the root-cause steps (``gray``, ``edges/canny`` ...); ``diagnosis``:
-        ``"<reading> <alternative>"`` of each alternative the image matches, root cause first.
+        ``image``; ``status`` ("pass", "fail", "missing": no candidate file, "error": a
+        reference file that cannot be used or an unreadable candidate, with ``error``);
+        ``checked`` arrays and ``failed`` ones (a failing, missing or unexpected array);
+        ``first_failing``: the root-cause steps (``input``, ``gray``, ``edges/canny`` ...),
+        ``why``: the reason of the first; ``missing_steps``: the steps the candidate lacks;
+        ``unexpected``: candidate keys that name no array, each with its reason;
+        ``diagnosis``: ``"<reading> <alternative>"`` of each alternative the image matches,
+        root cause first.
+
+    Notes
+    -----
+    The candidate's arrays are read one at a time, so that memory holds the reference file
+    (whole arrays only up to the summary threshold), one candidate array and its comparison.
     """
     reference, candidate = Path(reference), Path(candidate)
-    out = {"image": reference.stem, "status": "pass", "checked": 0, "failed": 0,
-           "first_failing": [], "diagnosis": [], "error": ""}
+    out = _unchecked(reference.stem, "pass", "")
     try:
-        stored = read_npz(reference, "reference arrays")
-        inputs = [k for k in stored if k.startswith("input/")]
-        if len(inputs) != 1 or any(isinstance(v, Exception) for v in stored.values()):
-            raise InputError(f"{reference}: not a reference file of `refseg golden reference`")
-        name = inputs[0].split("/", 1)[1]
-        out["image"] = name
+        ref = references.read_reference(reference, sha256)
+        out["image"] = ref.name
         if not candidate.is_file():
             return {**out, "status": "missing", "error": f"{candidate}: no such file"}
-        values = read_npz(candidate, "candidate")
+        expected = sum(int(np.prod(e["shape"])) * np.dtype(e["dtype"]).itemsize
+                       for e in ref.entries.values())
+        values = _Candidate(candidate, max(MAX_NPZ_BYTES, 2 * expected))
     except InputError as exc:
         return {**out, "status": "error", "error": str(exc)}
-    entries = _entries_for(name, stored)
+    try:
+        return _compare(out, ref, values)
+    except InputError as exc:
+        return {**out, "status": "error", "error": str(exc)}
+    finally:
+        values.close()
+
+
+def _compare(out: dict, ref, values) -> dict:
+    name, entries = ref.name, ref.entries
     rows = []
     for key, entry in entries.items():
         if key in values:
-            rows.append(check_array(key, entry, stored, values[key]))
+            rows.append(check_array(key, entry, ref.stored, values[key]))
         elif entry["role"] == "output":
             rows.append(CheckRow(key, "missing", "not in the candidate"))
     link_causes(rows, entries)
-    failed = [r for r in rows if r.status != "pass"]
-    out.update(checked=len(rows), failed=len(failed),
-               first_failing=[r.name.split("/", 2)[2] for r in rows if r.root_cause])
-    if failed:
+    rows += [_extra_row(key, list(entries)) for key in sorted(set(values) - set(entries))]
+    roots = [r for r in rows if r.root_cause]
+    out.update(checked=sum(r.status != "extra" for r in rows),
+               failed=sum(r.status != "pass" for r in rows),
+               first_failing=[_step(r.name) for r in roots],
+               why=roots[0].reason if roots else "",
+               missing_steps=[_step(r.name) for r in rows if r.status == "missing"],
+               unexpected=[f"{r.name}: {r.reason}" for r in rows if r.status == "extra"])
+    if out["failed"]:
         out["status"] = "fail"
-        vectors, notes, members = image_vectors(name, stored[f"input/{name}"])
+    if roots and out["first_failing"][0] != "input":
+        # the candidate's image is the reference's: which reading explains the failure
+        vectors, notes, members = image_vectors(name, ref.stored[f"input/{name}"])
         found = diagnose(vectors, notes, members, rows, values, entries)
         out["diagnosis"] = list(dict.fromkeys(f"{d['reading']} {d['alternative']}"
                                               for d in found))
     return out
 
 
-def _run(function, work, jobs: int):
-    """``function(*item)`` for each item, in order, at most ``2 * jobs`` in flight."""
-    if jobs == 1:
+def _run(function, work: list, jobs: int):
+    """``function(*item)`` for each item, in order, on at most ``min(jobs, len(work))``
+    processes, at most ``2 * jobs`` items in flight."""
+    if jobs == 1 or len(work) < 2:
         for item in work:
             yield function(*item)
         return
-    with worker_pool(jobs) as pool:
+    with worker_pool(jobs, len(work)) as pool:
         pending = []
         for item in work:
             pending.append(pool.submit(function, *item))
@@ -164,7 +214,8 @@ def _run(function, work, jobs: int):
 def write_references(images, out, jobs: int | None = None,
                      max_pixels: int | None = None) -> list[str]:
     """``refseg golden reference``: every image read and checked first, then one reference
-    file each, the folder published whole (:func:`refseg.publish.staged_folders`)."""
+    file each and the folder's ``index.json`` (listing them beside the images an earlier run
+    wrote there), the folder published whole (:func:`refseg.publish.staged_folders`)."""
     files = image_files(images)
     jobs = checked_jobs(jobs)
     limit = MAX_PIXELS if max_pixels is None else check_max_pixels(max_pixels)
@@ -178,23 +229,45 @@ def write_references(images, out, jobs: int | None = None,
     out = publish.check_output_folder(out)
     with publish.staged_folders(out) as staging:
         done = list(_run(generate_reference, [(p, staging.root, limit) for p in files], jobs))
-    return done
+        references.write_index(staging.root, {r.pop("image"): r for r in done},
+                               references.previous_index(staging.out))
+    return list(names)
 
 
 def compare_folders(reference_dir, candidate_dir, jobs: int | None = None):
-    """Yield :func:`compare_image` of every reference file against the candidate file of the
-    same name, in name order, ``jobs`` processes at a time."""
+    """Yield, in name order, :func:`compare_image` of every image ``index.json`` lists
+    against the candidate file of its name, ``jobs`` processes at a time, and a result for
+    every image not compared: a listed reference file that is missing, a reference file the
+    index does not list, a candidate file without a reference (status ``unreferenced``)."""
     reference_dir, candidate_dir = Path(reference_dir), Path(candidate_dir)
     jobs = checked_jobs(jobs)
     if not reference_dir.is_dir():
         raise InputError(f"{reference_dir}: no such folder")
     if not candidate_dir.is_dir():
         raise InputError(f"{candidate_dir}: no such folder")
-    files = sorted(reference_dir.glob("*.npz"))
-    if not files:
+    index = references.read_index(reference_dir)
+    on_disk = {p.stem for p in reference_dir.glob("*.npz")}
+    candidates = {p.stem for p in candidate_dir.glob("*.npz")}
+    if not index and not on_disk:
         raise InputError(f"{reference_dir}: no reference files (.npz); write them with "
                          "`refseg golden reference`")
-    yield from _run(compare_image, [(f, candidate_dir / f.name) for f in files], jobs)
+    listed = [n for n in sorted(index) if n in on_disk]
+    compared = _run(compare_image, [(reference_dir / f"{n}.npz", candidate_dir / f"{n}.npz",
+                                     index[n]["sha256"]) for n in listed], jobs)
+    where = references.INDEX
+    for name in sorted(set(index) | on_disk | candidates):
+        if name in index and name in on_disk:
+            yield next(compared)
+        elif name in index:
+            yield _unchecked(name, "error", f"{reference_dir / (name + '.npz')}: listed in "
+                             f"{where} but missing (deleted?); not compared")
+        elif name in on_disk:
+            yield _unchecked(name, "error", f"{reference_dir / (name + '.npz')}: not listed "
+                             f"in {where} (copied in by hand?); not compared")
+        else:
+            yield _unchecked(name, "unreferenced", f"{candidate_dir / (name + '.npz')}: no "
+                             f"reference file for image {name!r} in {reference_dir}; not "
+                             "compared")
 
 
 def summarize(results) -> dict:
@@ -203,13 +276,16 @@ def summarize(results) -> dict:
     status = Counter(r["status"] for r in results)
     steps = Counter(s for r in results for s in r["first_failing"][:1])
     diagnoses = Counter(d for r in results for d in r["diagnosis"])
-    unexplained = sum(r["status"] == "fail" and not r["diagnosis"] for r in results)
+    unexplained = sum(r["status"] == "fail" and bool(r["first_failing"])
+                      and not r["diagnosis"] for r in results)
     return {"images": len(results), "passed": status["pass"], "failed": status["fail"],
             "missing": status["missing"], "errors": status["error"],
+            "unreferenced": status["unreferenced"],
             "first_failing_step": dict(steps.most_common()),
             "diagnosis": dict(diagnoses.most_common()), "no_known_reading": unexplained,
-            "failing_images": [{k: r[k] for k in ("image", "status", "first_failing",
-                                                  "diagnosis", "error")}
+            "failing_images": [{k: r[k] for k in ("image", "status", "first_failing", "why",
+                                                  "missing_steps", "unexpected", "diagnosis",
+                                                  "error")}
                                for r in results if r["status"] != "pass"]}
 
 
@@ -217,7 +293,8 @@ def summary_text(summary: dict, shown: int = 10) -> str:
     """The summary table of a comparison."""
     lines = [f"images: {summary['images']}, passed {summary['passed']}, failed "
              f"{summary['failed']}, missing {summary['missing']}, unreadable "
-             f"{summary['errors']}"]
+             f"{summary['errors']}" + (f", without reference {summary['unreferenced']}"
+                                       if summary["unreferenced"] else "")]
     width = max([len(k) for k in (*summary["first_failing_step"], *summary["diagnosis"])]
                 + [len("no known reading matches")])
     if summary["first_failing_step"]:
@@ -232,8 +309,31 @@ def summary_text(summary: dict, shown: int = 10) -> str:
     if failing:
         lines += ["", f"failing images (first {min(shown, len(failing))} of {len(failing)}):"]
         for r in failing[:shown]:
-            what = r["error"] or (", ".join(r["first_failing"][:2]) + (
-                f"; {', '.join(r['diagnosis'])}" if r["diagnosis"] else ""))
-            lines.append(f"  {r['image']}: {r['status']}: {what}")
+            lines.append(f"  {r['image']}: {r['status']}: {_failure_text(r)}")
     lines.append("PASS" if summary["passed"] == summary["images"] else "FAIL")
     return "\n".join(lines)
+
+
+def _failure_text(r: dict) -> str:
+    """Why one image did not pass: its error, or its first failing steps (the reason, for a
+    candidate image that is not the reference's), the steps missing from the candidate, its
+    keys naming no array, and its diagnoses."""
+    if r["error"]:
+        return r["error"]
+    parts = []
+    if r["first_failing"]:
+        first = ", ".join(r["first_failing"][:2])
+        if r["first_failing"][0] == "input":
+            first += (f" (the candidate's image is not the one the reference was made from: "
+                      f"{r['why']})")
+        parts.append(first)
+    if r["missing_steps"]:
+        steps = r["missing_steps"]
+        parts.append(f"missing from the candidate: {', '.join(steps[:4])}"
+                     + (f" ... ({len(steps)} steps)" if len(steps) > 4 else ""))
+    if r["unexpected"]:
+        parts.append(f"{len(r['unexpected'])} key{'s' * (len(r['unexpected']) > 1)} naming "
+                     f"no array ({r['unexpected'][0]})")
+    if r["diagnosis"]:
+        parts.append(", ".join(r["diagnosis"]))
+    return "; ".join(parts)

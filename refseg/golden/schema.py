@@ -77,15 +77,21 @@ def load_manifest(path: Path) -> dict:
         raise InputError(f"{path.parent}: no {path.name}; not a golden bundle") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not readable ({exc})") from None
+    return parse_document(text, path)
+
+
+def parse_document(text: str, where) -> object:
+    """JSON text as :func:`load_manifest` reads it (no NaN, infinite or overflowing numbers,
+    nesting at most :data:`MAX_DEPTH`); InputError naming ``where`` otherwise."""
     # counting brackets first keeps the parser's recursion far from Python's limit
     if bracket_depth(text) > MAX_DEPTH:
-        raise InputError(f"{path}: nested deeper than a manifest ({MAX_DEPTH} levels)")
+        raise InputError(f"{where}: nested deeper than a manifest ({MAX_DEPTH} levels)")
     try:
         data = json.loads(text, parse_float=_finite, parse_constant=_constant)
     except (ValueError, RecursionError) as exc:
-        raise InputError(f"{path}: not readable JSON ({exc})") from None
+        raise InputError(f"{where}: not readable JSON ({exc})") from None
     if _depth(data, MAX_DEPTH) > MAX_DEPTH:
-        raise InputError(f"{path}: nested deeper than a manifest ({MAX_DEPTH} levels)")
+        raise InputError(f"{where}: nested deeper than a manifest ({MAX_DEPTH} levels)")
     return data
 
 

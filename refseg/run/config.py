@@ -18,12 +18,13 @@ from refseg.data.synthetic_options import MAX_COUNT
 from refseg.errors import InputError
 from refseg.cite import infrastructure
 from refseg.models.parts import BRANCHES
+from refseg.vocabulary import MAX_JOBS
 
 #: The ranges of the numeric settings, checked before anything is read or written: wide
 #: enough for any run on one machine, narrow enough that a typo fails at once instead of
 #: running for days or asking for terabytes.
 RANGES = {"epochs": (1, 10_000), "batch_size": (1, 1024), "calibration_images": (1, 100_000),
-          "seed": (0, 2 ** 32 - 1), "jobs": (1, 1024)}
+          "seed": (0, 2 ** 32 - 1), "jobs": (1, MAX_JOBS)}
 #: Largest side of the network input (the patent's welds are 550x156).
 MAX_INPUT_SIDE = 4096
 #: Adam's learning rate lies in (0, MAX_LEARNING_RATE].
