@@ -331,6 +331,24 @@ def test_wrong_dtype_missing_array_and_nan_fail_with_reasons(bundle, tmp_path):
 
 
 @pytest.mark.infrastructure
+def test_a_big_endian_candidate_with_identical_values_passes(bundle, tmp_path):
+    """The byte order is how a file stores values: a candidate written big-endian (by another
+    machine or library) with refseg's values passes, bit-identical, and one changed value in
+    it still fails."""
+    folder, manifest, stored, kept = bundle
+    arrays = {n: a.astype(a.dtype.newbyteorder(">")) if a.dtype.itemsize > 1 else a
+              for n, a in _own(manifest, stored, kept, IMAGE).items()}
+    assert arrays[f"{IMAGE}/gray"].dtype.str == ">f8"
+    status, report = _check(folder, tmp_path, arrays, f"{IMAGE}/*")
+    assert status == 0 and report["failed"] == 0, report["rows"]
+    assert all(r["identical"] for r in report["rows"])
+    arrays[f"{IMAGE}/gray"] = arrays[f"{IMAGE}/gray"].copy()
+    arrays[f"{IMAGE}/gray"][3, 4] += 1.0
+    status, report = _check(folder, tmp_path, arrays, f"{IMAGE}/*")
+    assert status == 1 and _row(report, f"{IMAGE}/gray")["position"] == [3, 4]
+
+
+@pytest.mark.infrastructure
 def test_summarised_arrays_fail_on_any_interior_change_with_its_own_numbers(bundle):
     folder, manifest, stored, kept = bundle
     name = "net/grad/x1/kernel"
