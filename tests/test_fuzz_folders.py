@@ -153,3 +153,146 @@ def test_predict_with_made_up_run_folders(tmp_path_factory, capsys, config, chec
     assert status == 2  # no made-up run is a whole trained run
     assert digest(folder) == before and not (folder / "out").exists()
 
+
+
+# -- reference folders (`golden reference`, `golden compare`) -----------------------------------
+@pytest.fixture(scope="module")
+def reference_pair(tmp_path_factory):
+    """A reference folder of three small images, refseg's own candidates for them, and the
+    images."""
+    from reference_folders import make_image, own_candidates
+
+    root = tmp_path_factory.mktemp("reference_pair")
+    (root / "images").mkdir()
+    for i, (rows, cols) in enumerate([(9, 12), (16, 11), (3, 3)]):
+        make_image(root / "images" / f"{'abc'[i]}.png", rows, cols, seed=i)
+    assert main(["golden", "reference", str(root / "images"), "--out", str(root / "ref"),
+                 "--jobs", "1"]) == 0
+    own_candidates(root / "ref", root / "cand")
+    return root
+
+
+def _edit(folder: Path, edit, draw) -> None:
+    """One hand edit of a folder: a file deleted, renamed, copied under another name,
+    truncated, a byte flipped, replaced by made-up bytes, or (an .npz) an array dropped,
+    replaced or added, or index.json rewritten."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        return
+    path = files[draw(st.integers(0, len(files) - 1))]
+    other = folder / draw(st.sampled_from(["a.npz", "b.npz", "c.npz", "d.npz", "x y.npz",
+                                           "index.json", "notes.txt"]))
+    if edit == "delete":
+        path.unlink()
+    elif edit == "rename" and other != path:
+        path.rename(other)
+    elif edit == "copy" and other != path:
+        other.write_bytes(path.read_bytes())
+    elif edit == "truncate":
+        data = path.read_bytes()
+        path.write_bytes(data[:draw(st.integers(0, max(0, len(data) - 1)))])
+    elif edit == "flip":
+        data = bytearray(path.read_bytes())
+        if data:
+            data[draw(st.integers(0, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
+            path.write_bytes(bytes(data))
+    elif edit == "bytes":
+        path.write_bytes(draw(st.binary(max_size=80)))
+    elif edit == "index":
+        index = json.loads((folder / "index.json").read_text()) if (
+            folder / "index.json").is_file() else {}
+        index[draw(st.sampled_from(["format", "format_version", "refseg", "images"]))] = \
+            draw(values)
+        if isinstance(index.get("images"), dict) and draw(st.booleans()):
+            index["images"][draw(st.sampled_from(["a", "b", "d", "../a"]))] = draw(
+                row_like(("file", "sha256", "source")) | values)
+        (folder / "index.json").write_text(dump(index))
+    elif edit in ("drop", "array", "key") and path.suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                content = dict(npz)
+        except Exception:  # an earlier edit made it unreadable: nothing to edit
+            return
+        keys = sorted(content)
+        key = keys[draw(st.integers(0, len(keys) - 1))] if keys else "x"
+        if edit == "drop":
+            content.pop(key, None)
+        elif edit == "array":
+            content[key] = draw(arrays)
+        else:
+            content[draw(st.sampled_from(["claim1/a/gary", "extra", f"{key}@slice0"]))] = \
+                draw(arrays)
+        np.savez(path, **content)
+
+
+EDITS = st.sampled_from(["delete", "rename", "copy", "truncate", "flip", "bytes", "index",
+                         "drop", "array", "key"])
+
+
+@FUZZ
+@given(ref_edits=st.lists(EDITS, max_size=3), cand_edits=st.lists(EDITS, max_size=3),
+       rewrite=st.booleans(), draw=st.data())
+def test_golden_compare_and_reference_on_hand_edited_folders(tmp_path_factory, capsys,
+                                                             reference_pair, ref_edits,
+                                                             cand_edits, rewrite, draw):
+    """Reference and candidate folders edited by hand: `golden compare` ends in a verdict (0 or
+    1) or one clean line (2), leaves both folders as they were, and passes only when both
+    sides hold the same images, every reference file the one index.json records; `golden
+    reference` into an edited folder leaves every file it does not write as it was."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("edited")
+    ref, cand = folder / "ref", folder / "cand"
+    shutil.copytree(reference_pair / "ref", ref)
+    shutil.copytree(reference_pair / "cand", cand)
+    for edit in ref_edits:
+        _edit(ref, edit, draw.draw)
+    for edit in cand_edits:
+        _edit(cand, edit, draw.draw)
+    if rewrite:
+        before = digest(ref)
+        status, _ = run_cli(capsys, "golden", "reference", reference_pair / "images" / "a.png",
+                            "--out", ref, "--jobs", "1")
+        after = digest(ref)
+        for name in ("a.npz", "index.json", ".refseg-output"):
+            before.pop(name, None)
+            after.pop(name, None)
+        assert after == before
+    before = digest(folder)
+    capsys.readouterr()
+    status = main(["golden", "compare", str(ref), str(cand), "--jobs", "1"])
+    out, err = capsys.readouterr()
+    assert status in (0, 1, 2), (status, err)
+    if status == 2:
+        assert err.startswith("refseg: error: ") and err.count("\n") == 1, err
+    assert not err or status == 2, err
+    assert digest(folder) == before
+    if status == 0:
+        index = json.loads((ref / "index.json").read_text())["images"]
+        stems = {p.stem for p in ref.glob("*.npz")}
+        assert stems == set(index) == {p.stem for p in cand.glob("*.npz")}, out
+        assert all(hashlib.sha256((ref / f"{n}.npz").read_bytes()).hexdigest() ==
+                   index[n]["sha256"] for n in stems), out
+
+
+@pytest.mark.parametrize("rows, cols, storage", [(362, 362, "full"), (363, 363, "summary"),
+                                                 (900, 1200, "summary")])
+def test_golden_reference_and_compare_around_the_summary_threshold(tmp_path, capsys, rows,
+                                                                   cols, storage):
+    """Images of 131,044, 131,769 (the summary threshold is 131,072 elements) and 1,080,000
+    pixels: referenced, stored as the threshold says, refseg's own candidate passes; a
+    candidate folder missing the image's file fails it as missing."""
+    from reference_folders import make_image, own_candidates
+    from refseg.golden.references import read_reference
+
+    image = make_image(tmp_path / "photo.png", rows, cols)
+    ref = tmp_path / "ref"
+    status, _ = run_cli(capsys, "golden", "reference", image, "--out", ref, "--jobs", "1")
+    assert status == 0
+    assert read_reference(ref / "photo.npz").entries["claim1/photo/gray"]["storage"] == storage
+    cand = own_candidates(ref, tmp_path / "cand")
+    assert main(["golden", "compare", str(ref), str(cand)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "PASS"
+    (cand / "photo.npz").unlink()
+    assert main(["golden", "compare", str(ref), str(cand)]) == 1
+    assert "photo: missing: " in capsys.readouterr().out
