@@ -345,8 +345,8 @@ def test_synth_draws_the_same_files_in_any_number_of_processes(tmp_path, capsys)
     capsys.readouterr()
     assert main(["synth", "--count", "2", "--out", str(tmp_path / "none"),
                  "--jobs", "0"]) == 2
-    assert capsys.readouterr().err.strip() == ("refseg: error: --jobs: expected a positive "
-                                                "integer, got 0")
+    assert capsys.readouterr().err.strip() == ("refseg: error: --jobs: expected an integer "
+                                                "from 1 to 1024, got 0")
     assert not (tmp_path / "none").exists()
 
 
