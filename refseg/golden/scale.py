@@ -115,7 +115,8 @@ def _step(name: str) -> str:
     return "input" if name.startswith("input/") else name.split("/", 2)[-1]
 
 
-def _unchecked(image: str, status: str, error: str) -> dict:
+def _result(image: str, status: str, error: str) -> dict:
+    """An image's result as :func:`compare_image` returns it, nothing compared yet."""
     return {"image": image, "status": status, "checked": 0, "failed": 0, "first_failing": [],
             "why": "", "missing_steps": [], "unexpected": [], "diagnosis": [], "error": error}
 
@@ -147,7 +148,7 @@ def compare_image(reference, candidate, sha256: str | None = None) -> dict:
     (whole arrays only up to the summary threshold), one candidate array and its comparison.
     """
     reference, candidate = Path(reference), Path(candidate)
-    out = _unchecked(reference.stem, "pass", "")
+    out = _result(reference.stem, "pass", "")
     try:
         ref = references.read_reference(reference, sha256)
         out["image"] = ref.name
@@ -259,13 +260,13 @@ def compare_folders(reference_dir, candidate_dir, jobs: int | None = None):
         if name in index and name in on_disk:
             yield next(compared)
         elif name in index:
-            yield _unchecked(name, "error", f"{reference_dir / (name + '.npz')}: listed in "
+            yield _result(name, "error", f"{reference_dir / (name + '.npz')}: listed in "
                              f"{where} but missing (deleted?); not compared")
         elif name in on_disk:
-            yield _unchecked(name, "error", f"{reference_dir / (name + '.npz')}: not listed "
+            yield _result(name, "error", f"{reference_dir / (name + '.npz')}: not listed "
                              f"in {where} (copied in by hand?); not compared")
         else:
-            yield _unchecked(name, "unreferenced", f"{candidate_dir / (name + '.npz')}: no "
+            yield _result(name, "unreferenced", f"{candidate_dir / (name + '.npz')}: no "
                              f"reference file for image {name!r} in {reference_dir}; not "
                              "compared")
 
