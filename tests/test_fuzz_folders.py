@@ -1,7 +1,8 @@
-"""Hypothesis-made report folders, run folders and weight files through the real command line
-(``refseg.cli.main`` in this process, so that many examples stay quick): each ends in exit 0
-or in one line ``refseg: error: ...`` with exit 2, never a traceback, and leaves every file it
-was given byte-identical."""
+"""Hypothesis-made report folders, run folders, weight files and hand-edited golden reference
+and candidate folders through the real command line (``refseg.cli.main`` in this process, so
+that many examples stay quick): each ends in exit 0 (or 1, a comparison's verdict) or in one
+line ``refseg: error: ...`` with exit 2, never a traceback, and leaves every file it was given
+byte-identical; reference folders also over images around the summary threshold."""
 import hashlib
 import io
 import json
