@@ -25,6 +25,7 @@ from refseg import publish
 from refseg.images import MAX_PIXELS, check_max_pixels, decode_image, read_bytes, read_image
 from refseg.errors import InputError
 from refseg.workers import checked_jobs, worker_pool
+from refseg.golden.accepted import accepted_lines
 from refseg.golden.check import CheckRow, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
 from refseg.golden.format import BundleBuilder, array_sha256, read_npz
@@ -99,20 +100,29 @@ def generate_reference(image, out_dir, max_pixels: int | None = None) -> str:
     return name
 
 
-def compare_image(reference, candidate) -> dict:
+def compare_image(reference, candidate, accept=(), pictures: bool = False) -> dict:
     """Compare one candidate file with one reference file.
+
+    ``accept``: accepted differences (:mod:`refseg.golden.accepted`); ``pictures``: also a
+    picture of each failing 2-D array (:func:`refseg.golden.failure_page.array_picture`).
 
     Returns
     -------
     dict
         ``image``; ``status`` ("pass", "fail", "missing": no candidate file, "error": an
-        unreadable file, with ``error``); ``checked`` and ``failed`` array counts;
-        ``first_failing``: the root-cause steps (``gray``, ``edges/canny`` ...); ``diagnosis``:
-        ``"<reading> <alternative>"`` of each alternative the image matches, root cause first.
+        unreadable file, with ``error``); ``checked``, ``passed``, ``failed`` and ``accepted``
+        array counts; ``first_failing``: the root-cause steps (``gray``, ``edges/canny`` ...);
+        ``diagnosis``: ``"<reading> <alternative>"`` of each alternative the image matches,
+        root cause first; ``rows``: each array's name, status, reason and root causes;
+        ``accepted_by``: the numbers of the accept entries used; ``pictures`` when asked.
     """
+    from refseg.golden.accepted import PASSING, apply_acceptances
+    from refseg.golden.failure_page import row_pictures
+
     reference, candidate = Path(reference), Path(candidate)
-    out = {"image": reference.stem, "status": "pass", "checked": 0, "failed": 0,
-           "first_failing": [], "diagnosis": [], "error": ""}
+    out = {"image": reference.stem, "status": "pass", "checked": 0, "passed": 0, "failed": 0,
+           "accepted": 0, "first_failing": [], "diagnosis": [], "error": "", "rows": [],
+           "accepted_by": [], "pictures": []}
     try:
         stored = read_npz(reference, "reference arrays")
         inputs = [k for k in stored if k.startswith("input/")]
@@ -133,12 +143,24 @@ def compare_image(reference, candidate) -> dict:
         elif entry["role"] == "output":
             rows.append(CheckRow(key, "missing", "not in the candidate"))
     link_causes(rows, entries)
-    failed = [r for r in rows if r.status != "pass"]
+    vectors = None
+    if accept and any(r.status == "fail" for r in rows):
+        vectors, notes, members = image_vectors(name, stored[f"input/{name}"])
+        used = apply_acceptances(accept, rows, entries, values, vectors, members)
+        out["accepted_by"] = sorted({d["entry"] for d in used})
+    failed = [r for r in rows if r.status not in PASSING]
     out.update(checked=len(rows), failed=len(failed),
-               first_failing=[r.name.split("/", 2)[2] for r in rows if r.root_cause])
+               passed=sum(r.status == "pass" for r in rows),
+               accepted=sum(r.status == "accepted" for r in rows),
+               first_failing=[r.name.split("/", 2)[2] for r in rows if r.root_cause],
+               rows=[{"name": r.name, "status": r.status, "reason": r.reason,
+                      "follows": r.follows} for r in rows])
+    if pictures:
+        out["pictures"] = row_pictures(rows, entries, stored, values)
     if failed:
         out["status"] = "fail"
-        vectors, notes, members = image_vectors(name, stored[f"input/{name}"])
+        if vectors is None:
+            vectors, notes, members = image_vectors(name, stored[f"input/{name}"])
         found = diagnose(vectors, notes, members, rows, values, entries)
         out["diagnosis"] = list(dict.fromkeys(f"{d['reading']} {d['alternative']}"
                                               for d in found))
@@ -181,9 +203,11 @@ def write_references(images, out, jobs: int | None = None,
     return done
 
 
-def compare_folders(reference_dir, candidate_dir, jobs: int | None = None):
+def compare_folders(reference_dir, candidate_dir, jobs: int | None = None, accept=(),
+                    pictures: bool = False):
     """Yield :func:`compare_image` of every reference file against the candidate file of the
-    same name, in name order, ``jobs`` processes at a time."""
+    same name, in name order, ``jobs`` processes at a time (``accept`` and ``pictures`` as
+    :func:`compare_image` takes them)."""
     reference_dir, candidate_dir = Path(reference_dir), Path(candidate_dir)
     jobs = checked_jobs(jobs)
     if not reference_dir.is_dir():
@@ -194,11 +218,15 @@ def compare_folders(reference_dir, candidate_dir, jobs: int | None = None):
     if not files:
         raise InputError(f"{reference_dir}: no reference files (.npz); write them with "
                          "`refseg golden reference`")
-    yield from _run(compare_image, [(f, candidate_dir / f.name) for f in files], jobs)
+    yield from _run(compare_image, [(f, candidate_dir / f.name, accept, pictures)
+                                    for f in files], jobs)
 
 
-def summarize(results) -> dict:
-    """Counts over per-image results: images, by status, first failing steps, diagnoses."""
+def summarize(results, accept=()) -> dict:
+    """Counts over per-image results: images, by status, first failing steps, diagnoses,
+    array counts per image, and the accept entries (``accept``) no image used."""
+    from refseg.golden.accepted import unused_entries
+
     results = list(results)
     status = Counter(r["status"] for r in results)
     steps = Counter(s for r in results for s in r["first_failing"][:1])
@@ -208,6 +236,11 @@ def summarize(results) -> dict:
             "missing": status["missing"], "errors": status["error"],
             "first_failing_step": dict(steps.most_common()),
             "diagnosis": dict(diagnoses.most_common()), "no_known_reading": unexplained,
+            "per_image": [{k: r.get(k, 0) for k in ("image", "status", "checked", "passed",
+                                                    "failed", "accepted")} for r in results],
+            "accept_unused": unused_entries(
+                accept, [n for r in results for n in r.get("accepted_by", ())],
+                [row["name"] for r in results for row in r.get("rows", ())]),
             "failing_images": [{k: r[k] for k in ("image", "status", "first_failing",
                                                   "diagnosis", "error")}
                                for r in results if r["status"] != "pass"]}
@@ -228,6 +261,7 @@ def summary_text(summary: dict, shown: int = 10) -> str:
         lines += ["", f"{'diagnosis':<{width + 2}} images"]
         lines += [f"  {d:<{width}} {count:>6}" for d, count in summary["diagnosis"].items()]
         lines.append(f"  {'no known reading matches':<{width}} {summary['no_known_reading']:>6}")
+    lines += per_image_lines(summary, shown)
     failing = summary["failing_images"]
     if failing:
         lines += ["", f"failing images (first {min(shown, len(failing))} of {len(failing)}):"]
@@ -235,5 +269,26 @@ def summary_text(summary: dict, shown: int = 10) -> str:
             what = r["error"] or (", ".join(r["first_failing"][:2]) + (
                 f"; {', '.join(r['diagnosis'])}" if r["diagnosis"] else ""))
             lines.append(f"  {r['image']}: {r['status']}: {what}")
+    lines += accepted_lines([], summary.get("accept_unused", []))
     lines.append("PASS" if summary["passed"] == summary["images"] else "FAIL")
     return "\n".join(lines)
+
+
+def per_image_lines(summary: dict, shown: int = 10) -> list[str]:
+    """The table of array counts per image: the images with a failing or accepted array
+    first (at most ``shown`` + 10 rows; the rest are counted)."""
+    rows = sorted(summary.get("per_image", ()), key=lambda r: (r["status"] == "pass"
+                                                               and not r["accepted"]))
+    if not rows:
+        return []
+    limit = shown + 10
+    width = max(len("image"), *(len(r["image"]) for r in rows[:limit]))
+    lines = ["", f"{'image':<{width}}  {'status':<7} {'arrays':>6} {'passed':>6} "
+                 f"{'failed':>6} {'accepted':>8}"]
+    lines += [f"{r['image']:<{width}}  {r['status']:<7} {r['checked']:>6} {r['passed']:>6} "
+              f"{r['failed']:>6} {r['accepted']:>8}" for r in rows[:limit]]
+    if len(rows) > limit:
+        rest = rows[limit:]
+        lines.append(f"... {len(rest)} more images ({sum(r['status'] == 'pass' for r in rest)}"
+                     " passing); every image's counts are in --report's per_image")
+    return lines
