@@ -248,8 +248,11 @@ def summarize(results, accept=()) -> dict:
 
 def summary_text(summary: dict, shown: int = 10) -> str:
     """The summary table of a comparison."""
-    lines = [f"images: {summary['images']}, passed {summary['passed']}, failed "
-             f"{summary['failed']}, missing {summary['missing']}, unreadable "
+    accepted = sum(r["status"] == "pass" and r["accepted"] > 0
+                   for r in summary.get("per_image", ()))
+    lines = [f"images: {summary['images']}, passed {summary['passed']}"
+             + (f" ({accepted} with accepted differences)" if accepted else "")
+             + f", failed {summary['failed']}, missing {summary['missing']}, unreadable "
              f"{summary['errors']}"]
     width = max([len(k) for k in (*summary["first_failing_step"], *summary["diagnosis"])]
                 + [len("no known reading matches")])
@@ -277,8 +280,9 @@ def summary_text(summary: dict, shown: int = 10) -> str:
 def per_image_lines(summary: dict, shown: int = 10) -> list[str]:
     """The table of array counts per image: the images with a failing or accepted array
     first (at most ``shown`` + 10 rows; the rest are counted)."""
-    rows = sorted(summary.get("per_image", ()), key=lambda r: (r["status"] == "pass"
-                                                               and not r["accepted"]))
+    rows = sorted(summary.get("per_image", ()),
+                  key=lambda r: 2 if r["status"] == "pass" and not r["accepted"] else
+                  1 if r["status"] == "pass" else 0)
     if not rows:
         return []
     limit = shown + 10
