@@ -167,7 +167,9 @@ def check_pictures(report) -> list[dict]:
 
 # -- the page ------------------------------------------------------------------------------------
 def _e(text) -> str:
-    return html.escape(str(text), quote=True)
+    # a file name that is not UTF-8 (surrogate escapes) is shown as its escapes
+    return html.escape(str(text).encode("utf-8", "backslashreplace").decode("utf-8"),
+                       quote=True)
 
 
 def _figure(picture: dict, reason: str) -> str:

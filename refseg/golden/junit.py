@@ -23,7 +23,9 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def _text(value) -> str:
-    return _NOT_XML.sub("?", str(value))
+    # a file name that is not UTF-8 (surrogate escapes) is written as its escapes
+    text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+    return _NOT_XML.sub("?", text)
 
 
 def _one_line(text: str, limit: int = 1000) -> str:

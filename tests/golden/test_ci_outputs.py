@@ -16,7 +16,6 @@ from browser import load_page
 from junit_schema import JUNIT_XSD, junit_problems
 from refseg import cli
 from refseg.claim1.alternatives import BY_NAME
-from refseg.golden import read_bundle
 from refseg.golden.candidate import own_candidate
 from refseg.golden.failure_page import (BORDER_WIDTH, CANDIDATE_COLOUR, REFERENCE_COLOUR,
                                         array_picture)
