@@ -120,7 +120,7 @@ def array_picture(name: str, golden, value, tolerance: dict) -> dict | None:
         rgb[~ring] = shade[~ring, None]
     rgb[higher], rgb[lower] = CANDIDATE_COLOUR, REFERENCE_COLOUR
     buffer = io.BytesIO()
-    Image.fromarray(rgb).save(buffer, format="PNG", optimize=True)
+    Image.fromarray(rgb).save(buffer, format="PNG")
     return {"name": name, "shape": list(golden.shape), "binary": bool(binary),
             "labels": list(labels), "counts": counts,
             "png": base64.b64encode(buffer.getvalue()).decode("ascii")}
