@@ -3,7 +3,8 @@
 
 Every file is checked before the work (:func:`refseg.publish.check_single_output`: not an
 input, not another output, not a user's file without ``--force``), built whole in memory, and
-only then written, each atomically: a failure while building leaves none of them.
+only then written, each atomically: a failure while building leaves none of them. Also here:
+the table of array counts per image that a comparison's text ends with.
 """
 from __future__ import annotations
 
@@ -81,3 +82,24 @@ def write_compare_outputs(summary: dict, results: list, folders: tuple, report_p
         files[page] = ("text", compare_page(summary, results,
                                             accepted_lines([], summary["accept_unused"])))
     _write(files)
+
+
+def per_image_lines(summary: dict, shown: int = 10) -> list[str]:
+    """The table of array counts per image: the images with a failing or accepted array
+    first (at most ``shown`` + 10 rows; the rest are counted)."""
+    rows = sorted(summary.get("per_image", ()),
+                  key=lambda r: 2 if r["status"] == "pass" and not r["accepted"] else
+                  1 if r["status"] == "pass" else 0)
+    if not rows:
+        return []
+    limit = shown + 10
+    width = max(len("image"), *(len(r["image"]) for r in rows[:limit]))
+    lines = ["", f"{'image':<{width}}  {'status':<7} {'arrays':>6} {'passed':>6} "
+                 f"{'failed':>6} {'accepted':>8}"]
+    lines += [f"{r['image']:<{width}}  {r['status']:<7} {r['checked']:>6} {r['passed']:>6} "
+              f"{r['failed']:>6} {r['accepted']:>8}" for r in rows[:limit]]
+    if len(rows) > limit:
+        rest = rows[limit:]
+        lines.append(f"... {len(rest)} more images ({sum(r['status'] == 'pass' for r in rest)}"
+                     " passing); every image's counts are in --report's per_image")
+    return lines

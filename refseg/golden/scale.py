@@ -26,6 +26,7 @@ from refseg.images import MAX_PIXELS, check_max_pixels, decode_image, read_bytes
 from refseg.errors import InputError
 from refseg.workers import checked_jobs, worker_pool
 from refseg.golden.accepted import accepted_lines
+from refseg.golden.outputs import per_image_lines
 from refseg.golden.check import CheckRow, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
 from refseg.golden.format import BundleBuilder, array_sha256, read_npz
@@ -276,23 +277,3 @@ def summary_text(summary: dict, shown: int = 10) -> str:
     lines.append("PASS" if summary["passed"] == summary["images"] else "FAIL")
     return "\n".join(lines)
 
-
-def per_image_lines(summary: dict, shown: int = 10) -> list[str]:
-    """The table of array counts per image: the images with a failing or accepted array
-    first (at most ``shown`` + 10 rows; the rest are counted)."""
-    rows = sorted(summary.get("per_image", ()),
-                  key=lambda r: 2 if r["status"] == "pass" and not r["accepted"] else
-                  1 if r["status"] == "pass" else 0)
-    if not rows:
-        return []
-    limit = shown + 10
-    width = max(len("image"), *(len(r["image"]) for r in rows[:limit]))
-    lines = ["", f"{'image':<{width}}  {'status':<7} {'arrays':>6} {'passed':>6} "
-                 f"{'failed':>6} {'accepted':>8}"]
-    lines += [f"{r['image']:<{width}}  {r['status']:<7} {r['checked']:>6} {r['passed']:>6} "
-              f"{r['failed']:>6} {r['accepted']:>8}" for r in rows[:limit]]
-    if len(rows) > limit:
-        rest = rows[limit:]
-        lines.append(f"... {len(rest)} more images ({sum(r['status'] == 'pass' for r in rest)}"
-                     " passing); every image's counts are in --report's per_image")
-    return lines
