@@ -65,11 +65,36 @@ def _candidate(args) -> str:
             f"`refseg golden check {args.folder} {args.destination}{parts}`")
 
 
+def _ci_arguments(parser, unit: str):
+    """``--junit``, ``--html``, ``--accept`` and ``--force`` of ``golden check`` and
+    ``golden compare``."""
+    parser.add_argument("--junit", type=Path, default=None, metavar="FILE",
+                        help=f"write JUnit XML for CI here: one testcase per {unit}")
+    parser.add_argument("--html", type=Path, default=None, metavar="FILE",
+                        help="write one self-contained page here: each failing 2-D array "
+                             "as a picture of candidate-only against reference-only pixels")
+    parser.add_argument("--accept", type=Path, default=None, metavar="FILE",
+                        help="TOML list of accepted differences (array pattern, reading or "
+                             "bound, reason): they are reported and do not fail")
+    add_force(parser, " (--report, --junit, --html)")
+
+
+def _outputs(args, inputs):
+    """The accept file read and the output files checked, before any work."""
+    from refseg.golden.accepted import read_accept_file
+    from refseg.golden.outputs import check_outputs
+
+    accept = read_accept_file(args.accept) if args.accept is not None else ()
+    check_outputs({"--report": args.report, "--junit": args.junit, "--html": args.html},
+                  [*inputs, *([args.accept] if args.accept is not None else [])], args.force)
+    return accept
+
+
 def _check_arguments(parser):
     parser.add_argument("folder", type=Path, help="bundle folder")
     parser.add_argument("candidate", type=Path, help=".npz keyed by the manifest's array names")
     parser.add_argument("--report", type=Path, default=None, help="write the rows as JSON here")
-    add_force(parser, " (--report)")
+    _ci_arguments(parser, "array")
     parser.add_argument("--part", action="append", default=None, choices=GOLDEN_PARTS,
                         help="check only this part of the bundle (repeatable; default: all)")
     parser.add_argument("--select", action="append", default=None, metavar="PATTERN",
@@ -81,16 +106,17 @@ def _check_arguments(parser):
 
 
 def _check(args) -> tuple[str, int]:
-    from refseg import golden
-    from refseg.publish import check_single_output
+    import time
 
+    from refseg import golden
+    from refseg.golden.outputs import write_check_outputs
+
+    start = time.monotonic()
     _settled(args.folder)
-    if args.report is not None:
-        check_single_output(args.report, [args.folder, args.candidate], args.force, "--force")
+    accept = _outputs(args, [args.folder, args.candidate])
     report = golden.check_bundle(args.folder, args.candidate, args.select, args.part,
-                                 args.allow_extra)
-    if args.report is not None:
-        report.write_json(args.report)
+                                 args.allow_extra, accept)
+    write_check_outputs(report, args.report, args.junit, args.html, time.monotonic() - start)
     return report.text(args.verbose), 0 if report.passed else 1
 
 
@@ -115,18 +141,23 @@ def _compare_arguments(parser):
     parser.add_argument("candidate", type=Path, help="folder of <image>.npz, the same keys")
     parser.add_argument("--report", type=Path, default=None,
                         help="write the summary and each failing image as JSON here")
-    add_force(parser, " (--report)")
+    _ci_arguments(parser, "image and array")
 
 
 def _compare(args) -> tuple[str, int]:
-    from refseg.golden import scale
-    from refseg.publish import check_single_output, write_json
+    import time
 
-    if args.report is not None:
-        check_single_output(args.report, [args.reference, args.candidate], args.force)
-    summary = scale.summarize(scale.compare_folders(args.reference, args.candidate, args.jobs))
-    if args.report is not None:
-        write_json(args.report, summary)
+    from refseg.golden import scale
+    from refseg.golden.failure_page import keep_pictures
+    from refseg.golden.outputs import write_compare_outputs
+
+    start = time.monotonic()
+    accept = _outputs(args, [args.reference, args.candidate])
+    results = list(keep_pictures(scale.compare_folders(
+        args.reference, args.candidate, args.jobs, accept, pictures=args.html is not None)))
+    summary = scale.summarize(results, accept)
+    write_compare_outputs(summary, results, (args.reference, args.candidate), args.report,
+                          args.junit, args.html, time.monotonic() - start)
     return scale.summary_text(summary), 0 if summary["passed"] == summary["images"] else 1
 
 
@@ -142,6 +173,8 @@ def _weights(args) -> str:
 
 WRITE = Verb(("golden", "write"), "write DIR/manifest.json and DIR/arrays.npz",
              _write_arguments, _write)
+
+
 def _candidate_arguments(parser):
     _bundle_to_file("the candidate .npz to write")(parser)
     parser.add_argument("--part", action="append", default=None, choices=GOLDEN_PARTS,

@@ -11,7 +11,10 @@ the images of :mod:`~refseg.golden.bundle_images`, described by
 by them,
 :mod:`~refseg.golden.check` compares a candidate with one, :mod:`~refseg.golden.candidate`
 writes refseg's own candidate, :mod:`~refseg.golden.own` reads the user's images,
-:mod:`~refseg.golden.scale` compares folders of per-image files.
+:mod:`~refseg.golden.scale` compares folders of per-image files; :mod:`~refseg.golden.accepted`
+reads accepted differences, and :mod:`~refseg.golden.outputs` writes a check's or a comparison's
+JSON, JUnit XML (:mod:`~refseg.golden.junit`) and failure page
+(:mod:`~refseg.golden.failure_page`).
 """
 from refseg.golden import schema
 from refseg.golden.check import CheckReport, CheckRow, check_bundle

@@ -23,6 +23,7 @@ import numpy as np
 
 from refseg import publish
 from refseg.errors import InputError
+from refseg.golden.accepted import PASSING, accepted_lines, apply_acceptances, unused_entries
 from refseg.golden.flagged import diagnose, diagnosis_lines
 from refseg.golden.format import (PARTS, array_sha256, block_sums, chosen_parts, part_of,
                                   read_bundle, read_npz, summary_statistics)
@@ -99,16 +100,21 @@ class CheckReport:
     allow_extra: bool = False
     sizes: dict = field(default_factory=dict)
     diagnosis: list = field(default_factory=list)
+    #: the arrays an accept file accepts, and its entries that accept none
+    #: (:mod:`refseg.golden.accepted`)
+    accepted: list = field(default_factory=list)
+    accept_unused: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return all(r.status == "pass" or (r.status == "extra" and self.allow_extra)
+        return all(r.status in PASSING or (r.status == "extra" and self.allow_extra)
                    for r in self.rows)
 
     def part_summary(self, part: str) -> dict:
         rows = [r for r in self.rows if r.part == part and r.status != "extra"]
         return {"checked": len(rows), "passed": sum(r.status == "pass" for r in rows),
                 "identical": sum(r.identical for r in rows),
+                "accepted": sum(r.status == "accepted" for r in rows),
                 "failed": sum(r.status == "fail" for r in rows),
                 "missing": sum(r.status == "missing" for r in rows),
                 "root_causes": [r.name for r in rows if r.root_cause]}
@@ -116,10 +122,11 @@ class CheckReport:
     def as_dict(self) -> dict:
         return {"bundle": str(self.bundle), "candidate": str(self.candidate),
                 "passed": self.passed, "checked": sum(r.status != "extra" for r in self.rows),
-                "failed": sum(r.status not in ("pass", "extra") for r in self.rows),
+                "failed": sum(r.status not in (*PASSING, "extra") for r in self.rows),
                 "parts": {p: self.part_summary(p) for p in self.parts},
                 "unexpected": self.unexpected, "allow_extra": self.allow_extra,
-                "diagnosis": self.diagnosis, "rows": [r.as_dict() for r in self.rows]}
+                "diagnosis": self.diagnosis, "accepted": self.accepted,
+                "accept_unused": self.accept_unused, "rows": [r.as_dict() for r in self.rows]}
 
     def write_json(self, path) -> None:
         """Write :meth:`as_dict` as JSON, atomically."""
@@ -136,7 +143,7 @@ class CheckReport:
                 groups.setdefault(r.group, []).append(r)
         width = max([len(r.name) for r in self.rows] + [5])
         for group, rows in groups.items():
-            bad = [r for r in rows if r.status != "pass"]
+            bad = [r for r in rows if r.status not in PASSING]
             if not bad and not verbose:
                 continue
             roots = [r.name for r in rows if r.root_cause]
@@ -159,6 +166,7 @@ class CheckReport:
             lines.append("candidate keys that name no array of the bundle:")
             lines += [f"  {r.status:<7}  {r.name}: {r.reason}" for r in extras]
         lines += diagnosis_lines(self.diagnosis, self.rows)
+        lines += accepted_lines(self.accepted, self.accept_unused)
         for part in PARTS:
             if part not in self.parts:
                 lines.append(f"part {part}: not checked")
@@ -168,7 +176,9 @@ class CheckReport:
                 lines.append(f"part {part}: no array selected")
                 continue
             line = (f"part {part}: {s['checked']} arrays checked, {s['passed']} passed "
-                    f"({s['identical']} bit-identical), {s['failed']} failed, "
+                    f"({s['identical']} bit-identical), "
+                    + (f"{s['accepted']} accepted, " if s["accepted"] else "")
+                    + f"{s['failed']} failed, "
                     f"{s['missing']} missing")
             if s["root_causes"]:
                 line += (f"; first failing step{'s' * (len(s['root_causes']) > 1)}: "
@@ -182,9 +192,12 @@ class CheckReport:
                          f"{'that part' if len(present) == 1 else 'those parts'} alone)")
             lines.append(line)
         checked = [r for r in self.rows if r.status != "extra"]
-        failed = sum(r.status != "pass" for r in checked)
+        failed = sum(r.status not in PASSING for r in checked)
+        accepted = sum(r.status == "accepted" for r in checked)
         lines.append(f"{'PASS' if self.passed else 'FAIL'}: {len(checked)} arrays checked, "
-                     f"{len(checked) - failed} passed, {failed} failed or missing"
+                     f"{len(checked) - failed - accepted} passed, "
+                     + (f"{accepted} accepted, " if accepted else "")
+                     + f"{failed} failed or missing"
                      + (f", {len(extras)} unexpected keys" if extras and not self.allow_extra
                         else ""))
         return "\n".join(lines)
@@ -372,7 +385,7 @@ def _extra_row(key: str, names) -> CheckRow:
 
 
 def check_bundle(folder, candidate, select=None, parts=None,
-                 allow_extra: bool = False) -> CheckReport:
+                 allow_extra: bool = False, accept=()) -> CheckReport:
     """Compare a candidate ``.npz`` with a golden bundle, array by array.
 
     Parameters
@@ -390,6 +403,10 @@ def check_bundle(folder, candidate, select=None, parts=None,
         every part.
     allow_extra : bool
         Candidate keys that name no array of the bundle do not fail (and are only counted).
+    accept : sequence of Acceptance
+        Accepted differences (:func:`refseg.golden.accepted.read_accept_file`): the failing
+        arrays they accept get status ``accepted`` and do not fail
+        (:func:`~refseg.golden.accepted.apply_acceptances`).
 
     Returns
     -------
@@ -432,6 +449,9 @@ def check_bundle(folder, candidate, select=None, parts=None,
         rows.append(check_array(name, entry, stored, values[name]))
     link_causes(rows, entries)
     flagged = manifest.get("flagged")
+    accepted = (apply_acceptances(accept, rows, entries, values,
+                                  flagged and flagged["vectors"], stored) if accept else [])
+    unused = unused_entries(accept, [d["entry"] for d in accepted], [r.name for r in rows])
     diagnosis = (diagnose(flagged["vectors"], flagged["notes"], stored, rows, values, entries)
                  if flagged else [])
     # keys of parts not checked are another check's business
@@ -440,4 +460,4 @@ def check_bundle(folder, candidate, select=None, parts=None,
     rows += [_extra_row(key, list(entries)) for key in unexpected]
     sizes = {p: sum(part_of(n) == p for n in entries) for p in PARTS}
     return CheckReport(Path(folder), candidate, rows, unexpected, parts, allow_extra,
-                       sizes, diagnosis)
+                       sizes, diagnosis, accepted, unused)

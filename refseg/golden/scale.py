@@ -32,6 +32,8 @@ from refseg.images import (MAX_NPZ_BYTES, MAX_PIXELS, check_max_pixels, check_np
 from refseg.errors import InputError
 from refseg.workers import checked_jobs, worker_pool
 from refseg.golden import references
+from refseg.golden.accepted import accepted_lines
+from refseg.golden.outputs import per_image_lines
 from refseg.golden.check import CheckRow, _extra_row, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
 from refseg.golden.own import image_name
@@ -117,11 +119,14 @@ def _step(name: str) -> str:
 
 def _result(image: str, status: str, error: str) -> dict:
     """An image's result as :func:`compare_image` returns it, nothing compared yet."""
-    return {"image": image, "status": status, "checked": 0, "failed": 0, "first_failing": [],
-            "why": "", "missing_steps": [], "unexpected": [], "diagnosis": [], "error": error}
+    return {"image": image, "status": status, "checked": 0, "passed": 0, "failed": 0,
+            "accepted": 0, "first_failing": [], "why": "", "missing_steps": [],
+            "unexpected": [], "diagnosis": [], "error": error, "rows": [], "accepted_by": [],
+            "pictures": []}
 
 
-def compare_image(reference, candidate, sha256: str | None = None) -> dict:
+def compare_image(reference, candidate, sha256: str | None = None, accept=(),
+                  pictures: bool = False) -> dict:
     """Compare one candidate file with one reference file.
 
     Parameters
@@ -129,18 +134,25 @@ def compare_image(reference, candidate, sha256: str | None = None) -> dict:
     reference, candidate : str or Path
     sha256 : str or None
         The reference file's SHA-256 as ``index.json`` records it (None: not checked).
+    accept : sequence of Acceptance
+        Accepted differences (:mod:`refseg.golden.accepted`).
+    pictures : bool
+        Also a picture of each failing 2-D array stored whole
+        (:func:`refseg.golden.failure_page.array_picture`).
 
     Returns
     -------
     dict
         ``image``; ``status`` ("pass", "fail", "missing": no candidate file, "error": a
         reference file that cannot be used or an unreadable candidate, with ``error``);
-        ``checked`` arrays and ``failed`` ones (a failing, missing or unexpected array);
+        ``checked`` arrays, ``passed``, ``accepted`` and ``failed`` ones (a failing, missing
+        or unexpected array);
         ``first_failing``: the root-cause steps (``input``, ``gray``, ``edges/canny`` ...),
         ``why``: the reason of the first; ``missing_steps``: the steps the candidate lacks;
         ``unexpected``: candidate keys that name no array, each with its reason;
         ``diagnosis``: ``"<reading> <alternative>"`` of each alternative the image matches,
-        root cause first.
+        root cause first; ``rows``: each array's name, status, reason and root causes;
+        ``accepted_by``: the numbers of the accept entries used; ``pictures`` when asked.
 
     Notes
     -----
@@ -160,14 +172,17 @@ def compare_image(reference, candidate, sha256: str | None = None) -> dict:
     except InputError as exc:
         return {**out, "status": "error", "error": str(exc)}
     try:
-        return _compare(out, ref, values)
+        return _compare(out, ref, values, accept, pictures)
     except InputError as exc:
         return {**out, "status": "error", "error": str(exc)}
     finally:
         values.close()
 
 
-def _compare(out: dict, ref, values) -> dict:
+def _compare(out: dict, ref, values, accept, pictures) -> dict:
+    from refseg.golden.accepted import PASSING, apply_acceptances
+    from refseg.golden.failure_page import row_pictures
+
     name, entries = ref.name, ref.entries
     rows = []
     for key, entry in entries.items():
@@ -177,13 +192,24 @@ def _compare(out: dict, ref, values) -> dict:
             rows.append(CheckRow(key, "missing", "not in the candidate"))
     link_causes(rows, entries)
     rows += [_extra_row(key, list(entries)) for key in sorted(set(values) - set(entries))]
+    same_image = not any(r.root_cause and _step(r.name) == "input" for r in rows)
+    if accept and same_image and any(r.status == "fail" for r in rows):
+        vectors, members = _accepted_vectors(name, ref.stored[f"input/{name}"], accept)
+        used = apply_acceptances(accept, rows, entries, values, vectors, members)
+        out["accepted_by"] = sorted({d["entry"] for d in used})
     roots = [r for r in rows if r.root_cause]
     out.update(checked=sum(r.status != "extra" for r in rows),
-               failed=sum(r.status != "pass" for r in rows),
+               passed=sum(r.status == "pass" for r in rows),
+               accepted=sum(r.status == "accepted" for r in rows),
+               failed=sum(r.status not in PASSING for r in rows),
                first_failing=[_step(r.name) for r in roots],
                why=roots[0].reason if roots else "",
                missing_steps=[_step(r.name) for r in rows if r.status == "missing"],
-               unexpected=[f"{r.name}: {r.reason}" for r in rows if r.status == "extra"])
+               unexpected=[f"{r.name}: {r.reason}" for r in rows if r.status == "extra"],
+               rows=[{"name": r.name, "status": r.status, "reason": r.reason,
+                      "follows": r.follows} for r in rows])
+    if pictures:
+        out["pictures"] = row_pictures(rows, entries, ref.stored, values)
     if out["failed"]:
         out["status"] = "fail"
     if roots and out["first_failing"][0] != "input":
@@ -193,6 +219,20 @@ def _compare(out: dict, ref, values) -> dict:
         out["diagnosis"] = list(dict.fromkeys(f"{d['reading']} {d['alternative']}"
                                               for d in found))
     return out
+
+
+def _accepted_vectors(name: str, rgb, accept) -> tuple[list, dict]:
+    """The flagged vectors of the readings ``accept`` names, with their arrays, for one
+    image (the other alternatives are computed and dropped one at a time)."""
+    wanted = {a.reading for a in accept if a.reading}
+    vectors, kept = [], {}
+    if wanted:
+        generated, _, members = image_vectors(name, rgb)
+        for vector in generated:
+            if vector["flags"][1] in wanted:
+                vectors.append(vector)
+                kept.update(members)
+    return vectors, kept
 
 
 def _run(function, work: list, jobs: int):
@@ -235,11 +275,13 @@ def write_references(images, out, jobs: int | None = None,
     return list(names)
 
 
-def compare_folders(reference_dir, candidate_dir, jobs: int | None = None):
+def compare_folders(reference_dir, candidate_dir, jobs: int | None = None, accept=(),
+                    pictures: bool = False):
     """Yield, in name order, :func:`compare_image` of every image ``index.json`` lists
     against the candidate file of its name, ``jobs`` processes at a time, and a result for
     every image not compared: a listed reference file that is missing, a reference file the
-    index does not list, a candidate file without a reference (status ``unreferenced``)."""
+    index does not list, a candidate file without a reference (status ``unreferenced``).
+    ``accept`` and ``pictures`` as :func:`compare_image` takes them."""
     reference_dir, candidate_dir = Path(reference_dir), Path(candidate_dir)
     jobs = checked_jobs(jobs)
     if not reference_dir.is_dir():
@@ -254,7 +296,8 @@ def compare_folders(reference_dir, candidate_dir, jobs: int | None = None):
                          "`refseg golden reference`")
     listed = [n for n in sorted(index) if n in on_disk]
     compared = _run(compare_image, [(reference_dir / f"{n}.npz", candidate_dir / f"{n}.npz",
-                                     index[n]["sha256"]) for n in listed], jobs)
+                                     index[n]["sha256"], accept, pictures)
+                                    for n in listed], jobs)
     where = references.INDEX
     for name in sorted(set(index) | on_disk | candidates):
         if name in index and name in on_disk:
@@ -271,8 +314,11 @@ def compare_folders(reference_dir, candidate_dir, jobs: int | None = None):
                              "compared")
 
 
-def summarize(results) -> dict:
-    """Counts over per-image results: images, by status, first failing steps, diagnoses."""
+def summarize(results, accept=()) -> dict:
+    """Counts over per-image results: images, by status, first failing steps, diagnoses,
+    array counts per image, and the accept entries (``accept``) no image used."""
+    from refseg.golden.accepted import unused_entries
+
     results = list(results)
     status = Counter(r["status"] for r in results)
     steps = Counter(s for r in results for s in r["first_failing"][:1])
@@ -287,13 +333,21 @@ def summarize(results) -> dict:
             "failing_images": [{k: r[k] for k in ("image", "status", "first_failing", "why",
                                                   "missing_steps", "unexpected", "diagnosis",
                                                   "error")}
-                               for r in results if r["status"] != "pass"]}
+                               for r in results if r["status"] != "pass"],
+            "per_image": [{k: r.get(k, 0) for k in ("image", "status", "checked", "passed",
+                                                    "failed", "accepted")} for r in results],
+            "accept_unused": unused_entries(
+                accept, [n for r in results for n in r.get("accepted_by", ())],
+                [row["name"] for r in results for row in r.get("rows", ())])}
 
 
 def summary_text(summary: dict, shown: int = 10) -> str:
     """The summary table of a comparison."""
-    lines = [f"images: {summary['images']}, passed {summary['passed']}, failed "
-             f"{summary['failed']}, missing {summary['missing']}, unreadable "
+    accepted = sum(r["status"] == "pass" and r["accepted"] > 0
+                   for r in summary.get("per_image", ()))
+    lines = [f"images: {summary['images']}, passed {summary['passed']}"
+             + (f" ({accepted} with accepted differences)" if accepted else "")
+             + f", failed {summary['failed']}, missing {summary['missing']}, unreadable "
              f"{summary['errors']}" + (f", without reference {summary['unreferenced']}"
                                        if summary["unreferenced"] else "")]
     width = max([len(k) for k in (*summary["first_failing_step"], *summary["diagnosis"])]
@@ -306,11 +360,13 @@ def summary_text(summary: dict, shown: int = 10) -> str:
         lines += ["", f"{'diagnosis':<{width + 2}} images"]
         lines += [f"  {d:<{width}} {count:>6}" for d, count in summary["diagnosis"].items()]
         lines.append(f"  {'no known reading matches':<{width}} {summary['no_known_reading']:>6}")
+    lines += per_image_lines(summary, shown)
     failing = summary["failing_images"]
     if failing:
         lines += ["", f"failing images (first {min(shown, len(failing))} of {len(failing)}):"]
         for r in failing[:shown]:
             lines.append(f"  {r['image']}: {r['status']}: {_failure_text(r)}")
+    lines += accepted_lines([], summary.get("accept_unused", []))
     lines.append("PASS" if summary["passed"] == summary["images"] else "FAIL")
     return "\n".join(lines)
 
