@@ -5,6 +5,7 @@ was given byte-identical."""
 import hashlib
 import io
 import json
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -98,8 +99,11 @@ def test_report_on_made_up_run_folders(tmp_path_factory, capsys, lines, config):
 
 
 def npz_bytes(members) -> bytes:
+    """An archive of (name, bytes) members; a name may come twice, as in a tampered file
+    (zipfile warns of each duplicate it writes: here it is the point, not a slip)."""
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
+    with zipfile.ZipFile(buffer, "w") as archive, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Duplicate name", UserWarning)
         for name, data in members:
             archive.writestr(name, data)
     return buffer.getvalue()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from refseg.commands.verb import Verb
+from refseg.commands.verb import Verb, add_max_pixels
 from refseg.errors import InputError
 
 INFRASTRUCTURE = "the command line: the traceability and audit verbs"
@@ -32,17 +32,19 @@ def _explain_arguments(parser):
                         help="with claim1: write DIR/<stem>/index.html, claim 1 step by step "
                              "on this image (one self-contained page)")
     parser.add_argument("--out", type=Path, default=None, help="the folder of the --image page")
+    add_max_pixels(parser, "about 75 bytes of memory per pixel")
 
 
 def _explain(args) -> str:
-    if args.image is not None or args.out is not None:
+    if args.image is not None or args.out is not None or args.max_pixels is not None:
         if args.element != "claim1" or args.image is None or args.out is None \
                 or args.golden is not None:
             raise InputError("explain: --image and --out go together, with the element "
-                             "claim1: refseg explain claim1 --image IMAGE --out DIR")
+                             "claim1 (and --max-pixels only with them): refseg explain claim1 "
+                             "--image IMAGE --out DIR [--max-pixels N]")
         from refseg.report.walkthrough import write_walkthrough
 
-        return str(write_walkthrough(args.image, args.out))
+        return str(write_walkthrough(args.image, args.out, max_pixels=args.max_pixels))
     if args.element == "claim1":
         raise InputError("claim1: not one element; claim 1 step by step on an image is "
                          "refseg explain claim1 --image IMAGE --out DIR")
