@@ -38,12 +38,9 @@ def check_max_pixels(value) -> int:
 
 
 #: What a refusal of a large image tells the user of a command with ``--max-pixels``; a
-#: command adds the memory it needs (``refseg edges``: :data:`EDGES_HINT`).
+#: command adds the memory it needs ("--max-pixels raises it; about 70 bytes ...":
+#: :data:`refseg.vocabulary.EDGES_MEMORY`).
 RAISE_HINT = "--max-pixels raises it"
-#: ``refseg edges``' refusal: the option, and its memory (docs/performance.md, "Claim 1's
-#: memory").
-EDGES_HINT = (f"{RAISE_HINT}; about 70 bytes of memory per pixel are needed, 24 with --arrays "
-              "maps")
 #: Divisor taking 16-bit gray (0-65535) to the 0-255 scale: 65535 / 255 (R-input).
 SIXTEEN_BIT_DIVISOR = 257.0
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -372,15 +372,20 @@ def _jump_strength(response):
     def at(dr, dc):
         return z[1 + dr:1 + dr + rows, 1 + dc:1 + dc + cols]
 
+    # jump = where(mask, max(jump, difference), jump), written in place: the same values
+    # without two whole-image temporaries per neighbour
     jump = np.zeros(v.shape)
+    difference = np.empty(v.shape)
     with np.errstate(invalid="ignore"):
         for dr, dc in ((0, -1), (0, 1), (-1, 0), (1, 0)):
             other = at(dr, dc)
-            jump = np.where((v < 0) & (other > 0), np.maximum(jump, other - v), jump)
+            np.subtract(other, v, out=difference)
+            np.maximum(jump, difference, out=jump, where=(v < 0) & (other > 0))
         for (ar, ac), (br, bc) in (((0, -1), (0, 1)), ((-1, 0), (1, 0))):
             a, b = at(ar, ac), at(br, bc)
             opposite = ((a < 0) & (b > 0)) | ((a > 0) & (b < 0))
-            jump = np.where((v == 0) & opposite, np.maximum(jump, np.abs(a - b)), jump)
+            np.abs(np.subtract(a, b, out=difference), out=difference)
+            np.maximum(jump, difference, out=jump, where=(v == 0) & opposite)
     return jump
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from refseg.commands.verb import Verb, add_max_pixels
 from refseg.errors import InputError
+from refseg.vocabulary import EXPLAIN_MEMORY
 
 INFRASTRUCTURE = "the command line: the traceability and audit verbs"
 
@@ -32,7 +33,7 @@ def _explain_arguments(parser):
                         help="with claim1: write DIR/<stem>/index.html, claim 1 step by step "
                              "on this image (one self-contained page)")
     parser.add_argument("--out", type=Path, default=None, help="the folder of the --image page")
-    add_max_pixels(parser, "about 75 bytes of memory per pixel")
+    add_max_pixels(parser, EXPLAIN_MEMORY)
 
 
 def _explain(args) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 
 from refseg import allocator, images, publish
 from refseg._version import __version__
-from refseg.claim1 import alternatives, features, weighting
+from refseg.claim1 import alternatives, features
 from refseg.claim1.degenerate import DEGENERATE_SHARE, degenerate_thresholds
 from refseg.claim1.features import STEP_CLAIMS
 from refseg.claim1.outputs import WALKTHROUGH_PAGE
@@ -31,6 +31,7 @@ from refseg.claim1.operators import OPERATOR_NAMES, OPERATORS
 from refseg.report import html as h
 from refseg.report.who_decided import DecisionShares, decision_shares, decision_map
 from refseg.registry import load_registry, markdown_section, patent_weights
+from refseg.vocabulary import EXPLAIN_MEMORY
 
 INFRASTRUCTURE = "the claim-1 walkthrough"
 
@@ -48,12 +49,10 @@ STEPS = ("claim1.step1.acquire", *STEP_CLAIMS.values())
 CHANGE_COLOURS = {"both": (235, 235, 235), "lost": (230, 40, 160), "gained": (30, 190, 80)}
 
 
-#: The memory ``refseg explain claim1 --image`` needs, for its size refusal (bytes per pixel of
-#: the image, measured by ``benchmarks/bench_edges_memory.py``).
-EXPLAIN_HINT = "--max-pixels raises it; about 75 bytes of memory per pixel are needed"
-#: Rows of about this many pixels are coloured and shrunk for display at a time, so that a
-#: picture's float temporaries stay small whatever the image's size.
-DISPLAY_BAND_PIXELS = 2 ** 20
+#: Rows of about this many pixels are coloured and shrunk for display (or counted) at a time,
+#: so that a picture's float temporaries stay small whatever the image's size (F's colours
+#: take 80 bytes per pixel of the band: 10 MB).
+DISPLAY_BAND_PIXELS = 2 ** 17
 
 
 def write_walkthrough(image, out, *, max_pixels: int | None = None) -> Path:
@@ -86,7 +85,7 @@ def write_walkthrough(image, out, *, max_pixels: int | None = None) -> Path:
     # freed arrays go back to the system at once, so that the decoder's and the extraction's
     # do not stay beside the alternative readings' (as in refseg edges)
     with allocator.return_freed_memory():
-        loaded = images.read_image(image, limit, raise_hint=EXPLAIN_HINT)
+        loaded = images.read_image(image, limit, f"{images.RAISE_HINT}; {EXPLAIN_MEMORY}")
         page = render_walkthrough(loaded)
     with publish.staged_folders(out) as staging:
         folder = staging.folder(image.stem)
@@ -362,8 +361,10 @@ def _edges(op):
 def _mean_image(loaded, result):
     mean = result.mean_image
     counts = np.zeros(5, np.int64)
-    for block in weighting._row_blocks(*mean.shape):  # no whole-image temporaries
-        counts += np.bincount(np.round(mean[block] * 4).astype(np.intp).ravel(), minlength=5)
+    step = max(1, DISPLAY_BAND_PIXELS // mean.shape[1])  # no whole-image temporaries
+    for start in range(0, mean.shape[0], step):
+        band = mean[start:start + step]
+        counts += np.bincount(np.round(band * 4).astype(np.intp).ravel(), minlength=5)
     rows = [(f"{k} of 4 ({k / 4:g})", f"{counts[k]}", f"{counts[k] / mean.size:.2%}")
             for k in range(5)]
     return (_picture(mean, "mean image",
