@@ -21,8 +21,8 @@ MAX_PIXELS = 40_000_000
 #: The memory ``refseg edges`` needs per pixel of an image, for its ``--max-pixels`` help and
 #: size refusal (docs/performance.md, "Claim 1's memory").
 EDGES_MEMORY = "about 70 bytes of memory per pixel, 24 with --arrays maps"
-#: The memory ``refseg explain claim1 --image`` needs per pixel (86 measured at 6 and 24
-#: megapixels: benchmarks/bench_edges_memory.py).
+#: The memory ``refseg explain claim1 --image`` needs per pixel (80 measured at 6 megapixels:
+#: docs/performance.md, "The walkthrough's memory").
 EXPLAIN_MEMORY = "about 90 bytes of memory per pixel"
 #: The most that ``max_pixels`` may be raised to.
 MAX_PIXELS_CEILING = 10 ** 10

@@ -12,9 +12,11 @@ that ``pytest -m claim1.step2.cv`` (one element) or ``pytest -m claim1`` (a whol
 them.
 
 At the end of a session one line, the last of its output, says what it wrote to the disk and
-left in the temp folder; with ``REFSEG_DISK_REPORT=1`` the largest writers come before it: the tests (their fixtures'
-setup and teardown included) and the fixtures of wider scope, each as the ``wchar`` and
-``write_bytes`` it added to ``/proc/self/io``.
+left in the temp folder; with ``REFSEG_DISK_REPORT=1`` the largest writers come before it: the
+tests (their fixtures' setup and teardown included) and the fixtures of wider scope, each as
+the ``wchar`` and ``write_bytes`` it added to ``/proc/self/io``. Hypothesis keeps no example
+database and writes its own files into the session's temporary folder: the suite leaves
+nothing in the checkout either.
 """
 import os
 from pathlib import Path

@@ -98,7 +98,7 @@ def _audit_readings_arguments(parser):
     parser.add_argument("--epochs", type=int, default=None,
                         help=f"epochs of --downstream (default: the demo's {demo.epochs})")
     parser.add_argument("--jobs", type=int, default=None,
-                        help="extraction processes (trainings)")
+                        help="extraction processes of the trainings (default: one per core)")
 
 
 def _audit_readings(args) -> str:

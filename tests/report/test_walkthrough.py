@@ -338,8 +338,8 @@ _IMPORTS = ("import refseg.cli, refseg.report.walkthrough\n"
 
 def test_the_walkthrough_of_a_3_megapixel_image_stays_within_100_bytes_per_pixel(tmp_path):
     """Peak resident memory of ``refseg explain claim1 --image`` on a 2000x1500 image (tiled
-    welds), less what its imports leave resident in the same process: at most 120 bytes per
-    pixel (86 measured at 6 megapixels, 85 at 24; 224 when the page kept every intermediate
+    welds), less what its imports leave resident in the same process: at most 100 bytes per
+    pixel (82 measured here, 80 on 6 megapixels; 230 when the page kept every intermediate
     while the alternative readings ran whole). Memory, not time: the figure does not move
     with the machine's load."""
     weld = refseg.weld_image(3).rgb
