@@ -238,6 +238,11 @@ def test_degenerate_thresholds_are_recorded_and_shown(tmp_path, page):
         step = text.split(f'<section id="claim1.step2.edges.{op}">')[1].split("</section>")[0]
         assert (f'<p class="note warning">{name}' in step) == (op != "log"), op
     assert 'class="note warning"' not in page[1]
+    ramp = refseg.extract(np.tile(np.linspace(0.0, 255.0, 200), (60, 1)))
+    shown = ramp._repr_html_()
+    assert len(ramp.warnings) >= 3
+    assert all(f"Warning: {html.escape(w)}." in shown for w in ramp.warnings)
+    assert "Warning" not in refseg.extract(square_image())._repr_html_()
 
 
 def test_the_walkthrough_keeps_the_files_already_in_the_images_folder(tmp_path):
