@@ -1,4 +1,5 @@
-"""Peak memory of ``refseg edges`` in bytes per pixel, with ``--arrays maps`` and ``--arrays all``.
+"""Peak memory of ``refseg edges`` in bytes per pixel, with ``--arrays maps`` and ``--arrays all``,
+and of ``refseg explain claim1 --image`` (the walkthrough page).
 
 Method
 ------
@@ -18,6 +19,11 @@ Budget of ``--arrays all``: the bytes per pixel of the arrays ``features.extract
 (each buffer of its FeatureResult counted once; Canny's response is Sobel's magnitude) plus
 the input pixels it was given, measured on a small image in this process. The target is a peak
 no more than 10 % above it; with ``--arrays maps``, at most 40 bytes per pixel.
+
+The walkthrough (``refseg explain claim1 --image IMAGE --out DIR``) is measured the same way
+against the baseline of a process that imports what it imports; its target is 100 bytes per
+pixel (``refseg edges --arrays all`` and the alternative readings, one at a time, each
+keeping its maps only).
 
 Images: ``skimage.data.astronaut`` tiled to each size and saved as JPEG (quality 95), the form
 a camera delivers, in a temporary folder. Peak memory hardly depends on the machine's load, but
@@ -49,6 +55,10 @@ BASELINE = ("import refseg.cli, refseg.claim1.outputs\n"
             "kernels('cython')\n")
 READ = BASELINE + "from refseg.images import read_image\nread_image({path!r})\n"
 IMPORT_ONLY = "import refseg\n"
+#: What ``refseg explain claim1 --image`` imports before it reads: its baseline.
+EXPLAIN_BASELINE = BASELINE + "import refseg.report.walkthrough\n"
+#: The walkthrough's target, bytes per pixel.
+EXPLAIN_TARGET = 100.0
 ARRAYS = ("maps", "all")
 #: The targets (bytes per pixel with --arrays maps; the margin over the returned arrays).
 MAPS_TARGET = 40.0
@@ -99,6 +109,12 @@ def write_peak():
 atexit.register(write_peak)
 exec(compile(code, '<measured>', 'exec'))
 """
+
+
+def explain_code(image: Path, out: Path) -> str:
+    """What ``python -m refseg explain claim1 --image IMAGE --out OUT`` runs."""
+    argv = ["refseg", "explain", "claim1", "--image", str(image), "--out", str(out)]
+    return f"import sys\nsys.argv = {argv!r}\nimport refseg.__main__\n"
 
 
 def edges_code(image: Path, out: Path, arrays: str) -> str:
@@ -160,6 +176,7 @@ def claim1_memory(sizes, repeat: int = 1) -> dict:
         folder = Path(tmp)
         baseline = median_peak(BASELINE, folder, repeat)
         import_only = median_peak(IMPORT_ONLY, folder, repeat)
+        explain_baseline = median_peak(EXPLAIN_BASELINE, folder, repeat)
         for width, height in sizes:
             image = photograph(width, height, folder)
             pixels = width * height
@@ -167,11 +184,16 @@ def claim1_memory(sizes, repeat: int = 1) -> dict:
             peaks = {arrays: median_peak(edges_code(image, folder / f"out_{arrays}_{width}x"
                                                     f"{height}", arrays), folder, repeat)
                      for arrays in ARRAYS}
+            explain = median_peak(explain_code(image, folder / f"out_explain_{width}x{height}"),
+                                  folder, repeat)
             rows.append({"size": (width, height), "pixels": pixels,
                          "read": (read - baseline) / pixels, "peaks": peaks,
                          **{arrays: (peak - baseline) / pixels
-                            for arrays, peak in peaks.items()}})
-    return {"baseline": baseline, "import_only": import_only, "budget": budget, "rows": rows}
+                            for arrays, peak in peaks.items()},
+                         "explain": (explain - explain_baseline) / pixels,
+                         "explain_peak": explain})
+    return {"baseline": baseline, "import_only": import_only, "budget": budget, "rows": rows,
+            "explain_baseline": explain_baseline}
 
 
 def claim1_target_rows(memory: dict) -> list[str]:
@@ -186,6 +208,9 @@ def claim1_target_rows(memory: dict) -> list[str]:
         rows.append(f"| claim 1, --arrays all | {size} | peak / (returned arrays + input, "
                     f"{memory['budget']:.1f} B/px) | {all_share:.3f} | <= {ALL_MARGIN:.2f}: "
                     f"{verdict(all_share <= ALL_MARGIN)} |")
+        rows.append(f"| claim 1, explain claim1 --image | {size} | peak bytes per pixel | "
+                    f"{row['explain']:.1f} | <= {EXPLAIN_TARGET:.0f}: "
+                    f"{verdict(row['explain'] <= EXPLAIN_TARGET)} |")
     return rows
 
 
@@ -206,15 +231,20 @@ def main(argv=None) -> None:
           f"`--arrays all` target <= {ALL_MARGIN * budget:.1f}, "
           f"`--arrays maps` target <= {MAPS_TARGET:.0f}")
     print()
+    print(f"- `explain claim1 --image` baseline (its imports): "
+          f"{memory['explain_baseline'] / 2**20:.1f} MiB; target <= {EXPLAIN_TARGET:.0f}")
+    print()
     print("| image | pixels | reading (B/px) | --arrays maps (B/px) | --arrays all (B/px) "
-          "| all / (returned + input) | maps peak MiB | all peak MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| all / (returned + input) | explain (B/px) | maps peak MiB | all peak MiB "
+          "| explain peak MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in memory["rows"]:
         width, height = row["size"]
         print(f"| astronaut tiles {width}x{height} | {row['pixels'] / 1e6:.0f} MP "
               f"| {row['read']:.1f} | {row['maps']:.1f} "
-              f"| {row['all']:.1f} | {row['all'] / budget:.3f} "
-              f"| {row['peaks']['maps'] / 2**20:.0f} | {row['peaks']['all'] / 2**20:.0f} |")
+              f"| {row['all']:.1f} | {row['all'] / budget:.3f} | {row['explain']:.1f} "
+              f"| {row['peaks']['maps'] / 2**20:.0f} | {row['peaks']['all'] / 2**20:.0f} "
+              f"| {row['explain_peak'] / 2**20:.0f} |")
 
 
 if __name__ == "__main__":

@@ -34,10 +34,18 @@ class _HelpFormatter(argparse.HelpFormatter):
         text = action.help or ""
         if action.option_strings and action.required:
             return f"{text} (required)"
-        if (action.option_strings and "default" not in text
-                and action.default not in (None, False, argparse.SUPPRESS, [])):
+        if action.option_strings and "default" not in text and _shown(action.default):
             return f"{text} (default: %(default)s)"
         return text
+
+
+def _shown(default) -> bool:
+    """Whether ``--help`` names a default: not for None, a flag's False, argparse's SUPPRESS or
+    an empty list (a repeatable option given no times); 0 is named (``0 in (False,)`` is
+    true in Python, so the check is by identity)."""
+    if default is None or default is False or default is argparse.SUPPRESS:
+        return False
+    return not (isinstance(default, (list, tuple)) and not default)
 
 
 class _Parser(argparse.ArgumentParser):

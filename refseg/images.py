@@ -37,6 +37,10 @@ def check_max_pixels(value) -> int:
     return int(value)
 
 
+#: What a refusal of a large image tells the user of a command with ``--max-pixels``; a
+#: command adds the memory it needs ("--max-pixels raises it; about 70 bytes ...":
+#: :data:`refseg.vocabulary.EDGES_MEMORY`).
+RAISE_HINT = "--max-pixels raises it"
 #: Divisor taking 16-bit gray (0-65535) to the 0-255 scale: 65535 / 255 (R-input).
 SIXTEEN_BIT_DIVISOR = 257.0
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -108,11 +112,11 @@ def read_bytes(path, what: str = "file") -> bytes:
 
 @infrastructure("decoding image files with one-line errors")
 def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS,
-                 raise_hint: str | None = "--max-pixels raises it; ") -> Image.Image:
+                 raise_hint: str | None = RAISE_HINT) -> Image.Image:
     """A fully decoded Pillow image from a file's bytes; InputError naming ``path`` when the
     data is not an image, truncated, corrupt, or declares more than ``max_pixels`` pixels
     (checked from the header, before decoding); ``raise_hint`` says how the caller's user
-    raises the limit (None: they cannot)."""
+    raises the limit, and what memory the caller needs (None: they cannot raise it)."""
     ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:
         with warnings.catch_warnings():
@@ -123,8 +127,7 @@ def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS,
                 if rows * cols > max_pixels:
                     raise InputError(
                         f"{path}: {cols}x{rows} pixels is more than the limit of "
-                        f"{max_pixels:,} ({raise_hint or ''}about 70 bytes of memory per "
-                        "pixel are needed, 24 with --arrays maps)")
+                        f"{max_pixels:,}" + (f" ({raise_hint})" if raise_hint else ""))
                 frames = getattr(im, "n_frames", 1)
                 if frames > 1:
                     raise InputError(
@@ -144,7 +147,7 @@ def decode_image(data: bytes, path, max_pixels: int = MAX_PIXELS,
 
 @implements("claim1.step1.acquire", "claim5.acquisition_module")
 def read_image(path, max_pixels: int = MAX_PIXELS,
-               raise_hint: str | None = "--max-pixels raises it; ") -> LoadedImage:
+               raise_hint: str | None = RAISE_HINT) -> LoadedImage:
     """Read an image file for claim-1 feature extraction.
 
     Parameters
@@ -154,8 +157,8 @@ def read_image(path, max_pixels: int = MAX_PIXELS,
         Refuse images with more pixels (rows x cols) than this, before decoding them
         (default :data:`MAX_PIXELS`).
     raise_hint : str or None
-        How the user raises ``max_pixels``, for the message (None: a command without the
-        option).
+        How the user raises ``max_pixels``, and the memory the command needs, for the message
+        (None: a command without the option).
 
     Returns
     -------

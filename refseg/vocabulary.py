@@ -6,7 +6,8 @@ help without loading NumPy, Pillow, the kernels or the network, and the modules 
 import them from here, so each is typed once.
 
 - :data:`MAX_PIXELS`, :data:`MAX_PIXELS_CEILING`: the image size limit of :mod:`refseg.images`
-  (``--max-pixels``);
+  (``--max-pixels``), and :data:`EDGES_MEMORY`, :data:`EXPLAIN_MEMORY`: the memory per pixel
+  that ``--max-pixels``' help and a refusal name;
 - :data:`MAX_JOBS`: the most worker processes a verb starts (``--jobs``,
   :mod:`refseg.workers`, ``refseg.run.config.RANGES``);
 - :data:`GOLDEN_PARTS`: the parts of a golden bundle, :data:`refseg.golden.format.PARTS`
@@ -19,6 +20,12 @@ from __future__ import annotations
 #: megapixels (an industrial camera's frame) needs some 2.8 GB; a file's declared size is
 #: checked before any pixel is decoded.
 MAX_PIXELS = 40_000_000
+#: The memory ``refseg edges`` needs per pixel of an image, for its ``--max-pixels`` help and
+#: size refusal (docs/performance.md, "Claim 1's memory").
+EDGES_MEMORY = "about 70 bytes of memory per pixel, 24 with --arrays maps"
+#: The memory ``refseg explain claim1 --image`` needs per pixel (80 measured at 6 megapixels:
+#: docs/performance.md, "The walkthrough's memory").
+EXPLAIN_MEMORY = "about 90 bytes of memory per pixel"
 #: The most that ``max_pixels`` may be raised to.
 MAX_PIXELS_CEILING = 10 ** 10
 #: The most worker processes any verb starts (``--jobs``): far beyond the cores of one

@@ -50,27 +50,46 @@ def chromium() -> str:
     return path
 
 
-#: Asked after the page's fonts have loaded: which characters of the page's Chinese text
-#: (elements with lang="zh-Hans") the page's fonts cannot draw. Each character is drawn on a
-#: canvas in its element's font and compared with U+E000, a private-use character no font
-#: here holds (drawn as the missing-glyph box); characters drawn alike are missing. The
-#: extra characters of ``also`` (a test of the probe itself) are checked the same way.
+#: Asked after the page's fonts have loaded: which CJK characters of the page's text the page's
+#: fonts cannot draw, in Chinese-language elements (lang="zh-Hans") and in the rest (Chinese
+#: words quoted in English text) alike. Each character is drawn on a canvas in the computed
+#: font of the element holding it and compared with U+E000 drawn in the same font, a
+#: private-use character no font here holds (drawn as the missing-glyph box); characters drawn
+#: alike are missing. The extra characters of ``also`` (a test of the probe itself) are
+#: checked in the body's font. ``outside`` lists the CJK characters found outside
+#: Chinese-language elements.
 _GLYPHS = """(async (also) => {
   await document.fonts.ready;
-  const zh = Array.from(document.querySelectorAll('[lang="zh-Hans"]'));
-  if (!zh.length) return JSON.stringify({font: '', missing: null});
-  const font = '32px ' + getComputedStyle(zh[0]).fontFamily;
-  const text = zh.map(e => e.textContent).join('') + also;
-  const chars = Array.from(new Set(Array.from(text))).filter(c => c.codePointAt(0) >= 0x2E80);
+  const cjk = c => c.codePointAt(0) >= 0x2E80;
+  const found = new Map();  // font -> set of characters
+  const outside = new Set();
+  const add = (font, c) => { if (!found.has(font)) found.set(font, new Set());
+                             found.get(font).add(c); };
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const chars = Array.from(node.textContent).filter(cjk);
+    if (!chars.length) continue;
+    const element = node.parentElement;
+    const font = '32px ' + getComputedStyle(element).fontFamily;
+    const chinese = element.closest('[lang|="zh"]') !== null;
+    for (const c of chars) { add(font, c); if (!chinese) outside.add(c); }
+  }
+  for (const c of Array.from(also)) add('32px ' + getComputedStyle(document.body).fontFamily, c);
   const canvas = document.createElement('canvas');
   canvas.width = 48; canvas.height = 48;
   const ctx = canvas.getContext('2d', {willReadFrequently: true});
-  const draw = c => { ctx.clearRect(0, 0, 48, 48); ctx.font = font;
-                      ctx.fillText(c, 4, 36); return ctx.getImageData(0, 0, 48, 48).data; };
-  const box = draw('\uE000');
+  const draw = (font, c) => { ctx.clearRect(0, 0, 48, 48); ctx.font = font;
+                              ctx.fillText(c, 4, 36); return ctx.getImageData(0, 0, 48, 48).data; };
   const same = (a, b) => a.every((v, i) => v === b[i]);
-  return JSON.stringify({font, checked: chars.length,
-                         missing: chars.filter(c => same(draw(c), box)).join('')});
+  const missing = new Set();
+  let checked = 0;
+  for (const [font, chars] of found) {
+    await document.fonts.load(font, Array.from(chars).join(''));
+    const box = draw(font, '\uE000');
+    for (const c of chars) { checked += 1; if (same(draw(font, c), box)) missing.add(c); }
+  }
+  return JSON.stringify({checked, missing: Array.from(missing).sort().join(''),
+                         outside: Array.from(outside).sort().join('')});
 })"""
 #: A fontconfig file that offers only the DejaVu fonts: a machine without any CJK font.
 _NO_CJK_FONTS = """<?xml version="1.0"?>
@@ -94,10 +113,12 @@ class PageReport:
     screenshot: bytes = b""
     #: the page printed (``Page.printToPDF``, A4), when asked for
     pdf: bytes = b""
-    #: the characters of the Chinese text no font of the page draws (see _GLYPHS), and the
-    #: number of distinct characters checked, when asked for
+    #: the CJK characters of the page's text no font of the page draws (see _GLYPHS), the
+    #: number of (font, character) pairs checked, and the CJK characters found outside
+    #: Chinese-language elements, when asked for
     missing_glyphs: str | None = None
     glyphs_checked: int = 0
+    glyphs_outside_chinese: str = ""
     #: the values of the ``evaluate`` expressions, by name
     values: dict = field(default_factory=dict)
 
@@ -157,8 +178,8 @@ def load_page(path: Path, width: int = 1280, height: int = 900, timeout: float =
 
     ``full_page`` makes the screenshot the whole page instead of the first ``height`` pixels.
     ``no_cjk_fonts`` hides every font but DejaVu (a ``FONTCONFIG_FILE`` listing no CJK font).
-    ``pdf`` prints the page to PDF too. ``glyphs`` (a string, possibly empty) asks which
-    characters of the page's Chinese text, and of ``glyphs``, no font of the page draws.
+    ``pdf`` prints the page to PDF too. ``glyphs`` (a string, possibly empty) asks which CJK
+    characters of the page's text, and of ``glyphs``, no font of the page draws.
     ``evaluate`` maps names to JavaScript expressions whose JSON-able values are reported.
     """
     executable = chromium()
@@ -220,7 +241,8 @@ def load_page(path: Path, width: int = 1280, height: int = 900, timeout: float =
                 "expression": f"({_GLYPHS})({json.dumps(glyphs)})", "awaitPromise": True,
                 "returnByValue": True}, session=session)["result"]["value"])
             report.missing_glyphs = found["missing"]
-            report.glyphs_checked = found.get("checked", 0)
+            report.glyphs_checked = found["checked"]
+            report.glyphs_outside_chinese = found["outside"]
         shot = pipe.send("Page.captureScreenshot", {"format": "png"}, session=session)
         report.screenshot = base64.b64decode(shot["data"])
         if pdf:

@@ -11,10 +11,12 @@ spec machinery). This file registers the markers, checks every cited ID against
 that ``pytest -m claim1.step2.cv`` (one element) or ``pytest -m claim1`` (a whole claim) selects
 them.
 
-At the end of a session one line says what it wrote to the disk and left in the temp folder;
-with ``REFSEG_DISK_REPORT=1`` the largest writers come before it: the tests (their fixtures'
-setup and teardown included) and the fixtures of wider scope, each as the ``wchar`` and
-``write_bytes`` it added to ``/proc/self/io``.
+At the end of a session one line, the last of its output, says what it wrote to the disk and
+left in the temp folder; with ``REFSEG_DISK_REPORT=1`` the largest writers come before it: the
+tests (their fixtures' setup and teardown included) and the fixtures of wider scope, each as
+the ``wchar`` and ``write_bytes`` it added to ``/proc/self/io``. Hypothesis keeps no example
+database and writes its own files into the session's temporary folder: the suite leaves
+nothing in the checkout either.
 """
 import os
 from pathlib import Path
@@ -79,11 +81,17 @@ def pytest_collection_modifyitems(config, items):
 from hypothesis import settings  # noqa: E402
 
 # No per-example deadline: the NumPy twins are deliberately slow, and this machine is noisy.
-settings.register_profile("refseg", deadline=None, max_examples=60)
+# No example database in any profile: the suite leaves nothing in the checkout (hypothesis's
+# default keeps one in .hypothesis/ of the working folder), and a red run is the code's doing,
+# not an example carried from an earlier run; a failure prints the blob that replays it
+# (@reproduce_failure). Hypothesis's other files (its Unicode tables) go to the session's
+# temporary folder (pytest_sessionstart), removed at the end.
+settings.register_profile("refseg", deadline=None, max_examples=60, database=None,
+                          print_blob=True)
 # A long hunt for rare failing draws, run by hand: REFSEG_HYPOTHESIS=soak python -m pytest ...
-settings.register_profile("soak", deadline=None, max_examples=1500)
-# CI (CI=true, as CI services and .ci/run set it): the same draws on every run and machine,
-# and no example database carried from earlier runs, so that a red run is the code's doing
+settings.register_profile("soak", deadline=None, max_examples=1500, database=None,
+                          print_blob=True)
+# CI (CI=true, as CI services and .ci/run set it): the same draws on every run and machine
 settings.register_profile("ci", deadline=None, max_examples=60, derandomize=True,
                           database=None, print_blob=True)
 settings.load_profile(os.environ.get(
@@ -168,7 +176,13 @@ _TEMP_AT_START: set[str] = set()
 
 
 def pytest_sessionstart(session):
+    from hypothesis.configuration import set_hypothesis_home_dir
+
     _TEMP_AT_START.update(_temp_entries())
+    # hypothesis writes its Unicode tables under its home folder, .hypothesis/ of the working
+    # folder by default: the session's temporary folder instead, removed when it ends
+    set_hypothesis_home_dir(session.config._tmp_path_factory.mktemp("hypothesis",
+                                                                     numbered=False))
 
 
 @pytest.hookimpl(trylast=True)
@@ -270,11 +284,14 @@ def _disk_report(terminalreporter) -> None:
             terminalreporter.write_line(line)
 
 
-def pytest_terminal_summary(terminalreporter, config):
-    """One line: what the session wrote (this process and its reaped children) and what it
-    left in the temp folder."""
+def pytest_unconfigure(config):
+    """One line, the session's last: what the session wrote (this process and its reaped
+    children) and what it left in the temp folder. Written as pytest ends, after its own
+    summary line ("N passed in ..."), which follows every terminal-summary hook."""
+    terminalreporter = config.pluginmanager.get_plugin("terminalreporter")
+    line = config.stash.get(DISK_LINE, None)
+    if terminalreporter is None or line is None:
+        return
     if DISK_REPORT:
         _disk_report(terminalreporter)
-    line = config.stash.get(DISK_LINE, None)
-    if line is not None:
-        terminalreporter.write_line(line)
+    terminalreporter.write_line(line)

@@ -250,6 +250,40 @@ def test_help_shows_defaults_and_required_options(capsys):
     assert stop.value.code == 2 and "--count" in capsys.readouterr().err
 
 
+@pytest.mark.infrastructure
+def test_every_option_with_a_default_names_it_in_help():
+    """Every option of every verb whose default is a value (0 included: ``demo --seed``)
+    names it in ``--help``, in its own words or as "(default: VALUE)"; options without one
+    (None, a flag's False, a repeatable option's empty list) name none."""
+    import argparse
+
+    from refseg.cli import _parser
+
+    def options(parser, path=()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from options(sub, path + (name,))
+            elif action.option_strings and not isinstance(
+                    action, (argparse._HelpAction, argparse._VersionAction)):
+                yield " ".join(path), parser, action
+
+    checked = 0
+    for verb, parser, action in options(_parser()):
+        text = " ".join(parser.format_help().split())
+        own = " ".join((action.help or "").split())
+        if action.default is None or action.default is False or action.default in ([], ()):
+            assert f"{own} (default:" not in text, (verb, action.option_strings)
+            continue
+        checked += 1
+        assert "default" in own or f"{own} (default: {action.default})" in text, (
+            verb, action.option_strings)
+    assert checked > 15
+    demo = " ".join(_parser()._subparsers._group_actions[0].choices["demo"].format_help()
+                    .split())
+    assert "seed of the first weld (default: 0)" in demo
+
+
 @pytest.mark.claim("claim1.step3.train", "claim5.output_module")
 def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
     """`--train-backbone` reaches the training runs and the report says the backbones learned."""

@@ -6,6 +6,7 @@ byte-identical; reference folders also over images around the summary threshold.
 import hashlib
 import io
 import json
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -99,8 +100,11 @@ def test_report_on_made_up_run_folders(tmp_path_factory, capsys, lines, config):
 
 
 def npz_bytes(members) -> bytes:
+    """An archive of (name, bytes) members; a name may come twice, as in a tampered file
+    (zipfile warns of each duplicate it writes: here it is the point, not a slip)."""
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
+    with zipfile.ZipFile(buffer, "w") as archive, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Duplicate name", UserWarning)
         for name, data in members:
             archive.writestr(name, data)
     return buffer.getvalue()

@@ -11,12 +11,13 @@ import pytest
 from refseg import registry
 from refseg.audit import trace
 
-from checkout import ROOT
+from checkout import ROOT, run_refseg
 
 pytestmark = pytest.mark.infrastructure
 REGISTRY = registry.load_registry(ROOT / "spec")
 CODE = trace.code_citations()
-TESTS = trace.scan_test_citations(ROOT / "tests")
+TEST_LINES: dict = {}
+TESTS = trace.scan_test_citations(ROOT / "tests", TEST_LINES)
 #: The console-script shim, which defines nothing.
 ENTRY_POINTS = {"refseg.__main__"}
 
@@ -281,9 +282,27 @@ def test_every_test_cites_an_element_or_is_infrastructure():
 
 
 def test_matrix_is_current():
-    expected = trace.render_matrix(REGISTRY, CODE, TESTS)
+    expected = trace.render_matrix(REGISTRY, CODE, TESTS, TEST_LINES)
     current = (ROOT / "spec" / trace.MATRIX_FILE).read_text(encoding="utf-8")
     assert current == expected, "spec/traceability.md is stale: run `refseg trace --write`"
+
+
+def test_explain_outside_a_checkout_lists_each_test_with_its_file_and_line(tmp_path):
+    """An installed refseg has no tests/: ``refseg explain`` run away from a checkout lists
+    each test of the element with the file and line of its ``def``, as the checkout's
+    tests/ have them (read from the shipped matrix), as it does inside a checkout."""
+    done = run_refseg("explain", "claim1.step2.cv", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    section = done.stdout.split("\ntested by (")[1].split("\n\n")[0].splitlines()
+    assert "the tests are not installed" in section[0]
+    shown = [line.split() for line in section[1:]]
+    expected = [[TEST_LINES[t], t.split("::", 1)[1]] for t, ids in TESTS.items()
+                if "claim1.step2.cv" in ids]
+    assert len(expected) > 5 and sorted(shown) == sorted(expected)
+    for where, _ in shown:
+        path, line = where.rsplit(":", 1)
+        assert (ROOT / path).read_text(encoding="utf-8").splitlines()[int(line) - 1] \
+            .lstrip().startswith("def test")
 
 
 def test_marker_selects_the_tests_of_one_element():

@@ -202,7 +202,11 @@ def _masked(g, passes):
     """g * passes (the ReLU's mask as a number of g's type, as NumPy multiplies by a bool
     array), or g when passes is None."""
     g = np.asarray(g)
-    return g if passes is None else g * np.asarray(passes).astype(g.dtype)
+    if passes is None:
+        return g
+    # an infinite g where the mask is 0 gives NaN, as the kernel's product does: intended
+    with np.errstate(invalid="ignore"):
+        return g * np.asarray(passes).astype(g.dtype)
 
 
 def channel_affine(x, scale, shift, low, high, out):
@@ -261,7 +265,9 @@ def subtract_row_max(x, out):
     for c in range(1, x.shape[1]):
         take = ~np.isnan(top) & ~(x[:, c] < top)
         top[take] = x[take, c]
-    np.subtract(x, top[:, None], out=out)
+    # a row of infinities gives inf - inf = NaN, as the kernel's difference does: intended
+    with np.errstate(invalid="ignore"):
+        np.subtract(x, top[:, None], out=out)
 
 
 def divide_by_row_sum(e, out):
@@ -270,7 +276,9 @@ def divide_by_row_sum(e, out):
 
     out = e / the sum over each row.
     """
-    np.divide(e, e.sum(axis=-1, keepdims=True), out=out)
+    # inf / inf (an infinite value in a row) is NaN, as the kernel's quotient is: intended
+    with np.errstate(invalid="ignore"):
+        np.divide(e, e.sum(axis=-1, keepdims=True), out=out)
 
 
 def relu_mask(x, low, high, passes):

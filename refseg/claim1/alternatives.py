@@ -28,7 +28,7 @@ from refseg.claim1 import operators as ops
 from refseg.claim1 import preprocess
 from refseg.claim1 import weighting
 from refseg.claim1.operators import OPERATORS
-from refseg.claim1.parameters import DEFAULT_SIGMA, MIN_SIZE
+from refseg.claim1.parameters import DEFAULT_SIGMA, KEEP, MIN_SIZE
 from refseg.errors import InputError, as_float_image
 
 INFRASTRUCTURE = "alternatives to the claim-1 readings, for the sensitivity audit"
@@ -247,6 +247,11 @@ class VariantResult:
     feature_image : ndarray of shape (M, N), float32 in [0, 1]
         What a network gets: the feature map, or for "continuous-graded" the weighted
         response sum_i w_i E_i (= F + offset - 1) before the decision.
+
+    Notes
+    -----
+    From ``extract_variant(..., keep="maps")`` ``gray``, ``blurred``, ``final_weight`` and
+    ``feature_image`` are None.
     """
 
     gray: np.ndarray
@@ -367,15 +372,20 @@ def _jump_strength(response):
     def at(dr, dc):
         return z[1 + dr:1 + dr + rows, 1 + dc:1 + dc + cols]
 
+    # jump = where(mask, max(jump, difference), jump), written in place: the same values
+    # without two whole-image temporaries per neighbour
     jump = np.zeros(v.shape)
+    difference = np.empty(v.shape)
     with np.errstate(invalid="ignore"):
         for dr, dc in ((0, -1), (0, 1), (-1, 0), (1, 0)):
             other = at(dr, dc)
-            jump = np.where((v < 0) & (other > 0), np.maximum(jump, other - v), jump)
+            np.subtract(other, v, out=difference)
+            np.maximum(jump, difference, out=jump, where=(v < 0) & (other > 0))
         for (ar, ac), (br, bc) in (((0, -1), (0, 1)), ((-1, 0), (1, 0))):
             a, b = at(ar, ac), at(br, bc)
             opposite = ((a < 0) & (b > 0)) | ((a > 0) & (b < 0))
-            jump = np.where((v == 0) & opposite, np.maximum(jump, np.abs(a - b)), jump)
+            np.abs(np.subtract(a, b, out=difference), out=difference)
+            np.maximum(jump, difference, out=jump, where=(v == 0) & opposite)
     return jump
 
 
@@ -410,7 +420,7 @@ def _statistics(edges, v, backend):
     if stats_default:
         _, std, mean = weighting._binary_statistics(weighting.binary_stack(edges), backend)
     else:
-        maps = {k: np.asarray(edges[k], dtype=np.float64) * v.map_scale for k in OPERATORS}
+        maps = {k: _scaled(edges[k], v.map_scale) for k in OPERATORS}
         mean_img = weighting.mean_image(maps)
         if v.std_about == "own_mean":
             std = {k: float(np.std(maps[k])) for k in OPERATORS}
@@ -431,6 +441,13 @@ def _statistics(edges, v, backend):
     if v.weights == "inverse":
         cv = {k: (1.0 / c if c > 0 else 0.0) for k, c in cv.items()}
     return weighting.operator_weights(cv)
+
+
+def _scaled(edges, scale):
+    """A map as float64 times ``scale``; a float64 map itself when ``scale`` is 1 (x * 1.0 is
+    x, so the copy would hold the same values: continuous maps are 8 bytes per pixel each)."""
+    edges = np.asarray(edges, dtype=np.float64)
+    return edges if scale == 1.0 else edges * scale
 
 
 def vote(edges, weights, variant: Variant = Variant(), *, backend: str = "cython"):
@@ -466,8 +483,8 @@ def vote(edges, weights, variant: Variant = Variant(), *, backend: str = "cython
     return final, weighting._decide(final)
 
 
-def extract_variant(rgb, variant: Variant = Variant(), *,
-                    backend: str = "cython") -> VariantResult:
+def extract_variant(rgb, variant: Variant = Variant(), *, backend: str = "cython",
+                    keep: str = "all") -> VariantResult:
     """Claim-1 feature extraction under one :class:`Variant` of the readings.
 
     Parameters
@@ -478,6 +495,11 @@ def extract_variant(rgb, variant: Variant = Variant(), *,
         The readings to use; the default is refseg's, and then the result equals
         :func:`refseg.claim1.features.extract`'s bit for bit.
     backend : {"cython", "numpy"}
+    keep : {"all", "maps"}
+        "all": every field of the result; "maps": ``gray``, ``blurred``, ``final_weight``
+        and ``feature_image`` are None, each float plane dropped once used, and a binary
+        vote is decided a block of rows at a time (no whole F). The edge images, weights and
+        feature map are the same, bit for bit.
 
     Returns
     -------
@@ -488,7 +510,9 @@ def extract_variant(rgb, variant: Variant = Variant(), *,
     The steps of :func:`~refseg.claim1.features.extract`, each under the variant's choice:
     gray (R-gray), 3x3 Gaussian (R-gauss, R-border), the four operators' edge images
     (R-binary, R-canny, R-log, R-border), their statistics and weights (R-mean, R-std, R-cv,
-    R-empty, R-weights), the vote and the decision (R-final).
+    R-empty, R-weights), the vote and the decision (R-final). The Sobel gradients are dropped
+    before the Prewitt gradients are made, so that one operator's three gradient planes are
+    held at a time.
 
     Examples
     --------
@@ -504,29 +528,79 @@ def extract_variant(rgb, variant: Variant = Variant(), *,
     True
     >>> extract_variant(step, Variant(offset=1.7)).feature_map[0]
     array([0, 0, 0, 0, 0, 0], dtype=uint8)
+    >>> extract_variant(step, Variant(offset=1.7), keep="maps").final_weight is None
+    True
 
     References
     ----------
     [0077]-[0119]; spec ``readings.md``.
     """
     v = variant.check()
+    if keep not in KEEP:
+        raise InputError(f"keep: expected one of {', '.join(KEEP)}, got {keep!r}")
+    keep_all = keep == "all"
     gray = _gray(rgb, v.gray, backend)
     g = as_float_image(gray, "gray", min_size=MIN_SIZE)
     kernel = BINOMIAL_3X3 if v.sigma is None else preprocess.gaussian_kernel(v.sigma)
     blurred = _correlate(g, kernel, v.border, backend)
+    del g
+    if not keep_all:
+        gray = None
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
-    px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
     edges = {"canny": _canny(gx, gy, magnitude, v, backend),
-             "sobel": _gradient_edges("sobel", gx, gy, magnitude, v, backend),
-             "prewitt": _gradient_edges("prewitt", px, py, prewitt, v, backend),
-             "log": _log_edges(blurred, v, backend)}
+             "sobel": _gradient_edges("sobel", gx, gy, magnitude, v, backend)}
+    del gx, gy, magnitude
+    px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
+    edges["prewitt"] = _gradient_edges("prewitt", px, py, prewitt, v, backend)
+    del px, py, prewitt
+    edges["log"] = _log_edges(blurred, v, backend)
+    if not keep_all:
+        blurred = None
     weights = _statistics(edges, v, backend)
+    if not keep_all and v.edge_kind != "continuous-graded":
+        stack = weighting.binary_stack(edges)
+        feature_map = weighting._vote_decision(stack, weights, backend, v.offset)
+        return VariantResult(None, None, edges, weights, None, feature_map, None)
     final, feature_map = vote(edges, weights, v, backend=backend)
+    if not keep_all:
+        return VariantResult(None, None, edges, weights, None, feature_map, None)
     if v.edge_kind == "continuous-graded":
         image = np.clip(final + (v.offset - 1.0), 0.0, 1.0).astype(np.float32)
     else:
         image = feature_map.astype(np.float32)
     return VariantResult(gray, blurred, edges, weights, final, feature_map, image)
+
+
+#: The :class:`Variant` fields read after the edge maps are made: a variant changing only
+#: these has refseg's own edge maps (:func:`revote`).
+VOTE_FIELDS = ("map_scale", "std_about", "std_ddof", "cv_mean", "empty", "weights", "offset")
+
+
+def revote(edges, variant: Variant, *, backend: str = "cython") -> np.ndarray:
+    """The feature map under a variant that changes only :data:`VOTE_FIELDS`, from refseg's
+    own four binary edge maps (``features.extract(rgb).edges``): the same map as
+    ``extract_variant(rgb, variant).feature_map``, bit for bit, without running the operators
+    again. ValueError for a variant changing anything else.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from refseg.claim1.alternatives import Variant, extract_variant, revote
+    >>> from refseg.claim1.features import extract
+    >>> step = np.zeros((5, 6), np.uint8)
+    >>> step[:, 3:] = 200
+    >>> variant = Variant(weights="equal", offset=1.45)
+    >>> bool(np.array_equal(revote(extract(step).edges, variant),
+    ...                     extract_variant(step, variant).feature_map))
+    True
+    """
+    v = variant.check()
+    others = sorted(set(v.changes()) - set(VOTE_FIELDS))
+    if others:
+        raise ValueError(f"revote: the variant changes {', '.join(others)}, which the edge "
+                         "maps depend on")
+    weights = _statistics(edges, v, backend)
+    return weighting._vote_decision(weighting.binary_stack(edges), weights, backend, v.offset)
 
 
 def feature_image(rgb, name: str | None = None) -> np.ndarray:

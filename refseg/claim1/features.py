@@ -115,6 +115,15 @@ class FeatureResult:
         order."""
         return np.array([getattr(self, name)[k] for k in OPERATORS], dtype=np.float64)
 
+    @property
+    def warnings(self) -> list[str]:
+        """The automatic thresholds that degenerated on this image (marking more than half
+        of the pixels, or none), one sentence each; [] when none did
+        (:mod:`refseg.claim1.degenerate` states the rule)."""
+        from refseg.claim1.degenerate import degenerate_thresholds
+
+        return [found.text for found in degenerate_thresholds(self)]
+
     def _repr_html_(self) -> str:
         """Jupyter's view of the result: the step panel and the operators' table."""
         from refseg.claim1.panel import notebook_html

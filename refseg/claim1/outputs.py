@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from refseg import allocator, publish
-from refseg.images import MAX_PIXELS, check_max_pixels, read_image
+from refseg.images import MAX_PIXELS, RAISE_HINT, check_max_pixels, read_image
+from refseg.vocabulary import EDGES_MEMORY
 from refseg._version import __version__
 from refseg.claim1 import features, preprocess
 from refseg.claim1.panel import rounded_uint8, panel
+from refseg.claim1.degenerate import degenerate_thresholds
 from refseg.claim1.features import STEP_CLAIMS, FeatureResult
 from refseg.claim1.operators import OPERATORS
 from refseg.claim1.parameters import KEEP
@@ -25,7 +27,9 @@ from refseg.cite import implements, infrastructure
 
 @infrastructure("the JSON report of an extraction")
 def report_dict(result: FeatureResult, source: dict | None = None) -> dict:
-    """The JSON report of one extraction: weights, CVs, thresholds, parameters, claim IDs.
+    """The JSON report of one extraction: weights, CVs, thresholds, parameters, claim IDs,
+    and a warning for each automatic threshold that degenerated (marking more than half of
+    the pixels, or none: :mod:`refseg.claim1.degenerate`), ``[]`` when none did.
 
     Parameters
     ----------
@@ -58,6 +62,7 @@ def report_dict(result: FeatureResult, source: dict | None = None) -> dict:
         "shape": list(result.feature_map.shape),
         "params": result.params,
         "claims": STEP_CLAIMS,
+        "warnings": [found.as_dict() for found in degenerate_thresholds(result)],
     }
 
 
@@ -216,7 +221,7 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     # a few whole-image arrays, each made once: freed memory goes back at once, so that the
     # decoder's and each operator's do not add to the next step's peak
     with allocator.return_freed_memory():
-        loaded = [read_image(p, limit) for p in images]
+        loaded = [read_image(p, limit, f"{RAISE_HINT}; {EDGES_MEMORY}") for p in images]
         with publish.staged_folders(out) as staging:
             for stem, img in zip(stems, loaded):
                 folder = staging.folder(stem)

@@ -113,7 +113,8 @@ MAPS_ONLY_TILE = 128
 def notebook_html(result: FeatureResult) -> str:
     """An extraction as HTML for Jupyter (``FeatureResult._repr_html_``): the step panel
     (:func:`panel`, its input tile the gray image) and the table of the operators' thresholds,
-    edge pixels, σ, μ, V and weights. A maps-only result (``extract(..., keep="maps")``) kept no
+    edge pixels, σ, μ, V and weights, then a warning for each automatic threshold that
+    degenerated (:attr:`FeatureResult.warnings`). A maps-only result (``extract(..., keep="maps")``) kept no
     gray image: its input tile is left mid-gray and the text says so."""
     if result.gray is None:
         gray = np.full(result.feature_map.shape, MAPS_ONLY_TILE, dtype=np.uint8)
@@ -139,7 +140,9 @@ def notebook_html(result: FeatureResult) -> str:
             f"σ = {result.params['sigma']:g}, ΣV = {result.intermediate_cv:.4f}.{kept}</p>"
             f'<img src="data:image/png;base64,{data}" alt="claim-1 steps: the gray image, the '
             'four edge maps, the feature map" style="max-width:100%">'
-            f'<table style="border-collapse:collapse"><tr>{head}</tr>{rows}</table></div>')
+            f'<table style="border-collapse:collapse"><tr>{head}</tr>{rows}</table>'
+            + "".join(f'<p style="color:#a00">Warning: {html.escape(text)}.</p>'
+                      for text in result.warnings) + "</div>")
 
 
 @infrastructure("a float image as 8-bit pixels for display")

@@ -323,14 +323,14 @@ def _row_blocks(rows, cols):
     return [slice(r, min(r + step, rows)) for r in range(0, rows, step)]
 
 
-def _vote_decision(stack, weights, backend):
-    """``_decide(_vote(stack, weights, backend))`` a block of rows at a time: the same map
-    (each pixel's F is formed alone), without the 8 bytes per pixel of a whole F."""
+def _vote_decision(stack, weights, backend, offset=VOTE_OFFSET):
+    """``_decide(_vote(stack, weights, backend, offset))`` a block of rows at a time: the same
+    map (each pixel's F is formed alone), without the 8 bytes per pixel of a whole F."""
     rows, cols = stack.shape[1:]
     decision = np.empty((rows, cols), dtype=np.uint8)
     for block in _row_blocks(rows, cols):
         decision[block] = _decide(_vote(np.ascontiguousarray(stack[:, block]), weights,
-                                        backend))
+                                        backend, offset))
     return decision
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from refseg.claim1.parameters import DEFAULT_SIGMA, KEEP
 from refseg.commands.verb import Verb, add_max_pixels
+from refseg.vocabulary import EDGES_MEMORY
 
 INFRASTRUCTURE = "the command line: claim 1's verb"
 
@@ -16,7 +17,7 @@ def _edges_arguments(parser):
                         help="output folder (one subfolder each)")
     parser.add_argument("--sigma", type=float, default=None,
                         help=f"Gaussian sigma (default {DEFAULT_SIGMA})")
-    add_max_pixels(parser)
+    add_max_pixels(parser, EDGES_MEMORY)
     parser.add_argument("--arrays", choices=KEEP, default=KEEP[0],
                         help="what features.npz keeps: every intermediate (default) or the "
                              "binary maps and the weights only")

@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from refseg.commands.verb import Verb, add_jobs
+from refseg.commands.verb import Verb, add_jobs, add_max_pixels
 from refseg.errors import InputError
+from refseg.vocabulary import EXPLAIN_MEMORY
 
 INFRASTRUCTURE = "the command line: the traceability and audit verbs"
 
@@ -32,17 +33,19 @@ def _explain_arguments(parser):
                         help="with claim1: write DIR/<stem>/index.html, claim 1 step by step "
                              "on this image (one self-contained page)")
     parser.add_argument("--out", type=Path, default=None, help="the folder of the --image page")
+    add_max_pixels(parser, EXPLAIN_MEMORY)
 
 
 def _explain(args) -> str:
-    if args.image is not None or args.out is not None:
+    if args.image is not None or args.out is not None or args.max_pixels is not None:
         if args.element != "claim1" or args.image is None or args.out is None \
                 or args.golden is not None:
             raise InputError("explain: --image and --out go together, with the element "
-                             "claim1: refseg explain claim1 --image IMAGE --out DIR")
+                             "claim1 (and --max-pixels only with them): refseg explain claim1 "
+                             "--image IMAGE --out DIR [--max-pixels N]")
         from refseg.report.walkthrough import write_walkthrough
 
-        return str(write_walkthrough(args.image, args.out))
+        return str(write_walkthrough(args.image, args.out, max_pixels=args.max_pixels))
     if args.element == "claim1":
         raise InputError("claim1: not one element; claim 1 step by step on an image is "
                          "refseg explain claim1 --image IMAGE --out DIR")
@@ -94,7 +97,7 @@ def _audit_readings_arguments(parser):
                              f"{demo.test_count})")
     parser.add_argument("--epochs", type=int, default=None,
                         help=f"epochs of --downstream (default: the demo's {demo.epochs})")
-    add_jobs(parser, "extraction processes (trainings)")
+    add_jobs(parser, "extraction processes of the trainings (default: one per core)")
 
 
 def _audit_readings(args) -> str:

@@ -19,8 +19,7 @@ INFRASTRUCTURE = "the command line: verbs and their shared arguments"
 
 FORCE_HELP = ("replace an existing output file that refseg did not write (never an input of "
               "the command)")
-MAX_PIXELS_HELP = (f"refuse larger images, before decoding them (default {MAX_PIXELS}; about "
-                   "70 bytes of memory per pixel, 24 with --arrays maps)")
+MAX_PIXELS_HELP = f"refuse larger images, before decoding them (default {MAX_PIXELS}"
 JOBS_HELP = "extraction processes (default: one per core)"
 
 
@@ -49,9 +48,11 @@ def add_force(parser: argparse.ArgumentParser, what: str = "") -> None:
     parser.add_argument("--force", action="store_true", help=FORCE_HELP + what)
 
 
-def add_max_pixels(parser: argparse.ArgumentParser) -> None:
-    """``--max-pixels N``: the image size limit, checked from each image's header."""
-    parser.add_argument("--max-pixels", type=int, default=None, help=MAX_PIXELS_HELP)
+def add_max_pixels(parser: argparse.ArgumentParser, memory: str = "") -> None:
+    """``--max-pixels N``: the image size limit, checked from each image's header; ``memory``
+    says what the verb needs per pixel ("about 70 bytes of memory per pixel")."""
+    parser.add_argument("--max-pixels", type=int, default=None,
+                        help=MAX_PIXELS_HELP + (f"; {memory})" if memory else ")"))
 
 
 def add_jobs(parser: argparse.ArgumentParser, text: str = JOBS_HELP) -> None:

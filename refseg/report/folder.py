@@ -96,7 +96,7 @@ class Source:
             weld = {"stem": stem, "arrays": arrays, "report": _json(where / "report.json")}
             for key, sub in (("input", "images"), ("label", "labels")):
                 found = sorted((self.folder / "data" / sub).glob(f"{stem}.*"))
-                weld[key] = read_image(found[0]).pixels if found else None
+                weld[key] = read_image(found[0], raise_hint=None).pixels if found else None
             welds.append(weld)
         return welds
 

@@ -14,20 +14,24 @@ feature map most, with the pixels they change.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from refseg import images, publish
+from refseg import allocator, images, publish
 from refseg._version import __version__
 from refseg.claim1 import alternatives, features
+from refseg.claim1.degenerate import DEGENERATE_SHARE, degenerate_thresholds
 from refseg.claim1.features import STEP_CLAIMS
 from refseg.claim1.outputs import WALKTHROUGH_PAGE
 from refseg.claim1.operators import OPERATOR_NAMES, OPERATORS
 from refseg.report import html as h
 from refseg.report.who_decided import DecisionShares, decision_shares, decision_map
 from refseg.registry import load_registry, markdown_section, patent_weights
+from refseg.vocabulary import EXPLAIN_MEMORY
 
 INFRASTRUCTURE = "the claim-1 walkthrough"
 
@@ -45,22 +49,44 @@ STEPS = ("claim1.step1.acquire", *STEP_CLAIMS.values())
 CHANGE_COLOURS = {"both": (235, 235, 235), "lost": (230, 40, 160), "gained": (30, 190, 80)}
 
 
-def write_walkthrough(image, out) -> Path:
+#: Rows of about this many pixels are coloured and shrunk for display (or counted) at a time,
+#: so that a picture's float temporaries stay small whatever the image's size (F's colours
+#: take 80 bytes per pixel of the band: 10 MB).
+DISPLAY_BAND_PIXELS = 2 ** 17
+
+
+def write_walkthrough(image, out, *, max_pixels: int | None = None) -> Path:
     """Write ``out/<stem>/index.html``, claim 1 step by step on the image file ``image``.
 
     The output folder is checked before the work, and published whole or not at all; files
     already in ``out/<stem>`` (``refseg edges``' outputs, say) are kept.
 
+    Parameters
+    ----------
+    image, out : str or Path
+    max_pixels : int or None
+        Refuse larger images, from their header (None: :data:`refseg.images.MAX_PIXELS`).
+
     Returns
     -------
     Path
         The page.
+
+    Notes
+    -----
+    Memory: the extraction with every intermediate, the pictures and numbers that need its
+    float planes, then only the maps are kept while the alternative readings run one at a
+    time, each keeping its maps only (:func:`render_walkthrough`); the peak is about that of
+    ``refseg edges`` with every array kept.
     """
     image, out = Path(image), Path(out)
+    limit = images.MAX_PIXELS if max_pixels is None else images.check_max_pixels(max_pixels)
     publish.check_output_folder(out)
-    loaded = images.read_image(image)
-    result = features.extract(loaded.pixels)
-    page = render_walkthrough(loaded, result)
+    # freed arrays go back to the system at once, so that the decoder's and the extraction's
+    # do not stay beside the alternative readings' (as in refseg edges)
+    with allocator.return_freed_memory():
+        loaded = images.read_image(image, limit, f"{images.RAISE_HINT}; {EXPLAIN_MEMORY}")
+        page = render_walkthrough(loaded)
     with publish.staged_folders(out) as staging:
         folder = staging.folder(image.stem)
         previous = staging.out / image.stem
@@ -71,34 +97,59 @@ def write_walkthrough(image, out) -> Path:
     return out / image.stem / WALKTHROUGH
 
 
-def render_walkthrough(loaded: images.LoadedImage, result: features.FeatureResult) -> str:
-    """The walkthrough page of one image (see the module) as an HTML document."""
+def render_walkthrough(loaded: images.LoadedImage,
+                       result: features.FeatureResult | None = None) -> str:
+    """The walkthrough page of one image (see the module) as an HTML document.
+
+    ``result`` is ``features.extract(loaded.pixels)`` (None: extracted here). Extracted here,
+    its float planes are dropped once the steps are drawn, before the alternative readings run.
+    """
     registry = load_registry()
     name = Path(loaded.path).name
-    shares = decision_shares(result)
-    moved = readings_that_move(loaded.pixels, result)
+    if result is None:
+        result = features.extract(loaded.pixels)
     ids = list(STEPS) + ["who-decided", "readings"]
     with h.link_targets(ids):
+        header = _header(name, loaded, result)
         sections = [_step(registry, step, loaded, result) for step in STEPS]
-        body = [_header(name, loaded, result), _contents(registry), *sections,
-                _who_decided(result, shares), _readings(registry, result.feature_map, moved)]
-    text = "".join(span for step in STEPS for span in registry.elements[step].original)
-    body.insert(1, h.cjk_note(text))
+        # what is left needs the maps only
+        result = replace(result, gray=None, blurred=None, responses=None, mean_image=None,
+                         final_weight=None)
+        who = _who_decided(result, decision_shares(result))
+        readings = _readings(registry, result.feature_map,
+                             readings_that_move(loaded.pixels, result))
+        body = [header, _contents(registry), *sections, who, readings]
+    body.insert(1, h.cjk_note(_visible_text("".join(body))))
     return h.page(f"Claim 1 of CN114419081B on {name}", "\n".join(body))
+
+
+def _visible_text(markup: str) -> str:
+    """The text of ``markup`` without its tags and embedded images (what a reader sees)."""
+    return re.sub(r"<[^>]*>", "", markup)
 
 
 # ------------------------------------------------------------------------------ analysis
 def readings_that_move(rgb, result, count: int = READINGS_SHOWN) -> list[tuple]:
     """The alternative readings that change the most pixels of this image's feature map:
-    [(Alternative, its feature map, pixels changed)], most first, unchanged ones left out."""
+    [(Alternative, its feature map, pixels changed)], most first, unchanged ones left out.
+
+    The alternatives run one at a time, each keeping its maps only (those changing only the
+    vote take this image's own edge maps, :func:`~refseg.claim1.alternatives.revote`), and
+    only the ``count`` maps that change the most are held."""
     moved = []
     for alternative in alternatives.ALTERNATIVES:
-        fm = alternatives.extract_variant(rgb, alternative.variant).feature_map
+        variant = alternative.variant
+        if set(variant.changes()) <= set(alternatives.VOTE_FIELDS):
+            fm = alternatives.revote(result.edges, variant)
+        else:
+            fm = alternatives.extract_variant(rgb, variant, keep="maps").feature_map
         changed = int(np.count_nonzero(fm != result.feature_map))
         if changed:
             moved.append((alternative, fm, changed))
-    moved.sort(key=lambda m: -m[2])
-    return moved[:count]
+            moved.sort(key=lambda m: -m[2])
+            del moved[count:]
+        del fm
+    return moved
 
 
 def change_map(chosen: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -114,24 +165,50 @@ def change_map(chosen: np.ndarray, other: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ pictures
-def _shrunk(array: np.ndarray, binary: bool = False) -> np.ndarray:
-    """``array`` at most :data:`DISPLAY_WIDTH` wide: a map by the maximum over each block (a
-    one-pixel edge stays), an image by the block mean."""
-    factor = -(-array.shape[1] // DISPLAY_WIDTH)
-    if factor <= 1:
-        return array
-    rows, cols = (array.shape[0] // factor) * factor, (array.shape[1] // factor) * factor
-    if rows == 0:
-        return array[:, ::factor]
-    blocks = array[:rows, :cols].reshape(rows // factor, factor, cols // factor, factor,
-                                         *array.shape[2:])
-    if binary:
-        return blocks.max(axis=(1, 3))
-    return np.round(blocks.mean(axis=(1, 3))).astype(np.uint8)
+def _shrunk(array: np.ndarray, binary: bool = False, convert=None) -> np.ndarray:
+    """``convert(array)`` (uint8, (M, N) or (M, N, 3); ``array`` itself when None) at most
+    :data:`DISPLAY_WIDTH` wide: a map by the maximum over each block (a one-pixel edge stays),
+    an image by the block mean (:func:`_shrunk_bands`)."""
+    return _shrunk_bands(array.shape[0], array.shape[1],
+                         lambda rows: array[rows] if convert is None else convert(array[rows]),
+                         binary)
 
 
-def _picture(array, alt, caption, binary=False) -> str:
-    return h.figure(h.png(_shrunk(np.asarray(array), binary), alt, "fit"), caption)
+def _shrunk_bands(rows: int, cols: int, band, binary: bool = False) -> np.ndarray:
+    """The picture whose rows ``band(slice)`` makes (uint8, (r, cols) or (r, cols, 3)) at most
+    :data:`DISPLAY_WIDTH` wide, made and shrunk a band of rows at a time: the temporaries of
+    making a picture are those of a band, and the pixels those of making it whole."""
+    factor = max(1, -(-cols // DISPLAY_WIDTH))
+    kept_rows, kept_cols = (rows // factor) * factor, (cols // factor) * factor
+    if kept_rows == 0:
+        return band(slice(0, rows))[:, ::factor]
+    step = factor * max(1, DISPLAY_BAND_PIXELS // (factor * cols))
+    parts = []
+    for start in range(0, kept_rows, step):
+        pixels = band(slice(start, min(start + step, kept_rows)))
+        if factor == 1:
+            parts.append(pixels)
+            continue
+        blocks = pixels[:, :kept_cols].reshape(pixels.shape[0] // factor, factor,
+                                               kept_cols // factor, factor, *pixels.shape[2:])
+        parts.append(blocks.max(axis=(1, 3)) if binary
+                     else np.round(blocks.mean(axis=(1, 3))).astype(np.uint8))
+    return np.concatenate(parts)
+
+
+def _picture(array, alt, caption, binary=False, convert=None) -> str:
+    return h.figure(h.png(_shrunk(np.asarray(array), binary, convert), alt, "fit"), caption)
+
+
+def _change_picture(chosen, other) -> np.ndarray:
+    """:func:`change_map` of the two maps, shrunk for display a band of rows at a time."""
+    return _shrunk_bands(chosen.shape[0], chosen.shape[1],
+                         lambda rows: change_map(chosen[rows], other[rows]), binary=True)
+
+
+def _white(binary_map):
+    """A 0/1 map as 0/255 pixels."""
+    return binary_map * np.uint8(255)
 
 
 # ------------------------------------------------------------------------------ the page
@@ -145,7 +222,22 @@ def _header(name, loaded, result) -> str:
             "its numbers. Then <a href=\"#who-decided\">who decided each pixel</a> and <a "
             "href=\"#readings\">the readings that would change this image's map most</a>.</p>"
             f"<p class=\"where\">Written by <code>refseg explain claim1 --image "
-            f"{h.escape(loaded.path)}</code>, refseg {__version__}.</p></header>")
+            f"{h.escape(loaded.path)}</code>, refseg {__version__}.</p>"
+            f"{_threshold_warnings(result)}</header>")
+
+
+def _threshold_warnings(result) -> str:
+    """The automatic thresholds that degenerated on this image, each linked to its step."""
+    found = degenerate_thresholds(result)
+    if not found:
+        return ""
+    items = "".join(f'<li><a href="#claim1.step2.edges.{d.operator}">'
+                    f"{h.escape(OPERATOR_NAMES[d.operator])}</a>: {h.escape(d.text)}.</li>"
+                    for d in found)
+    return (f'<div class="note warning"><p><strong>Warning: {len(found)} automatic '
+            f"threshold(s) degenerate on this image</strong> (mark more than "
+            f"{DEGENERATE_SHARE:.0%} of the pixels, or none); the weights below are formed "
+            f"from those maps.</p><ul>{items}</ul></div>")
 
 
 def _contents(registry) -> str:
@@ -212,7 +304,8 @@ def _acquire(loaded, result):
 def _gray(loaded, result):
     g = result.gray
     weights = ", ".join(f"{w:g}" for w in result.params["gray_weights"])
-    return (_picture(h.gray8(g), "gray", "The gray image (float64, rounded for display)"),
+    return (_picture(g, "gray", "The gray image (float64, rounded for display)",
+                     convert=h.gray8),
             f"<p>gray = R, G, B weighted by {weights}.</p>"
             + _table(("min", "mean", "max"), [(f"{g.min():.2f}", f"{g.mean():.2f}",
                                                f"{g.max():.2f}")]))
@@ -220,7 +313,8 @@ def _gray(loaded, result):
 
 def _gauss(loaded, result):
     kernel = result.params["gaussian_kernel"]
-    return (_picture(h.gray8(result.blurred), "blurred", "The gray image after the 3x3 Gaussian"),
+    return (_picture(result.blurred, "blurred", "The gray image after the 3x3 Gaussian",
+                     convert=h.gray8),
             f"<p>σ = {result.params['sigma']:g}, border {h.escape(result.params['border'])}; "
             "the template:</p>"
             + _table(("", "", ""), [[f"{v:.4f}" for v in row] for row in kernel]))
@@ -239,9 +333,10 @@ def _edges(op):
             "log": f"a zero crossing counts where its jump exceeds "
                    f"{rule.get('jump_ratio', '?')} x Otsu's threshold of |LoG|"}[op]
         thresholds = [(h.escape(k), f"{v:.2f}") for k, v in result.thresholds[op].items()]
-        strength = np.abs(response)
+        # |response| at its largest, without a whole |response| plane
+        strength = max(float(response.max()), -float(response.min()))
         strongest = "strongest |LoG|" if op == "log" else "strongest gradient magnitude"
-        rows = thresholds + [(strongest, f"{strength.max():.2f}"),
+        rows = thresholds + [(strongest, f"{strength:.2f}"),
                              ("edge pixels", f"{pixels} ({pixels / edges.size:.2%})"),
                              ("weight w", f"{result.weights[op]:.4f}")]
         automatic = "automatic" if rule.get("automatic") else "given"
@@ -253,20 +348,28 @@ def _edges(op):
                     f"high threshold {high:.2f}: {above} pixels of this image have a gradient "
                     "magnitude above it. An edge whose strength stays below it is not "
                     "Canny's, however clear it looks.</p>")
-        return (_picture(edges * np.uint8(255), OPERATOR_NAMES[op],
-                         f"{OPERATOR_NAMES[op]} edge map (white: edge)", binary=True),
+        warning = "".join(f'<p class="note warning">{h.escape(d.text)}.</p>'
+                          for d in degenerate_thresholds(result) if d.operator == op)
+        return (_picture(edges, OPERATOR_NAMES[op],
+                         f"{OPERATOR_NAMES[op]} edge map (white: edge)", binary=True,
+                         convert=_white),
                 f"<p>Thresholds ({automatic}; {h.escape(rule_text)}):</p>"
-                + _table(("", "value"), rows) + note)
+                + _table(("", "value"), rows) + note + warning)
     return show
 
 
 def _mean_image(loaded, result):
-    levels = np.round(result.mean_image * 4).astype(int)
-    counts = np.bincount(levels.ravel(), minlength=5)
-    rows = [(f"{k} of 4 ({k / 4:g})", f"{counts[k]}", f"{counts[k] / levels.size:.2%}")
+    mean = result.mean_image
+    counts = np.zeros(5, np.int64)
+    step = max(1, DISPLAY_BAND_PIXELS // mean.shape[1])  # no whole-image temporaries
+    for start in range(0, mean.shape[0], step):
+        band = mean[start:start + step]
+        counts += np.bincount(np.round(band * 4).astype(np.intp).ravel(), minlength=5)
+    rows = [(f"{k} of 4 ({k / 4:g})", f"{counts[k]}", f"{counts[k] / mean.size:.2%}")
             for k in range(5)]
-    return (_picture(h.gray8(result.mean_image * 255), "mean image",
-                     "Ē, the per-pixel mean of the four binary maps (black 0 to white 1)"),
+    return (_picture(mean, "mean image",
+                     "Ē, the per-pixel mean of the four binary maps (black 0 to white 1)",
+                     convert=lambda band: h.gray8(band * 255)),
             "<p>How many operators mark each pixel:</p>"
             + _table(("operators", "pixels", "share"), rows))
 
@@ -304,8 +407,9 @@ def _weights(loaded, result):
 
 def _final_weight(loaded, result):
     f = result.final_weight
-    return (_picture(h.final_weight_colours(f), "final weight",
-                     "F: blue below 0 (darkest: no operator), orange to yellow from 0 up"),
+    return (_picture(f, "final weight",
+                     "F: blue below 0 (darkest: no operator), orange to yellow from 0 up",
+                     convert=h.final_weight_colours),
             f"<p>F = Σ w<sub>i</sub> X<sub>i</sub> − {result.params['vote_offset']:g} "
             f"(X = {result.params['edge_value']:g} on an edge of operator i, else "
             f"{result.params['non_edge_value']:g}), from {f.min():.4f} to {f.max():.4f}: a "
@@ -315,8 +419,8 @@ def _final_weight(loaded, result):
 
 def _decision(loaded, result):
     fm = result.feature_map
-    return (_picture(fm * np.uint8(255), "feature map", "The feature-region image (white: F ≥ 0)",
-                     binary=True),
+    return (_picture(fm, "feature map", "The feature-region image (white: F ≥ 0)",
+                     binary=True, convert=_white),
             f"<p>{int(fm.sum())} feature pixels ({fm.mean():.2%} of the image); every pixel "
             f"decided, at the input's resolution ({fm.shape[0]}x{fm.shape[1]}).</p>")
 
@@ -362,7 +466,7 @@ def _readings(registry, chosen, moved) -> str:
     for alternative, fm, changed in moved:
         lost = int(np.count_nonzero((chosen == 1) & (fm == 0)))
         parts.append(h.figure(
-            h.png(_shrunk(change_map(chosen, fm), True), alternative.name, "fit"),
+            h.png(_change_picture(chosen, fm), alternative.name, "fit"),
             f"<strong>{h.escape(alternative.name)}</strong> (instead of refseg's reading "
             f"<a href=\"#{h.escape(_step_of(registry, alternative.reading))}\">"
             f"{h.escape(alternative.reading)}</a>): {h.escape(alternative.text)}. {changed} "

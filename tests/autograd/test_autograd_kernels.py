@@ -5,6 +5,8 @@ Equality is exact (``np.array_equal``), not approximate: both sides add the same
 same order, and the build disables floating-point contraction (setup.py), so any difference is
 a bug in one of them.
 """
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -205,7 +207,8 @@ def check_relu_mask_and_masked_gradient(x, dtype, rng):
         mask = (flat > 0) & (flat < high) if high < np.inf else flat > 0
         np.testing.assert_array_equal(pair[0][0], mask)
         grads = both("masked_gradient", g, pair[0][0], outputs=[(flat.shape, dtype)])
-        expected = g * mask
+        with np.errstate(invalid="ignore"):  # inf * 0 is NaN, on purpose
+            expected = g * mask
         for (out,) in grads:
             np.testing.assert_array_equal(out.view(unsigned), expected.view(unsigned))
 
@@ -247,6 +250,27 @@ def check_bias_padding_and_softmax_kernels(x, dtype, rng):
 test_bias_padding_and_softmax_kernels, test_bias_padding_and_softmax_kernels_on_all_threads = (
     elementwise_cases(7, "claim2.fusion", "claim2.backbones")(
         check_bias_padding_and_softmax_kernels))
+
+
+@pytest.mark.claim("claim2.fusion", "claim4.propagation")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_twins_make_their_nans_without_a_warning(dtype):
+    """inf * 0 (the ReLU's backward), inf - inf (softmax's row shift) and inf / inf (its
+    normalisation) are NaN in the kernels and in their twins alike: the twins make them on
+    purpose, so NumPy's "invalid value" RuntimeWarning is not raised (it would be noise in every
+    run of the suite), and the NaNs are still made."""
+    x = np.array([[np.inf, 1.0, np.inf], [2.0, -np.inf, 0.5]], dtype=dtype)
+    passes = np.array([0, 1, 1, 0, 1, 0], dtype=np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        masked = np.empty(6, dtype)
+        twin.masked_gradient(x.reshape(-1), passes, masked)
+        shifted = np.empty_like(x)
+        twin.subtract_row_max(x, shifted)
+        divided = np.empty_like(x)
+        twin.divide_by_row_sum(np.abs(x), divided)
+    assert np.isnan(masked[0]) and np.isnan(shifted[0, 0]) and np.isnan(divided[0, 0])
+    assert masked[1] == 1.0 and shifted[0, 1] == -np.inf and divided[1, 0] == 0.0
 
 
 @pytest.mark.claim("claim2.fusion")

@@ -59,6 +59,38 @@ def test_each_alternative_changes_one_reading_and_gives_a_feature_map():
         assert sum(v.weights.values()) == pytest.approx(1, abs=1e-12), a.name
 
 
+def test_keeping_the_maps_only_gives_the_same_maps_and_weights_for_every_alternative():
+    """``keep="maps"`` (what the walkthrough runs) drops the float planes and decides a binary
+    vote by blocks of rows: the edge images, weights and feature map are those of
+    ``keep="all"``, bit for bit, under every alternative."""
+    for a in al.ALTERNATIVES:
+        full = al.extract_variant(WELD, a.variant)
+        light = al.extract_variant(WELD, a.variant, keep="maps")
+        assert (light.gray, light.blurred, light.final_weight, light.feature_image) == \
+            (None, None, None, None), a.name
+        np.testing.assert_array_equal(light.feature_map, full.feature_map, err_msg=a.name)
+        assert light.weights == full.weights, a.name
+        for k in OPERATORS:
+            np.testing.assert_array_equal(light.edges[k], full.edges[k], err_msg=a.name)
+    with pytest.raises(InputError, match="keep"):
+        al.extract_variant(WELD, keep="some")
+
+
+def test_a_revote_from_refsegs_maps_is_the_alternatives_extraction():
+    """Every alternative that changes only the statistics, weights or vote gives from
+    ``extract``'s own edge maps the feature map ``extract_variant`` gives (12 of them); an
+    alternative changing the maps is refused."""
+    edges = features.extract(WELD).edges
+    vote_only = [a for a in al.ALTERNATIVES if set(a.variant.changes()) <= set(al.VOTE_FIELDS)]
+    assert len(vote_only) == 12
+    for a in vote_only:
+        np.testing.assert_array_equal(al.revote(edges, a.variant),
+                                      al.extract_variant(WELD, a.variant).feature_map,
+                                      err_msg=a.name)
+    with pytest.raises(ValueError, match="log_ratio"):
+        al.revote(edges, variant_of("log-ratio-3"))
+
+
 def test_bad_variants_and_names_are_refused():
     with pytest.raises(InputError, match="border"):
         al.extract_variant(WELD, al.Variant(border="wrap"))

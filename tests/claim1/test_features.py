@@ -129,3 +129,52 @@ def test_weld_weights_rank_as_the_patent(seed):
     w = features.extract(weld_image(seed).rgb).weights
     assert min(w["canny"], w["log"]) > max(w["sobel"], w["prewitt"])
     assert abs(w["sobel"] - 0.1316) < 0.05 and abs(w["prewitt"] - 0.1339) < 0.05
+
+
+def _with_maps(result, maps, automatic=True, canny_low=None):
+    """``result`` with the four edge maps replaced, every threshold rule automatic or given,
+    and Canny's low threshold set apart from Sobel's when ``canny_low`` is given."""
+    from dataclasses import replace
+
+    rules = {k: dict(v) if isinstance(v, dict) else v
+             for k, v in result.params["threshold_rules"].items()}
+    for op in OPERATORS:
+        rules[op]["automatic"] = automatic
+    thresholds = {k: dict(v) for k, v in result.thresholds.items()}
+    if canny_low is not None:
+        thresholds["canny"]["low"] = canny_low
+    return replace(result, edges=maps, thresholds=thresholds,
+                   params={**result.params, "threshold_rules": rules})
+
+
+@pytest.mark.infrastructure
+def test_a_threshold_degenerates_above_half_of_the_pixels_or_at_none():
+    """The rule of ``refseg.claim1.degenerate``: on 20 pixels, a map marking 10 is kept quiet,
+    11 or 0 are warned of; Canny counts Sobel's pixels while its low threshold is Sobel's and
+    its own map otherwise; thresholds given by hand are never judged."""
+    from refseg.claim1.degenerate import degenerate_thresholds
+
+    result = features.extract(np.zeros((4, 5), np.uint8) + np.arange(5, dtype=np.uint8) * 40)
+    assert result.thresholds["canny"]["low"] == result.thresholds["sobel"]["magnitude"]
+
+    def marking(count):
+        return (np.arange(20) < count).reshape(4, 5).astype(np.uint8)
+
+    def warned(maps, **kwargs):
+        return [(d.operator, d.marked, d.counted)
+                for d in degenerate_thresholds(_with_maps(result, maps, **kwargs))]
+
+    maps = {"canny": marking(1), "sobel": marking(11), "prewitt": marking(10),
+            "log": marking(0)}
+    assert warned(maps) == [("canny", 11, "sobel"), ("sobel", 11, "sobel"), ("log", 0, "log")]
+    assert warned(maps, canny_low=result.thresholds["sobel"]["magnitude"] / 2) == [
+        ("sobel", 11, "sobel"), ("log", 0, "log")]
+    assert warned({**maps, "canny": marking(0)}) == [
+        ("canny", 0, "canny"), ("sobel", 11, "sobel"), ("log", 0, "log")]
+    assert warned(maps, automatic=False) == []
+    quiet = {"canny": marking(1), "sobel": marking(10), "prewitt": marking(10),
+             "log": marking(1)}
+    assert warned(quiet) == []
+    shown = _with_maps(result, maps)
+    assert [w.split("'")[0] for w in shown.warnings] == ["Canny", "Sobel", "LoG"]
+    assert "55.0% of the image" in shown.warnings[1] and "marks no pixel" in shown.warnings[2]

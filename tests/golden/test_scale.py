@@ -3,8 +3,11 @@
 over a folder, with diagnoses and the summary table; the Dask example on a two-worker
 LocalCluster agreeing with the command."""
 import json
+import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,11 +165,18 @@ def test_the_dask_example_on_two_workers_agrees_with_the_command(folders, tmp_pa
     require("dask.distributed")
     root, _, ref, cand = folders
     report = tmp_path / "dask.json"
+    # the cluster's workers keep their files in dask's temporary folder, the system's by
+    # default (/tmp/dask-scratch-space/, left behind): the test's own instead
+    shared_scratch = Path(tempfile.gettempdir()) / "dask-scratch-space"
+    scratch_before = shared_scratch.exists()
     r = subprocess.run([sys.executable, "-P", str(ROOT / "examples" / "dask_compare.py"),
                         str(root / "images"), str(cand), str(tmp_path / "dask_ref"),
                         "--workers", "2", "--report", str(report)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "DASK_TEMPORARY_DIRECTORY": str(tmp_path)})
     assert r.returncode == 1, r.stderr[-2000:]
+    assert (tmp_path / "dask-scratch-space").is_dir()
+    assert shared_scratch.exists() == scratch_before
     cli_report = tmp_path / "cli.json"
     assert cli.main(["golden", "compare", str(ref), str(cand), "--report",
                      str(cli_report)]) == 1
