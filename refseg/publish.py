@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -75,35 +76,106 @@ def is_reserved(name: str) -> bool:
 
 # ---------------------------------------------------------------- single files, atomically
 
+def what_it_is(status: os.stat_result, links: bool = True) -> str | None:
+    """What a file of status ``status`` (from ``os.lstat``) is when it is not a plain file:
+    "a symbolic link", "a folder", "a named pipe (FIFO)", "a device", "a socket", or (with
+    ``links``) "a file with N hard links"; None for a plain file."""
+    mode = status.st_mode
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    if links and status.st_nlink > 1:
+        return f"a file with {status.st_nlink} hard links"
+    return None
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+@infrastructure("atomic output files")
+def check_replaceable_file(path) -> None:
+    """An existing ``path`` that an atomic write would replace is a plain file: a link, a
+    folder, a named pipe, a device or a socket there is refused (InputError naming it). A
+    plain file with other hard links is replaced, never written through: its other names
+    keep its old content."""
+    found = _lstat(Path(path))
+    what = what_it_is(found, links=False) if found is not None else None
+    if what is not None:
+        raise InputError(f"{path}: is {what}; refseg replaces only plain files it wrote")
+
+
 def _atomic_write(path: Path, write) -> None:
     """Call ``write(file_object)`` on a temporary file beside ``path``, then rename it."""
-    path = Path(path)
+    with atomic_files([path]) as (file,):
+        write(file)
+
+
+def _temporary_beside(path: Path) -> tuple[int, str]:
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_TAG}", suffix=".tmp",
-                                   dir=path.parent)
+        return tempfile.mkstemp(prefix=f".{path.name}{TEMP_TAG}", suffix=".tmp",
+                                dir=path.parent)
     except OSError as exc:
         if not path.parent.is_dir():
             raise OSError(exc.errno, "the output folder does not exist",
                           str(path.parent)) from None
         raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
                       str(path)) from None
+
+
+@contextlib.contextmanager
+@infrastructure("atomic output files")
+def atomic_files(paths):
+    """Files written whole or not at all: yields a binary file object on a temporary file
+    beside each of ``paths`` (in order); when the block ends normally each is synced, given
+    :func:`default_mode` and renamed to its path, otherwise every one is removed.
+
+    They are written through ``write``, never memory-mapped: a full disk is an OSError
+    (ENOSPC) naming the file, not a SIGBUS. An OSError without a file name names the file
+    when there is one; an existing path that is not a plain file is refused first
+    (:func:`check_replaceable_file`)."""
+    paths = [Path(p) for p in paths]
+    for path in paths:
+        check_replaceable_file(path)
+    opened: list[tuple[Path, str, object]] = []
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
+        for path in paths:
+            fd, tmp = _temporary_beside(path)
+            opened.append((path, tmp, os.fdopen(fd, "wb")))
+        yield tuple(f for _, _, f in opened)
+        for path, tmp, f in opened:
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, default_mode())
-        with contextlib.suppress(OSError):
-            os.setxattr(tmp, WRITTEN_ATTRIBUTE, b"1")
-        os.replace(tmp, path)
+            f.close()
+            os.chmod(tmp, default_mode())
+            with contextlib.suppress(OSError):
+                os.setxattr(tmp, WRITTEN_ATTRIBUTE, b"1")
+        for path, tmp, _ in opened:
+            os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
+        _remove_temporaries(opened)
         # named by the file the user asked for, not by its temporary name
+        where = {tmp: path for path, tmp, _ in opened}.get(exc.filename) if exc.filename \
+            else (paths[0] if len(paths) == 1 else None)
+        if where is None:
+            raise
         raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
-                      str(path)) from None
+                      str(where)) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _remove_temporaries(opened)
         raise
+
+
+def _remove_temporaries(opened) -> None:
+    for _, tmp, f in opened:
+        with contextlib.suppress(OSError):
+            f.close()
+        Path(tmp).unlink(missing_ok=True)
 
 
 @infrastructure("atomic output files")
@@ -224,20 +296,11 @@ class FolderLock:
         marker = self.folder / OUTPUT_MARKER
         while True:
             self.folder.mkdir(parents=True, exist_ok=True, mode=default_mode(folder=True))
-            try:
-                fd = os.open(marker, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                             default_mode())
-                made = True
-            except FileExistsError:
-                # never through a link: the marker is written, and a link could lead anywhere
-                fd, made = os.open(marker, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW), False
-            taken = _try_lock(fd, fcntl.LOCK_EX)
-            if taken is False:
-                holder = _read_holder(fd)
-                print(f"refseg: {self.folder}: another refseg command{holder} is writing "
-                      "here; waiting for it to finish", file=sys.stderr, flush=True)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                taken = True
+            opened = _open_marker(marker)
+            if opened is None:
+                continue  # removed between the two looks: look again
+            fd, made = opened
+            taken = self._take(fd)
             if _same_file(fd, marker):
                 break
             os.close(fd)  # the folder was removed by the writer we waited for: start again
@@ -246,15 +309,83 @@ class FolderLock:
             _write_holder(fd)
         return self
 
+    def _take(self, fd: int) -> bool | None:
+        """Lock ``fd``, waiting (with a line on stderr) while another process holds it."""
+        taken = _try_lock(fd, fcntl.LOCK_EX)
+        if taken is False:
+            holder = _read_holder(fd)
+            print(f"refseg: {self.folder}: another refseg command{holder} is writing "
+                  "here; waiting for it to finish", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            taken = True
+        return taken
+
+    def keep(self) -> None:
+        """Before the folder is left to the next command: its marker is still the file this
+        lock holds. When it was removed (or replaced) while the command ran, a new marker is
+        made and locked in its place, so that the folder stays one refseg published."""
+        marker = self.folder / OUTPUT_MARKER
+        if self.fd is None or not self.folder.is_dir() or _same_file(self.fd, marker):
+            return
+        while True:
+            opened = _open_marker(marker)
+            if opened is None:
+                continue
+            fd, _ = opened
+            taken = self._take(fd)
+            if _same_file(fd, marker):
+                break
+            os.close(fd)
+        os.close(self.fd)
+        self.fd, self.held = fd, bool(taken)
+        _write_holder(fd)
+
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
 
 
+def _refuse_marker(marker: Path, what: str):
+    raise InputError(f"{marker}: this folder's lock file is {what}, not a plain file of "
+                     "refseg's; refseg will not follow, open or write it")
+
+
+def _open_marker(marker: Path) -> tuple[int, bool] | None:
+    """``(fd, made)``: the marker opened for reading and writing, made when missing; None
+    when it vanished between two looks. A marker that is a link (symbolic or hard), a folder,
+    a named pipe, a device or a socket is refused before it is opened for writing."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        return os.open(marker, flags | os.O_CREAT | os.O_EXCL, default_mode()), True
+    except FileExistsError:
+        pass
+    found = _lstat(marker)
+    if found is None:
+        return None
+    what = what_it_is(found)
+    if what is not None:
+        _refuse_marker(marker, what)
+    try:
+        # no side effects of opening a special file swapped in since the look above
+        fd = os.open(marker, flags | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        found = _lstat(marker)
+        _refuse_marker(marker, (what_it_is(found) if found else None)
+                       or f"not openable ({exc.strerror})")
+    what = what_it_is(os.fstat(fd))
+    if what is not None:
+        os.close(fd)
+        _refuse_marker(marker, what)
+    os.set_blocking(fd, True)
+    return fd, False
+
+
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        a, b = os.fstat(fd), os.stat(path)
+        a, b = os.fstat(fd), os.lstat(path)
     except FileNotFoundError:
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
@@ -291,6 +422,7 @@ def locked_folder(folder):
         if lock.held:
             sweep_stale(folder)
         yield lock
+        lock.keep()
     finally:
         lock.release()
 
@@ -393,7 +525,10 @@ def check_output_folder(out) -> Path:
     if out.exists():
         if not out.is_dir():
             raise InputError(f"{out}: exists and is not a folder")
-        if not (out / OUTPUT_MARKER).is_file() and _foreign(out):
+        found = _lstat(out / OUTPUT_MARKER)
+        if found is not None and what_it_is(found) is not None:
+            _refuse_marker(out / OUTPUT_MARKER, what_it_is(found))
+        if found is None and _foreign(out):
             others = _foreign(out)
             shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
             raise InputError(f"{out}: holds files that refseg did not write ({shown}); "
@@ -459,10 +594,14 @@ class StagedFolders:
         for name in names:
             # a folder where a file is staged (or the reverse) is found before anything moves
             target, folder = out / name, (root / name).is_dir()
-            if (target.exists() or target.is_symlink()) and \
-                    (target.is_dir() and not target.is_symlink()) != folder:
+            found = _lstat(target)
+            what = what_it_is(found, links=False) if found is not None else None
+            if what is not None and what != "a folder":
+                raise InputError(f"{target}: is {what}; refseg replaces only what it wrote")
+            if found is not None and stat.S_ISDIR(found.st_mode) != folder:
                 raise InputError(f"{target}: exists as a {'file' if folder else 'folder'}; "
                                  f"refseg writes a {'folder' if folder else 'file'} there")
+        self.lock.keep()  # a marker removed while the command ran is made again
         write_json(root / JOURNAL, {"entries": names})
         for name in names:
             _move_in(root / name, out / name, root / _ASIDE)
@@ -540,9 +679,12 @@ def settle(folder) -> None:
     complete a publication a killed writer began, so that a reader never takes a half-moved
     set for a whole one. A folder without :data:`OUTPUT_MARKER` is left alone."""
     folder = Path(folder)
-    marker = folder / OUTPUT_MARKER
-    if not marker.is_file() or not any(_dead_or_live_staging(e) for e in folder.iterdir()):
-        return
+    try:
+        if _lstat(folder / OUTPUT_MARKER) is None or \
+                not any(_dead_or_live_staging(e) for e in folder.iterdir()):
+            return
+    except PermissionError:
+        return  # a folder that cannot be listed cannot be half-moved by refseg either
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"{folder}: holds a publication that was cut short, and this "
                          "folder is not writable to complete it")
@@ -550,11 +692,44 @@ def settle(folder) -> None:
         pass
 
 
+@infrastructure("reading a folder refseg publishes")
+def settle_paths(paths) -> None:
+    """:func:`settle` every folder refseg published among ``paths`` and the folders holding
+    them, each once: what the command line does before any verb runs, so that every reader
+    (and writer) sees the folders it names whole."""
+    seen: set[Path] = set()
+    for path in paths:
+        for folder in (Path(os.path.abspath(path)), *Path(os.path.abspath(path)).parents):
+            if folder in seen:
+                break  # and so were the folders holding it
+            seen.add(folder)
+            if folder.is_dir():
+                settle(folder)
+
+
 def _dead_or_live_staging(entry: Path) -> bool:
     return entry.name.startswith(STAGING_PREFIX) and (entry / STAGING_MARKER).is_file()
 
 
-__all__ = ["OUTPUT_MARKER", "STAGING_PREFIX", "FolderLock", "StagedFolders", "check_output_folder",
-           "check_replaceable", "check_single_output", "default_mode", "locked_folder",
-           "settle", "staged_folders", "sweep_stale", "write_json", "write_npz", "write_png",
-           "write_text"]
+@contextlib.contextmanager
+@infrastructure("serialising writers into one folder")
+def published_folder(folder, command: str):
+    """Hold the lock of ``folder``, a folder refseg published (it holds
+    :data:`OUTPUT_MARKER`), for the block; for a verb that rewrites a file of such a folder in
+    place (``refseg report``). A folder refseg did not publish is refused (InputError): no
+    verb replaces a file in it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such folder")
+    if _lstat(folder / OUTPUT_MARKER) is None:
+        raise InputError(f"{folder}: not a folder refseg published (no {OUTPUT_MARKER}); "
+                         f"{command} writes only into refseg's own folders")
+    with locked_folder(folder) as lock:
+        yield lock
+
+
+__all__ = ["OUTPUT_MARKER", "STAGING_PREFIX", "FolderLock", "StagedFolders", "atomic_files",
+           "check_output_folder", "check_replaceable", "check_replaceable_file",
+           "check_single_output", "default_mode", "locked_folder", "published_folder",
+           "settle", "settle_paths", "staged_folders", "sweep_stale", "what_it_is",
+           "write_json", "write_npz", "write_png", "write_text"]
