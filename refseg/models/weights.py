@@ -305,10 +305,10 @@ class Inspection:
         return "\n".join(lines)
 
 
-#: The most keys a line (or a list of lines) of :meth:`Inspection.text` names.
+#: The most keys the list under a heading of :meth:`Inspection.text` names.
 LISTED = 20
-#: The most characters of a key :meth:`Inspection.text` shows.
-KEY_SHOWN = 80
+#: The most characters of a key :meth:`Inspection.text` shows, and of a line of key names.
+KEY_SHOWN, LINE_SHOWN = 80, 200
 
 
 def _shown(key: str) -> str:
@@ -316,10 +316,15 @@ def _shown(key: str) -> str:
 
 
 def _listed(keys) -> str:
-    """The first :data:`LISTED` of ``keys``, comma-separated, and how many more."""
-    keys = list(keys)
-    more = f", ... and {len(keys) - LISTED} more" if len(keys) > LISTED else ""
-    return ", ".join(_shown(k) for k in keys[:LISTED]) + more
+    """``keys``, comma-separated, as many as fit :data:`LINE_SHOWN` characters, and how many
+    more there are."""
+    keys, shown = list(keys), []
+    for key in keys:
+        if shown and len(", ".join([*shown, _shown(key)])) > LINE_SHOWN:
+            break
+        shown.append(_shown(key))
+    more = len(keys) - len(shown)
+    return ", ".join(shown) + (f", ... and {more} more" if more else "")
 
 
 def _refuse_not_weights(path: Path, keys: list[str]):
