@@ -69,7 +69,7 @@ def _make(kind: str, path: Path, precious: Path) -> str:
     """Put a ``kind`` at ``path``; returns the words the refusal uses for it."""
     if kind == "hard link":
         os.link(precious, path)
-        return "a file with 2 hard links"
+        return "a file with 2 hard links that refseg did not write"
     if kind == "symbolic link":
         path.symlink_to(precious)
         return "a symbolic link"
@@ -343,3 +343,17 @@ def test_a_lock_file_removed_while_a_writer_runs_is_made_again(tmp_path, welds):
         (run_folder / OUTPUT_MARKER).unlink()
     record = json.loads((run_folder / OUTPUT_MARKER).read_text())
     assert record["written_by"] == "refseg" and record["pid"] == os.getpid()
+
+
+def test_a_copy_of_a_refseg_folder_made_with_hard_links_is_written_into(tmp_path, welds):
+    """`cp -al OUT COPY` (or copytree with os.link): the lock files share one inode holding
+    refseg's record, so COPY is written into; OUT's results stay as they were."""
+    out, copy = tmp_path / "out", tmp_path / "copy"
+    assert run_refseg("edges", welds[0], "--out", out).returncode == 0
+    shutil.copytree(out, copy, copy_function=os.link)
+    before = digest(out)
+    result = run_refseg("edges", welds[0], welds[1], "--out", copy)
+    assert result.returncode == 0, result.stderr
+    after = digest(out)
+    assert after.pop(OUTPUT_MARKER) and before.pop(OUTPUT_MARKER)  # its last holder's record
+    assert after == before and (copy / welds[1].stem).is_dir()

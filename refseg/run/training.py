@@ -7,7 +7,8 @@ A run folder holds:
   the same ones, except the number of epochs and learning-rate steps of epochs not yet
   trained);
 - ``cache/``: the network inputs' tap features, computed once per image by the frozen
-  backbones and kept as memory-mapped ``.npy`` files (the page cache holds them when they fit
+  backbones and kept as ``.npy`` files, written through ``write`` and read memory-mapped
+  (the page cache holds them when they fit
   in memory, the disk when they do not), removed when training ends unless ``keep_cache``;
   absent with ``train_backbone``, where the backbones change every step and run on the images
   themselves;
