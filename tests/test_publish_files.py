@@ -357,3 +357,24 @@ def test_a_copy_of_a_refseg_folder_made_with_hard_links_is_written_into(tmp_path
     after = digest(out)
     assert after.pop(OUTPUT_MARKER) and before.pop(OUTPUT_MARKER)  # its last holder's record
     assert after == before and (copy / welds[1].stem).is_dir()
+
+
+def test_demo_seeds_replaces_no_table_in_a_folder_refseg_did_not_publish(tmp_path,
+                                                                       monkeypatch):
+    """`demo --seeds` writes seeds.md and seeds.json into --out: a folder of the user's
+    holding a seeds.md of their own is refused before any demo runs (each demo is replaced
+    here by a stand-in that records it)."""
+    import refseg.run.demo as demo
+    from refseg.run.config import DemoSettings
+    from refseg.run.seeds import run_demo_seeds
+
+    ran = []
+    monkeypatch.setattr(demo, "run_demo", lambda folder, settings, log=None: ran.append(folder))
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "seeds.md").write_text("my own notes on seeds")
+    before = digest(tmp_path)
+    with pytest.raises(InputError, match=re.escape(f"{out}: holds files that refseg did not "
+                                                   "write (seeds.md)")):
+        run_demo_seeds(out, DemoSettings(), 2)
+    assert ran == [] and digest(tmp_path) == before
