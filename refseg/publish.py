@@ -6,8 +6,9 @@ The rules, in one place (the guide's "publishing contract"):
    folder's lock: a writer holds an exclusive ``flock`` on it from before it stages anything
    until its outputs are in place. A second writer into the same folder waits (saying so on
    stderr); a lock dies with its process, so liveness never depends on pids or names. The
-   marker is opened only when it is a plain file with one name, and made again before
-   publishing when it was removed meanwhile (:meth:`FolderLock.keep`).
+   marker is opened only when it is a plain file (with other hard links, only when it holds
+   refseg's record), and made again before publishing when it was removed meanwhile
+   (:meth:`FolderLock.keep`).
 2. A command stages its outputs in a folder *inside* the target (``.refseg-staging-*``, made
    with ``mkdtemp``), which holds :data:`STAGING_MARKER`, created with ``O_CREAT|O_EXCL`` and
    locked by the writer. Nothing is ever created, renamed or removed in the target's parent

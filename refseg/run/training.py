@@ -7,9 +7,9 @@ A run folder holds:
   the same ones, except the number of epochs and learning-rate steps of epochs not yet
   trained);
 - ``cache/``: the network inputs' tap features, computed once per image by the frozen
-  backbones and kept as ``.npy`` files, written through ``write`` and read memory-mapped
-  (the page cache holds them when they fit
-  in memory, the disk when they do not), removed when training ends unless ``keep_cache``;
+  backbones and kept as ``.npy`` files, written through ``write`` and read memory-mapped (the
+  page cache holds them when they fit in memory, the disk when they do not), removed when
+  training ends unless ``keep_cache``;
   absent with ``train_backbone``, where the backbones change every step and run on the images
   themselves;
 - ``backbones.npz``: the weights the run started from (after batch-norm calibration), as
@@ -95,7 +95,7 @@ def _cache_taps(model, x, y, folder: Path, split: str) -> dict:
                 header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
                           "fortran_order": False, "shape": (len(x), *first[name].shape[1:])}
                 with naming(path):
-                    np.lib.format.write_array_header_2_0(f, header)
+                    np.lib.format.write_array_header_1_0(f, header)
             for start in range(0, len(x), INFERENCE_BATCH):
                 taps = model.taps(x[start:start + INFERENCE_BATCH])
                 for name, path, f in zip(names, paths, files):
