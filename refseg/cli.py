@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
-        result = args.verb.run(args)
+        result = args.verb.dispatch(args)
         text, status = result if isinstance(result, tuple) else (result, 0)
         print(text)
         return status

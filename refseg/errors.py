@@ -18,6 +18,34 @@ class InputError(ValueError):
     """Bad input: the message names the argument or file and the problem, on one line."""
 
 
+def reason(exc: BaseException) -> str:
+    """What went wrong, for a one-line error: the exception's message on one line, never
+    Python's name for it (a missing key reads "no 'epoch'", an empty message says what kind
+    of failure it was)."""
+    if isinstance(exc, KeyError) and exc.args:
+        key = exc.args[0]
+        return key if isinstance(key, str) and " " in key else f"no {key!r}"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    text = " ".join(str(exc).split())
+    if text:
+        return text
+    return "the data ends early" if isinstance(exc, EOFError) else "unreadable data"
+
+
+def kind_of(value) -> str:
+    """A JSON value's kind in words ("a list", "a string", "null"), for an error line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    for kind, name in ((dict, "an object"), ((list, tuple), "a list"), (str, "a string"),
+                       ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
+    return "a value of another kind"
+
+
 def as_float_image(array, name: str, *, min_size: int = 1) -> np.ndarray:
     """A finite 2-D float64 C-contiguous copy-or-view of ``array``; InputError otherwise."""
     import numpy as np

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
-from refseg.errors import InputError
+from refseg.errors import InputError, reason
 from refseg.claim1.parameters import MIN_SIZE
 from refseg.cite import implements, infrastructure
 from refseg.vocabulary import MAX_PIXELS, MAX_PIXELS_CEILING
@@ -305,6 +305,6 @@ def check_npz_members(path, max_bytes: int = MAX_NPZ_BYTES, *,
         if isinstance(exc, InputError):
             raise
         raise InputError(f"{path}: not a readable .npz archive, truncated or corrupt "
-                         f"({type(exc).__name__}: {exc})") from None
+                         f"({reason(exc)})") from None
 
 

@@ -5,7 +5,10 @@ The rules, in one place (the guide's "publishing contract"):
 1. Every output folder refseg publishes holds :data:`OUTPUT_MARKER`. The marker is also the
    folder's lock: a writer holds an exclusive ``flock`` on it from before it stages anything
    until its outputs are in place. A second writer into the same folder waits (saying so on
-   stderr); a lock dies with its process, so liveness never depends on pids or names.
+   stderr); a lock dies with its process, so liveness never depends on pids or names. The
+   marker is opened only when it is a plain file (with other hard links, only when it holds
+   refseg's record), and made again before publishing when it was removed meanwhile
+   (:meth:`FolderLock.keep`).
 2. A command stages its outputs in a folder *inside* the target (``.refseg-staging-*``, made
    with ``mkdtemp``), which holds :data:`STAGING_MARKER`, created with ``O_CREAT|O_EXCL`` and
    locked by the writer. Nothing is ever created, renamed or removed in the target's parent
@@ -16,10 +19,13 @@ The rules, in one place (the guide's "publishing contract"):
    every other entry of the target stays.
 4. Under the target's lock, a staging folder that holds :data:`STAGING_MARKER` whose lock no
    process holds is dead: the sweeper completes its publication when its list was written
-   (roll forward) and removes it. Nothing else is ever swept.
+   (roll forward) and removes it. Nothing else is ever swept. Before any verb runs, every
+   folder its paths name or lie in is swept so (:func:`settle_paths`).
 5. A single-file output (:func:`check_single_output`) never replaces an input of the same
    command, and replaces an existing file only when refseg wrote it (recorded in an extended
-   attribute, where the file system keeps one) or the user passes ``--force``.
+   attribute, where the file system keeps one) or the user passes ``--force``. Every file
+   is written through ``write`` under a temporary name and renamed (:func:`atomic_files`),
+   never over a link, folder, pipe or device.
 """
 from __future__ import annotations
 
@@ -30,16 +36,17 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
-
+from refseg.atomic import (TEMP_TAG, WRITTEN_ATTRIBUTE, _atomic_write, _lstat,  # noqa: F401
+                           atomic_files, check_replaceable_file, check_single_output,
+                           default_mode, naming, what_it_is, write_json, write_npz, write_png,
+                           write_text)
 from refseg.errors import InputError
 from refseg.cite import infrastructure
-from refseg.zipwrite import write_npz_members
 
 #: Every output folder refseg publishes holds this file; it is also the folder's lock.
 OUTPUT_MARKER = ".refseg-output"
@@ -49,21 +56,8 @@ STAGING_PREFIX = ".refseg-staging-"
 STAGING_MARKER = ".refseg-staging"
 #: Inside a staging folder: the entries to move into the target, written when all are staged.
 JOURNAL = ".refseg-publishing"
-#: Temporary files of atomic writes: ``.<name>.refseg-<random>.tmp`` beside the file.
-TEMP_TAG = ".refseg-"
-#: The extended attribute recording that refseg wrote a single-file output.
-WRITTEN_ATTRIBUTE = "user.refseg.written"
 _ASIDE = ".refseg-replaced"
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
-
-
-@infrastructure("file permissions of outputs")
-def default_mode(folder: bool = False) -> int:
-    """Permissions an ordinary new file (folder) gets under the current umask; temporary
-    files start private (0600/0700) and are given these before they are renamed into place."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return (0o777 if folder else 0o666) & ~umask
 
 
 @infrastructure("the names refseg keeps for itself")
@@ -71,125 +65,6 @@ def is_reserved(name: str) -> bool:
     """Whether ``name`` is one of the names refseg keeps for itself inside an output folder."""
     return name in (OUTPUT_MARKER, STAGING_MARKER, JOURNAL) or name.startswith(STAGING_PREFIX) \
         or (name.startswith(".") and TEMP_TAG in name and name.endswith(".tmp"))
-
-
-# ---------------------------------------------------------------- single files, atomically
-
-def _atomic_write(path: Path, write) -> None:
-    """Call ``write(file_object)`` on a temporary file beside ``path``, then rename it."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TEMP_TAG}", suffix=".tmp",
-                                   dir=path.parent)
-    except OSError as exc:
-        if not path.parent.is_dir():
-            raise OSError(exc.errno, "the output folder does not exist",
-                          str(path.parent)) from None
-        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
-                      str(path)) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, default_mode())
-        with contextlib.suppress(OSError):
-            os.setxattr(tmp, WRITTEN_ATTRIBUTE, b"1")
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        # named by the file the user asked for, not by its temporary name
-        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
-                      str(path)) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-@infrastructure("atomic output files")
-def write_png(path, array) -> None:
-    """Write a uint8 (M, N) or (M, N, 3) array as PNG, atomically."""
-    image = Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8))
-    _atomic_write(Path(path), lambda f: image.save(f, format="PNG"))
-
-
-@infrastructure("atomic output files")
-def write_npz(path, compressed: bool = False, **arrays) -> None:
-    """Write arrays to an .npz, atomically (no pickled objects); with ``compressed``, the
-    integer and boolean arrays are deflated."""
-    if not compressed:
-        _atomic_write(Path(path), lambda f: np.savez(f, **arrays))
-        return
-
-    # integer maps deflate 50-fold in moments; float planes hardly shrink and take seconds
-    # per megapixel, so they are stored
-    _atomic_write(Path(path), lambda f: write_npz_members(
-        f, arrays, deflate=lambda value: value.dtype.kind not in "fc"))
-
-
-@infrastructure("atomic output files")
-def write_text(path, text: str) -> None:
-    """Write UTF-8 text, atomically."""
-    data = text.encode("utf-8")
-    _atomic_write(Path(path), lambda f: f.write(data))
-
-
-@infrastructure("atomic output files")
-def write_json(path, data) -> None:
-    """Write JSON (sorted keys, indented), atomically."""
-    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    try:
-        encoded = text.encode("utf-8")
-    except UnicodeEncodeError:
-        # a file name that is not UTF-8: kept exactly, as JSON escapes
-        encoded = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("ascii")
-    _atomic_write(Path(path), lambda f: f.write(encoded))
-
-
-def _written_by_refseg(path: Path) -> bool:
-    try:
-        return os.getxattr(path, WRITTEN_ATTRIBUTE, follow_symlinks=False) == b"1"
-    except OSError:
-        return False
-
-
-@infrastructure("checking an output file before the work that fills it")
-def check_single_output(path, inputs=(), force: bool = False, option: str = "--force") -> Path:
-    """``path`` as a Path, after checking that a command may write that one file: it is not
-    one of the command's ``inputs`` nor inside an input folder (never, not even with
-    ``force``), not a folder, its folder exists and is writable, and it does not exist, or
-    refseg wrote it, or ``force`` is given. InputError naming the file otherwise."""
-    path = Path(path)
-    real = Path(os.path.realpath(path))
-    for given in inputs:
-        source = Path(os.path.realpath(given))
-        if real == source or source in real.parents:
-            raise InputError(f"{path}: is an input of this command ({given}); "
-                             "choose another output file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a folder; expected a file name")
-    folder = real.parent
-    if not folder.is_dir():
-        raise InputError(f"{path}: its folder {path.parent} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"{path}: its folder {path.parent} is not writable")
-    if (path.exists() or path.is_symlink()) and not force and not _written_by_refseg(path):
-        raise InputError(f"{path}: exists and refseg did not write it; {option} replaces it")
-    return path
-
-
-@contextlib.contextmanager
-@infrastructure("errors naming the file")
-def naming(path):
-    """An OSError raised in the block without a file name (a full disk inside a zip writer)
-    names ``path``."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename:
-            raise
-        raise OSError(exc.errno, f"could not be written: {exc.strerror or exc}",
-                      str(path)) from None
 
 
 # ---------------------------------------------------------------- locks
@@ -221,30 +96,49 @@ class FolderLock:
         self.made_marker = False
 
     def acquire(self) -> "FolderLock":
+        self.fd, self.made_marker, taken = self._lock_marker(make_folder=True)
+        self.held = bool(taken)
+        if self.made_marker or self.held:
+            _write_holder(self.fd)
+        return self
+
+    def _lock_marker(self, make_folder: bool) -> tuple[int, bool, bool | None]:
+        """``(fd, made, taken)``: the marker opened (made when missing) and locked."""
         marker = self.folder / OUTPUT_MARKER
         while True:
-            self.folder.mkdir(parents=True, exist_ok=True, mode=default_mode(folder=True))
-            try:
-                fd = os.open(marker, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                             default_mode())
-                made = True
-            except FileExistsError:
-                # never through a link: the marker is written, and a link could lead anywhere
-                fd, made = os.open(marker, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW), False
-            taken = _try_lock(fd, fcntl.LOCK_EX)
-            if taken is False:
-                holder = _read_holder(fd)
-                print(f"refseg: {self.folder}: another refseg command{holder} is writing "
-                      "here; waiting for it to finish", file=sys.stderr, flush=True)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                taken = True
-            if _same_file(fd, marker):
-                break
-            os.close(fd)  # the folder was removed by the writer we waited for: start again
-        self.fd, self.held, self.made_marker = fd, bool(taken), made
-        if made or self.held:
-            _write_holder(fd)
-        return self
+            if make_folder:
+                self.folder.mkdir(parents=True, exist_ok=True, mode=default_mode(folder=True))
+            opened = _open_marker(marker)
+            if opened is None:
+                continue  # removed between two looks: look again
+            taken = self._take(opened[0])
+            if _same_file(opened[0], marker):
+                return (*opened, taken)
+            # the folder was removed by the writer we waited for: start again
+            os.close(opened[0])
+
+    def _take(self, fd: int) -> bool | None:
+        """Lock ``fd``, waiting (with a line on stderr) while another process holds it."""
+        taken = _try_lock(fd, fcntl.LOCK_EX)
+        if taken is False:
+            holder = _read_holder(fd)
+            print(f"refseg: {self.folder}: another refseg command{holder} is writing "
+                  "here; waiting for it to finish", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            taken = True
+        return taken
+
+    def keep(self) -> None:
+        """Before the folder is left to the next command: its marker is still the file this
+        lock holds. When it was removed (or replaced) while the command ran, a new marker is
+        made and locked in its place, so that the folder stays one refseg published."""
+        if self.fd is None or not self.folder.is_dir() or \
+                _same_file(self.fd, self.folder / OUTPUT_MARKER):
+            return
+        fd, _, taken = self._lock_marker(make_folder=False)
+        os.close(self.fd)
+        self.fd, self.held = fd, bool(taken)
+        _write_holder(fd)
 
     def release(self) -> None:
         if self.fd is not None:
@@ -252,9 +146,57 @@ class FolderLock:
             self.fd = None
 
 
+def _refuse_marker(marker: Path, what: str):
+    raise InputError(f"{marker}: this folder's lock file is {what}, not a plain file of "
+                     "refseg's; refseg will not follow, open or write it")
+
+
+def _open_marker(marker: Path) -> tuple[int, bool] | None:
+    """``(fd, made)``: the marker opened for reading and writing, made when missing; None
+    when it vanished between two looks. A marker that is a symbolic link, a folder, a named
+    pipe, a device or a socket is refused before it is opened; one with other hard links
+    only when it holds refseg's record (a copy of a refseg folder made with hard links), as
+    writing it could otherwise change another file of the user's."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        return os.open(marker, flags | os.O_CREAT | os.O_EXCL, default_mode()), True
+    except FileExistsError:
+        pass
+    found = _lstat(marker)
+    if found is None:
+        return None
+    if what_it_is(found) is not None:
+        _refuse_marker(marker, what_it_is(found))
+    try:
+        # no side effects of opening a special file swapped in since the look above
+        fd = os.open(marker, flags | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        found = _lstat(marker)
+        _refuse_marker(marker, what_it_is(found) or f"not openable ({exc.strerror})")
+    opened = os.fstat(fd)
+    what = what_it_is(opened)
+    if what is None and opened.st_nlink > 1 and not _holds_holder_record(fd):
+        what = f"a file with {opened.st_nlink} hard links that refseg did not write"
+    if what is not None:
+        os.close(fd)
+        _refuse_marker(marker, what)
+    os.set_blocking(fd, True)
+    return fd, False
+
+
+def _holds_holder_record(fd: int) -> bool:
+    try:
+        record = json.loads(os.pread(fd, 4096, 0))
+    except (ValueError, OSError):
+        return False
+    return isinstance(record, dict) and record.get("written_by") == "refseg"
+
+
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        a, b = os.fstat(fd), os.stat(path)
+        a, b = os.fstat(fd), os.lstat(path)
     except FileNotFoundError:
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
@@ -291,6 +233,7 @@ def locked_folder(folder):
         if lock.held:
             sweep_stale(folder)
         yield lock
+        lock.keep()
     finally:
         lock.release()
 
@@ -393,7 +336,10 @@ def check_output_folder(out) -> Path:
     if out.exists():
         if not out.is_dir():
             raise InputError(f"{out}: exists and is not a folder")
-        if not (out / OUTPUT_MARKER).is_file() and _foreign(out):
+        found = _lstat(out / OUTPUT_MARKER)
+        if what_it_is(found) is not None:
+            _refuse_marker(out / OUTPUT_MARKER, what_it_is(found))
+        if found is None and _foreign(out):
             others = _foreign(out)
             shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
             raise InputError(f"{out}: holds files that refseg did not write ({shown}); "
@@ -459,10 +405,14 @@ class StagedFolders:
         for name in names:
             # a folder where a file is staged (or the reverse) is found before anything moves
             target, folder = out / name, (root / name).is_dir()
-            if (target.exists() or target.is_symlink()) and \
-                    (target.is_dir() and not target.is_symlink()) != folder:
+            found = _lstat(target)
+            what = what_it_is(found)
+            if what is not None and what != "a folder":
+                raise InputError(f"{target}: is {what}; refseg replaces only what it wrote")
+            if found is not None and stat.S_ISDIR(found.st_mode) != folder:
                 raise InputError(f"{target}: exists as a {'file' if folder else 'folder'}; "
                                  f"refseg writes a {'folder' if folder else 'file'} there")
+        self.lock.keep()  # a marker removed while the command ran is made again
         write_json(root / JOURNAL, {"entries": names})
         for name in names:
             _move_in(root / name, out / name, root / _ASIDE)
@@ -540,9 +490,12 @@ def settle(folder) -> None:
     complete a publication a killed writer began, so that a reader never takes a half-moved
     set for a whole one. A folder without :data:`OUTPUT_MARKER` is left alone."""
     folder = Path(folder)
-    marker = folder / OUTPUT_MARKER
-    if not marker.is_file() or not any(_dead_or_live_staging(e) for e in folder.iterdir()):
-        return
+    try:
+        if _lstat(folder / OUTPUT_MARKER) is None or \
+                not any(_dead_or_live_staging(e) for e in folder.iterdir()):
+            return
+    except PermissionError:
+        return  # a folder that cannot be listed cannot be half-moved by refseg either
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"{folder}: holds a publication that was cut short, and this "
                          "folder is not writable to complete it")
@@ -550,11 +503,44 @@ def settle(folder) -> None:
         pass
 
 
+@infrastructure("reading a folder refseg publishes")
+def settle_paths(paths) -> None:
+    """:func:`settle` every folder refseg published among ``paths`` and the folders holding
+    them, each once: what the command line does before any verb runs, so that every reader
+    (and writer) sees the folders it names whole."""
+    seen: set[Path] = set()
+    for path in paths:
+        for folder in (Path(os.path.abspath(path)), *Path(os.path.abspath(path)).parents):
+            if folder in seen:
+                break  # and so were the folders holding it
+            seen.add(folder)
+            if folder.is_dir():
+                settle(folder)
+
+
 def _dead_or_live_staging(entry: Path) -> bool:
     return entry.name.startswith(STAGING_PREFIX) and (entry / STAGING_MARKER).is_file()
 
 
-__all__ = ["OUTPUT_MARKER", "STAGING_PREFIX", "FolderLock", "StagedFolders", "check_output_folder",
-           "check_replaceable", "check_single_output", "default_mode", "locked_folder",
-           "settle", "staged_folders", "sweep_stale", "write_json", "write_npz", "write_png",
-           "write_text"]
+@contextlib.contextmanager
+@infrastructure("serialising writers into one folder")
+def published_folder(folder, command: str):
+    """Hold the lock of ``folder``, a folder refseg published (it holds
+    :data:`OUTPUT_MARKER`), for the block; for a verb that rewrites a file of such a folder in
+    place (``refseg report``). A folder refseg did not publish is refused (InputError): no
+    verb replaces a file in it."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such folder")
+    if _lstat(folder / OUTPUT_MARKER) is None:
+        raise InputError(f"{folder}: not a folder refseg published (no {OUTPUT_MARKER}); "
+                         f"{command} writes only into refseg's own folders")
+    with locked_folder(folder) as lock:
+        yield lock
+
+
+__all__ = ["OUTPUT_MARKER", "STAGING_PREFIX", "FolderLock", "StagedFolders", "atomic_files",
+           "check_output_folder", "check_replaceable", "check_replaceable_file",
+           "check_single_output", "default_mode", "locked_folder", "published_folder",
+           "settle", "settle_paths", "staged_folders", "sweep_stale", "what_it_is",
+           "write_json", "write_npz", "write_png", "write_text"]

@@ -66,9 +66,9 @@ def _report_arguments(parser):
 
 
 def _report(args) -> str:
-    from refseg.report.chart import write_chart
+    from refseg.report.chart import rewrite_chart
 
-    return str(write_chart(args.folder, command=f"refseg report {args.folder}"))
+    return str(rewrite_chart(args.folder, command=f"refseg report {args.folder}"))
 
 
 def _synth_arguments(parser):

@@ -42,6 +42,20 @@ class Verb:
         """The words after ``refseg``, e.g. "golden check"."""
         return " ".join(self.path)
 
+    def dispatch(self, args: argparse.Namespace) -> str | tuple[str, int]:
+        """Run the handler on ``args``, after completing every publication that a killed
+        refseg command cut short in the folders the arguments' paths name or lie in
+        (:func:`refseg.publish.settle_paths`): no verb reads (or writes into) a half-moved
+        folder."""
+        paths = [item for value in vars(args).values()
+                 for item in (value if isinstance(value, (list, tuple)) else (value,))
+                 if isinstance(item, Path)]
+        if paths:
+            from refseg.publish import settle_paths
+
+            settle_paths(paths)
+        return self.run(args)
+
 
 def add_force(parser: argparse.ArgumentParser, what: str = "") -> None:
     """``--force``: replace an output file refseg did not write (``what`` names the output)."""

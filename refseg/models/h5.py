@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg.errors import InputError
+from refseg.errors import InputError, reason
 from refseg.publish import check_single_output, write_npz
 
 INFRASTRUCTURE = "conversion of Keras weight files"
@@ -133,7 +133,7 @@ class ConversionReport:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return reason(exc)
 
 
 def _check_file(path: Path, what: str) -> bytes:

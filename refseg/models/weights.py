@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg.errors import InputError
+from refseg.errors import InputError, reason
 from refseg.images import check_npz_members
 from refseg.cite import implements, infrastructure
 from refseg.models.registry import known_weight_shapes
@@ -102,7 +102,7 @@ def read_weight_file(path) -> dict[str, np.ndarray]:
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError,
             NotImplementedError) as error:
         raise InputError(f"{path}: not a readable .npz weight file, truncated or corrupt "
-                         f"({type(error).__name__}: {error})") from None
+                         f"({reason(error)})") from None
     return arrays
 
 
@@ -270,7 +270,7 @@ class Inspection:
         rows = [("key", "shape", "dtype", "part", "status")]
         for e in self.entries:
             status = e.status if e.finite else f"{e.status}, NOT FINITE"
-            rows.append((e.key, str(e.shape), e.dtype, e.part or "-", status))
+            rows.append((_shown(e.key), str(e.shape), e.dtype, e.part or "-", status))
         width = [max(len(r[i]) for r in rows) for i in range(4)]
         lines = [f"{self.path}: {len(self.entries)} keys"]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r[:4], width)) + "  " + r[4]
@@ -284,21 +284,58 @@ class Inspection:
                          + ("  (absent)" if t.matched + t.misshaped == 0 else ""))
         for t in self.parts:
             if t.missing and t.matched + t.misshaped:
-                lines.append(f"missing from {t.part}: {', '.join(t.missing)}")
+                lines.append(f"missing from {t.part}: {_listed(t.missing)}")
         unexpected = self.keys_with(STATUS_UNEXPECTED)
         lines += ["", f"unexpected keys: {len(unexpected)}"]
-        lines += [f"  {e.key} {e.shape}" for e in unexpected]
+        lines += [f"  {_shown(e.key)} {e.shape}" for e in unexpected[:LISTED]]
+        if len(unexpected) > LISTED:
+            lines.append(f"  ... and {len(unexpected) - LISTED} more")
         misshaped = self.keys_with(STATUS_MISSHAPED)
         lines += [f"mis-shaped keys: {len(misshaped)}"]
-        lines += [f"  {e.key} {e.shape}, expected {e.expected_shape} ({e.part})"
-                  for e in misshaped]
+        lines += [f"  {_shown(e.key)} {e.shape}, expected {e.expected_shape} ({e.part})"
+                  for e in misshaped[:LISTED]]
+        if len(misshaped) > LISTED:
+            lines.append(f"  ... and {len(misshaped) - LISTED} more")
         ignored = self.keys_with(STATUS_IGNORED)
         if ignored:
-            lines.append(f"{STATUS_IGNORED}: " + ", ".join(e.key for e in ignored))
+            lines.append(f"{STATUS_IGNORED}: " + _listed([e.key for e in ignored]))
         other = [e for e in self.entries if e.dtype != "float32" or not e.finite]
         if other:
-            lines.append("not float32 or not finite: " + ", ".join(e.key for e in other))
+            lines.append("not float32 or not finite: " + _listed([e.key for e in other]))
         return "\n".join(lines)
+
+
+#: The most keys the list under a heading of :meth:`Inspection.text` names.
+LISTED = 20
+#: The most characters of a key :meth:`Inspection.text` shows, and of a line of key names.
+KEY_SHOWN, LINE_SHOWN = 80, 200
+
+
+def _shown(key: str) -> str:
+    return key if len(key) <= KEY_SHOWN else key[:KEY_SHOWN - 3] + "..."
+
+
+def _listed(keys) -> str:
+    """``keys``, comma-separated, as many as fit :data:`LINE_SHOWN` characters, and how many
+    more there are."""
+    keys, shown = list(keys), []
+    for key in keys:
+        if shown and len(", ".join([*shown, _shown(key)])) > LINE_SHOWN:
+            break
+        shown.append(_shown(key))
+    more = len(keys) - len(shown)
+    return ", ".join(shown) + (f", ... and {more} more" if more else "")
+
+
+def _refuse_not_weights(path: Path, keys: list[str]):
+    """One line: ``path`` holds no weight the network expects (a checkpoint named as such)."""
+    if "epoch" in keys and "history" in keys:
+        raise InputError(f"{path}: a refseg training checkpoint, not a weight file (predict, "
+                         "evaluate and train --init-from read it with its run folder)")
+    shown = ", ".join(repr(k[:40]) for k in keys[:2]) + (", ..." if len(keys) > 2 else "")
+    raise InputError(f"{path}: not a weight file of refseg's network: none of its "
+                     f"{len(keys)} keys{f' ({shown})' if keys else ''} is a weight the "
+                     "network expects")
 
 
 def _normalise_expected(expected) -> dict[str, dict[str, tuple[int, ...]]]:
@@ -307,7 +344,7 @@ def _normalise_expected(expected) -> dict[str, dict[str, tuple[int, ...]]]:
                 for part, keys in expected.items()}
     except (AttributeError, TypeError, ValueError) as exc:
         raise InputError(f"expected: want {{part: {{key: shape}}}} "
-                         f"({type(exc).__name__}: {exc})") from None
+                         f"({reason(exc)})") from None
 
 
 @infrastructure("the inspection of weight files")
@@ -331,8 +368,9 @@ def inspect_npz(path, expected=None) -> Inspection:
     Raises
     ------
     InputError
-        A missing, empty, non-zip, truncated or corrupt file, a single ``.npy``, or an object
-        (pickled) array; one line naming the file.
+        A missing, empty, non-zip, truncated or corrupt file, a single ``.npy``, an object
+        (pickled) array, or a file none of whose keys is an expected weight (a checkpoint, a
+        golden candidate); one line naming the file.
     """
     p = Path(path)
     arrays = read_weight_file(p)
@@ -353,6 +391,8 @@ def inspect_npz(path, expected=None) -> Inspection:
         if status == STATUS_IGNORED:
             part = part or IGNORED_LAYERS[layer]
         entries.append(KeyCheck(key, shape, str(array.dtype), part, want, status, finite))
+    if all(e.status == STATUS_UNEXPECTED for e in entries):
+        _refuse_not_weights(p, list(arrays))
     totals = []
     for part, keys in expected.items():
         mine = [e for e in entries if e.part == part and e.status != STATUS_IGNORED]

@@ -38,7 +38,7 @@ from refseg import registry as spec
 from refseg.audit import trace
 from refseg._version import __version__
 from refseg.cite import infrastructure
-from refseg.errors import InputError
+from refseg.errors import InputError, reason
 from refseg.report import claim1_evidence, sections
 from refseg.report import html as h
 from refseg.report.folder import Source, machine
@@ -81,12 +81,22 @@ def write_chart(folder, shown_as=None, command: str | None = None) -> Path:
     folder = Path(folder)
     try:
         page = render_chart(folder, shown_as, command)
+    except InputError:
+        raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         # a record the checks above let through, in a way nothing foresaw: still one line
-        raise InputError(f"{folder}: a damaged refseg folder ({type(exc).__name__}: "
-                         f"{exc})") from None
+        raise InputError(f"{folder}: a damaged refseg folder ({reason(exc)})") from None
     publish.write_text(folder / CHART, page)
     return folder / CHART
+
+
+@infrastructure("the claim chart")
+def rewrite_chart(folder, command: str | None = None) -> Path:
+    """Rewrite ``folder/index.html`` (:func:`write_chart`) in a demo or run folder that refseg
+    published, under its lock (``refseg report``); a folder refseg did not publish is refused
+    (InputError) and nothing in it is replaced."""
+    with publish.published_folder(folder, "refseg report"):
+        return write_chart(folder, command=command)
 
 
 @infrastructure("the claim chart")

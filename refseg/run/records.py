@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from refseg.errors import InputError
+from refseg.errors import InputError, kind_of, reason
 from refseg.jsontext import bracket_depth
 from refseg.run.config import TrainConfig
 
@@ -79,7 +79,7 @@ def read_history(path: Path) -> list[dict]:
         entry = parse_json(line, f"{path}: line {number}", "a JSON object")
         if not isinstance(entry, dict):
             raise InputError(f"{path}: line {number}: an object expected, got "
-                             f"{type(entry).__name__}")
+                             f"{kind_of(entry)}")
         epoch = entry.get("epoch")
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch != len(history) + 1:
             raise InputError(f"{path}: line {number}: epoch {len(history) + 1} expected, got "
@@ -98,7 +98,7 @@ def check_scores(path: Path, rows, runs: Path) -> list[dict]:
                          f"{json.dumps(rows)[:40]}")
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise InputError(f"{path}: row {i}: an object expected, got {type(row).__name__}")
+            raise InputError(f"{path}: row {i}: an object expected, got {kind_of(row)}")
         name = row.get("run")
         if not isinstance(name, str) or not name or name in (".", "..") or "/" in name \
                 or "\\" in name or "\0" in name:
@@ -118,7 +118,7 @@ def check_demo_record(path: Path, record) -> dict:
     """A demo's ``demo.json``: an object whose ``runs`` (if any) is a list of objects with a
     ``name``, whose ``settings`` (if any) is an object and ``claim1_images`` a list of names."""
     if not isinstance(record, dict):
-        raise InputError(f"{path}: an object expected, got {type(record).__name__}")
+        raise InputError(f"{path}: an object expected, got {kind_of(record)}")
     runs = record.get("runs", [])
     if not isinstance(runs, list) or not all(
             isinstance(r, dict) and isinstance(r.get("name"), str) for r in runs):
@@ -148,5 +148,5 @@ def read_run_config(path: Path) -> TrainConfig:
         raise InputError(f"{path}: {exc}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise InputError(f"{path}: not the settings of a refseg run "
-                         f"({type(exc).__name__}: {exc})") from None
+                         f"({reason(exc)})") from None
     return config

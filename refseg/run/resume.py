@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from refseg.cite import infrastructure
-from refseg.errors import InputError
+from refseg.errors import InputError, reason
 from refseg.publish import is_reserved
 from refseg.run.config import TrainConfig
 from refseg.run.records import read_run_config
@@ -36,8 +36,8 @@ def recorded_tiles(run: Path, log) -> int | None:
     try:
         count = json.loads(path.read_text(encoding="utf-8"))["tiling_threads"]
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a thread layout record ({type(exc).__name__}: "
-                         f"{exc})") from None
+        raise InputError(f"{path}: not a thread layout record ("
+                         f"{reason(exc)})") from None
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 4096:
         raise InputError(f"{path}: tiling_threads must be an integer from 1 to 4096, got "
                          f"{count!r}")
@@ -87,8 +87,8 @@ def trained_epochs(path: Path) -> int | None:
             raise ValueError(f"epoch {epoch.dtype} {epoch.shape}, a scalar integer expected")
         return int(epoch)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: not a readable refseg checkpoint ({type(exc).__name__}: "
-                         f"{exc})") from None
+        raise InputError(f"{path}: not a readable refseg checkpoint ("
+                         f"{reason(exc)})") from None
 
 
 def check_run_folder(run: Path, config: TrainConfig, resume: bool) -> TrainConfig | None:

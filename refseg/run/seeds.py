@@ -38,7 +38,9 @@ def run_demo_seeds(out, settings, seeds: int, log=None) -> Path:
     """Run the demo with ``settings`` for seeds ``settings.seed`` .. ``+ seeds - 1`` into
     ``out/seed-<s>/``, then write ``out/seeds.md`` and ``out/seeds.json``; returns the table's
     path. A seed's folder that already holds a finished demo (its ``scores.json``) is kept,
-    so that an interrupted series continues where it stopped."""
+    so that an interrupted series continues where it stopped. ``out`` must be new, empty or a
+    folder refseg published (:func:`refseg.publish.check_output_folder`); it is locked while
+    the series runs."""
     from refseg.run.demo import run_demo
 
     log = sys.stderr if log is None else log
@@ -47,14 +49,17 @@ def run_demo_seeds(out, settings, seeds: int, log=None) -> Path:
         raise InputError(f"demo: --seeds must be an integer from 2 (a spread needs two) to "
                          f"{MAX_SEEDS}, got {seeds!r}")
     check_range(settings.seed + seeds - 1, "seed")
+    # the table is written into ``out``: a folder of the user's is refused before any demo
+    publish.check_output_folder(out)
     folders = []
-    for seed in range(settings.seed, settings.seed + seeds):
-        folder = out / f"seed-{seed}"
-        if not (folder / "scores.json").is_file():
-            print(f"seed {seed} ({seed - settings.seed + 1}/{seeds}): {folder}", file=log)
-            run_demo(folder, dataclasses.replace(settings, seed=seed), log=log)
-        folders.append(folder)
-    return write_seed_table(out, folders)
+    with publish.locked_folder(out):
+        for seed in range(settings.seed, settings.seed + seeds):
+            folder = out / f"seed-{seed}"
+            if not (folder / "scores.json").is_file():
+                print(f"seed {seed} ({seed - settings.seed + 1}/{seeds}): {folder}", file=log)
+                run_demo(folder, dataclasses.replace(settings, seed=seed), log=log)
+            folders.append(folder)
+        return write_seed_table(out, folders)
 
 
 def _value(row: dict, key: str, index) -> float:

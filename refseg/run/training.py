@@ -7,8 +7,9 @@ A run folder holds:
   the same ones, except the number of epochs and learning-rate steps of epochs not yet
   trained);
 - ``cache/``: the network inputs' tap features, computed once per image by the frozen
-  backbones and kept as memory-mapped ``.npy`` files (the page cache holds them when they fit
-  in memory, the disk when they do not), removed when training ends unless ``keep_cache``;
+  backbones and kept as ``.npy`` files, written through ``write`` and read memory-mapped (the
+  page cache holds them when they fit in memory, the disk when they do not), removed when
+  training ends unless ``keep_cache``;
   absent with ``train_backbone``, where the backbones change every step and run on the images
   themselves;
 - ``backbones.npz``: the weights the run started from (after batch-norm calibration), as
@@ -35,8 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from refseg import autograd as ag
-from refseg.errors import InputError
-from refseg.publish import locked_folder, write_json, write_npz, write_text
+from refseg.errors import InputError, reason
+from refseg.publish import (atomic_files, locked_folder, naming, write_json, write_npz,
+                            write_text)
 from refseg.data.inputs import prepare
 from refseg.models import ResMobileNet
 from refseg.models.weights import read_weight_file
@@ -79,27 +81,28 @@ def _pairs(samples):
 
 
 def _cache_taps(model, x, y, folder: Path, split: str) -> dict:
-    """Taps of every image (memory-mapped .npy, written under temporary names, then renamed)
-    and the labels; returns them opened read-only."""
+    """Taps of every image and the labels, as ``.npy`` files written whole (through ``write``
+    under temporary names, then renamed: a full disk ends with an OSError naming the file,
+    never a SIGBUS of a memory-mapped page); returns them opened read-only."""
     done = folder / f"{split}.json"
     names = model.decoder_inputs
     if not done.is_file():
         folder.mkdir(parents=True, exist_ok=True)
         first = model.taps(x[:1])
-        files = {}
-        for name in names:
-            tmp = folder / f".{split}_{name}.npy.tmp"
-            files[name] = (tmp, np.lib.format.open_memmap(
-                tmp, mode="w+", dtype=np.float32, shape=(len(x), *first[name].shape[1:])))
-        for start in range(0, len(x), INFERENCE_BATCH):
-            taps = model.taps(x[start:start + INFERENCE_BATCH])
-            for name in names:
-                files[name][1][start:start + INFERENCE_BATCH] = taps[name]
-        for name, (tmp, array) in files.items():
-            array.flush()
-            del array
-            tmp.replace(folder / f"{split}_{name}.npy")
-        np.save(folder / f"{split}_labels.npy", y)
+        paths = [folder / f"{split}_{name}.npy" for name in names]
+        with atomic_files([*paths, folder / f"{split}_labels.npy"]) as files:
+            for name, path, f in zip(names, paths, files):
+                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                          "fortran_order": False, "shape": (len(x), *first[name].shape[1:])}
+                with naming(path):
+                    np.lib.format.write_array_header_1_0(f, header)
+            for start in range(0, len(x), INFERENCE_BATCH):
+                taps = model.taps(x[start:start + INFERENCE_BATCH])
+                for name, path, f in zip(names, paths, files):
+                    with naming(path):
+                        f.write(np.ascontiguousarray(taps[name], dtype=np.float32).data)
+            with naming(folder / f"{split}_labels.npy"):
+                np.save(files[-1], y)
         write_json(done, {"images": len(x), "taps": list(names)})
     taps = {name: np.load(folder / f"{split}_{name}.npy", mmap_mode="r") for name in names}
     labels = np.load(folder / f"{split}_labels.npy", allow_pickle=False)
@@ -141,7 +144,7 @@ def _read_checkpoint(path: Path, model: ResMobileNet):
         epoch = int(arrays["epoch"])
     except (ValueError, TypeError) as exc:
         raise InputError(f"{path}: a damaged refseg checkpoint (its epoch or history: "
-                         f"{type(exc).__name__}: {exc})") from None
+                         f"{reason(exc)})") from None
     if not isinstance(history, list) or len(history) != epoch:
         raise InputError(f"{path}: a damaged refseg checkpoint (a history of "
                          f"{len(history) if isinstance(history, list) else 'no'} epochs "
