@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from checkout import run_refseg, synth_images
+from reference_folders import own_candidates
 from refseg.errors import InputError
 from refseg.publish import (JOURNAL, OUTPUT_MARKER, STAGING_MARKER, STAGING_PREFIX,
                             locked_folder, staged_folders, write_json)
@@ -289,12 +290,12 @@ def test_every_verb_completes_a_cut_publication_in_the_folders_it_names(tmp_path
 
 @pytest.fixture(scope="module")
 def references(tmp_path_factory, welds):
-    """`golden reference` of three welds, and a candidate folder equal to it."""
+    """`golden reference` of three welds, and refseg's own candidates for it."""
     root = tmp_path_factory.mktemp("references")
     result = run_refseg("golden", "reference", *welds[:3], "--out", root / "ref", "--jobs",
                         "1")
     assert result.returncode == 0, result.stderr
-    shutil.copytree(root / "ref", root / "candidate")
+    own_candidates(root / "ref", root / "candidate")
     return root
 
 

@@ -205,7 +205,7 @@ def apply_acceptances(acceptances, rows, entries: dict, values: dict, vectors, m
        carries it, none of its sources failing, is accepted as not compared.
     3. Causes are linked again with the accepted arrays no longer failing.
     """
-    from refseg.golden.check import link_causes
+    from refseg.golden.causes import link_causes
     from refseg.golden.flagged import vector_matches
 
     from refseg.golden.flagged import STEPS

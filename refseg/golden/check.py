@@ -24,6 +24,7 @@ import numpy as np
 from refseg import publish
 from refseg.errors import InputError
 from refseg.golden.accepted import PASSING, accepted_lines, apply_acceptances, unused_entries
+from refseg.golden.causes import link_causes
 from refseg.golden.flagged import diagnose, diagnosis_lines
 from refseg.golden.format import (PARTS, array_sha256, block_sums, chosen_parts, part_of,
                                   read_bundle, read_npz, summary_statistics)
@@ -352,23 +353,6 @@ def check_array(name, entry, stored, value) -> CheckRow:
     if entry["storage"] == "full":
         return _check_full(name, entry, stored[name], value, entry["tolerance"], identical)
     return _check_summary(name, entry, stored, value, entry["tolerance"], identical)
-
-
-def link_causes(rows: list, entries: dict) -> None:
-    """Set each failing row's ``follows``: the root causes among the failing arrays it is
-    computed from (transitively); a failure none of whose sources fails is a root cause."""
-    status = {r.name: r for r in rows}
-    roots: dict[str, list] = {}
-    for r in rows:
-        if r.status != "fail":
-            continue
-        found = []
-        for source in entries[r.name]["computed_from"]:
-            upstream = status.get(source)
-            if upstream is not None and upstream.status == "fail":
-                found += roots.get(source) or [source]
-        r.follows = list(dict.fromkeys(found))
-        roots[r.name] = r.follows
 
 
 def _extra_row(key: str, names) -> CheckRow:
