@@ -1,0 +1,26 @@
+"""The engine: refseg's fast route for inference, beside the reference that reads like the
+claims.
+
+A *plan* is made once from a model and its weights (:func:`plan`): it walks the layer graph,
+folds every inference batch norm that follows a convolution into that convolution's kernel and
+bias, keeps the others (ResNet50V2's pre-activation batch norms, which a ReLU separates from
+the next convolution) as one per-channel affine pass with its ReLU, folds zero paddings into the
+convolution or pooling that reads them, fuses each ReLU / ReLU6 and each residual Add into the
+epilogue of the convolution whose output it reads, packs every kernel once into panels of 16
+output channels (the layout of the engine's own micro-kernels) and chooses, per convolution,
+the loop order of its tiles by timing both on this machine (or by a fixed rule, ``"estimate"``),
+recording the choice so that a plan made from the same choices replays them.
+
+At run time (:meth:`Plan.predict`) the activations stay NHWC from layer to layer; the
+convolutions run as indirect convolutions (a table of input offsets per output pixel and tap,
+built once per input size; zero padding and the transposed convolutions' missing taps read a
+row of zeros) in C micro-kernels vectorised for AVX-512 or AVX2 + FMA, chosen at run time, with
+a portable fallback (:func:`portable_kernels` forces it), and split over one OpenMP pool; the
+engine calls no BLAS. The reference (``refseg.autograd``, ``refseg.claim1``, ``refseg.golden``)
+never imports this package; its results are held to the reference's within the tolerances of
+:mod:`refseg.engine.runtime`.
+"""
+from refseg.engine.plan import Plan, plan
+from refseg.engine.runtime import portable_kernels
+
+__all__ = ["Plan", "plan", "portable_kernels"]
