@@ -20,7 +20,17 @@ engine calls no BLAS. The reference (``refseg.autograd``, ``refseg.claim1``, ``r
 never imports this package; its results are held to the reference's within the tolerances of
 :mod:`refseg.engine.runtime`.
 """
-from refseg.engine.plan import Plan, plan
-from refseg.engine.runtime import portable_kernels
+# Imported on first use, not here: the training kernels' package (refseg.engine.training)
+# is imported by the autograd, which the planner itself imports.
+_LAZY = {"Plan": "refseg.engine.planner", "plan": "refseg.engine.planner",
+         "portable_kernels": "refseg.engine.runtime", "engine_threads": "refseg.engine.runtime"}
 
-__all__ = ["Plan", "plan", "portable_kernels"]
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'refseg.engine' has no attribute {name!r}")

@@ -177,6 +177,50 @@ static void tile_avx512(int taps, int cin, const float *const *a, const float *w
     }
 }
 
+/* two neighbouring panels at once (32 output channels, 24 accumulators): a broadcast of the
+ * input feeds two fused multiply-adds, so the loads do not hold back the FMA units. The
+ * epilogue's ncols counts both panels' columns (17..32). */
+__attribute__((target("avx512f")))
+static void tile_avx512_pair(int taps, int cin, const float *const *a, const float *w,
+                             const float *bias, const Epilogue *e)
+{
+    __m512 acc0[MR_AVX512], acc1[MR_AVX512];
+    const size_t panel = (size_t)taps * cin * ENGINE_PANEL;
+    for (int m = 0; m < MR_AVX512; m++) {
+        acc0[m] = _mm512_setzero_ps();
+        acc1[m] = _mm512_setzero_ps();
+    }
+    for (int t = 0; t < taps; t++) {
+        const float *wt = w + (size_t)t * cin * ENGINE_PANEL;
+        const float *ap[MR_AVX512];
+        for (int m = 0; m < MR_AVX512; m++)
+            ap[m] = a[m * taps + t];
+        for (int c = 0; c < cin; c++) {
+            const __m512 b0 = _mm512_loadu_ps(wt + (size_t)c * ENGINE_PANEL);
+            const __m512 b1 = _mm512_loadu_ps(wt + panel + (size_t)c * ENGINE_PANEL);
+#pragma GCC unroll 12
+            for (int m = 0; m < MR_AVX512; m++) {
+                const __m512 v = _mm512_set1_ps(ap[m][c]);
+                acc0[m] = _mm512_fmadd_ps(v, b0, acc0[m]);
+                acc1[m] = _mm512_fmadd_ps(v, b1, acc1[m]);
+            }
+        }
+    }
+    const __m512 bv0 = _mm512_loadu_ps(bias), bv1 = _mm512_loadu_ps(bias + ENGINE_PANEL);
+    const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi);
+    const __mmask16 mask = (__mmask16)((1u << (e->ncols - ENGINE_PANEL)) - 1u);
+    for (int m = 0; m < e->rows; m++) {
+        __m512 v0 = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(acc0[m], bv0), lo), hi);
+        __m512 v1 = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(acc1[m], bv1), lo), hi);
+        if (e->res[m]) {
+            v0 = _mm512_add_ps(v0, _mm512_loadu_ps(e->res[m]));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(mask, e->res[m] + ENGINE_PANEL));
+        }
+        _mm512_storeu_ps(e->out[m], v0);
+        _mm512_mask_storeu_ps(e->out[m] + ENGINE_PANEL, mask, v1);
+    }
+}
+
 /* ---- the tiled loop --------------------------------------------------------------------- */
 void engine_conv_c(int backend, int threads, int order, int batch,
                    const float *x, int64_t x_image, const int32_t *in_off,
@@ -186,16 +230,20 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                    const float *r, int64_t r_image, const int32_t *res_off,
                    float lo, float hi)
 {
-    TileKernel kernel = tile_portable;
+    TileKernel kernel = tile_portable, pair_kernel = NULL;
     int mr = MR_PORTABLE;
     if (backend == ENGINE_AVX512) {
         kernel = tile_avx512;
+        pair_kernel = tile_avx512_pair;
         mr = MR_AVX512;
     } else if (backend == ENGINE_AVX2) {
         kernel = tile_avx2;
         mr = MR_AVX2;
     }
-    const int panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    /* a work item covers `width` panels: two where the pair kernel runs */
+    const int width = pair_kernel ? 2 : 1;
+    const int all_panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    const int panels = (all_panels + width - 1) / width;
     const int tiles = (pixels + mr - 1) / mr;
     const int64_t per_image = (int64_t)tiles * panels;
     const int64_t items = per_image * batch;
@@ -220,9 +268,11 @@ void engine_conv_c(int backend, int threads, int order, int batch,
         Epilogue e;
         const float *xn = x + n * x_image;
         const int p0 = (int)tile * mr;
+        panel *= width;  /* the first panel of the item */
+        const int covered = all_panels - (int)panel < width ? all_panels - (int)panel : width;
+        const int left = cout - (int)panel * ENGINE_PANEL;
         e.rows = pixels - p0 < mr ? pixels - p0 : mr;
-        e.ncols = cout - (int)panel * ENGINE_PANEL < ENGINE_PANEL ?
-                  cout - (int)panel * ENGINE_PANEL : ENGINE_PANEL;
+        e.ncols = left < covered * ENGINE_PANEL ? left : covered * ENGINE_PANEL;
         e.lo = lo;
         e.hi = hi;
         for (int m = 0; m < mr; m++) {
@@ -244,7 +294,7 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                                + panel * ENGINE_PANEL : NULL;
             }
         }
-        kernel(taps, cin, a, w + panel * (int64_t)taps * cin * ENGINE_PANEL,
+        (covered == 2 ? pair_kernel : kernel)(taps, cin, a, w + panel * (int64_t)taps * cin * ENGINE_PANEL,
                bias + panel * ENGINE_PANEL, &e);
     }
     free(zeros);

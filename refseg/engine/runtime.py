@@ -15,8 +15,11 @@ reference within stated bounds, not bit for bit:
   elementwise, ``u = 2**-24``, ``K`` the terms of the sum (the classic bound of recursive
   float32 summation; :data:`UNIT_ROUNDOFF`);
 * one planned layer fed the reference's input, against the reference's output:
-  :data:`LAYER_TOLERANCE` relative to the layer's largest absolute output;
-* the whole network's class probabilities: :data:`PROBABILITY_TOLERANCE` absolute.
+  :data:`LAYER_TOLERANCE` relative to the layer's largest absolute output (measured at
+  224x224 with He-scaled random weights: at most 8.8e-6, on the decoder's x10; 1.4e-6 at
+  64x64, where the tests run);
+* the whole network's class probabilities: :data:`PROBABILITY_TOLERANCE` absolute (measured
+  3.3e-6 at 224x224, 0.9e-6 at 64x64), on the vectorised and the portable kernels alike.
 """
 from __future__ import annotations
 
@@ -32,9 +35,9 @@ from refseg.errors import InputError
 #: float32's unit roundoff.
 UNIT_ROUNDOFF = 2.0 ** -24
 #: |engine - reference| <= this x max |reference| for one layer fed the reference's input.
-LAYER_TOLERANCE = 1e-5
+LAYER_TOLERANCE = 2e-5
 #: |engine - reference| of the network's class probabilities (absolute).
-PROBABILITY_TOLERANCE = 1e-4
+PROBABILITY_TOLERANCE = 1e-5
 
 #: Kernel backends: "native" (the best this CPU runs), "portable" (plain C), "twin" (NumPy).
 _KERNELS = contextvars.ContextVar("refseg_engine_kernels", default="native")
