@@ -20,12 +20,31 @@ engine calls no BLAS. The reference (``refseg.autograd``, ``refseg.claim1``, ``r
 never imports this package; its results are held to the reference's within the tolerances of
 :mod:`refseg.engine.runtime`.
 """
+#: The two routes of a prediction: the engine's plan, or the reference's layer graph.
+ROUTES = ("engine", "reference")
+#: The route ``refseg predict``, ``refseg evaluate`` and the demo's evaluation take.
+DEFAULT_ROUTE = "engine"
+
 # Imported on first use, not here: the training kernels' package (refseg.engine.training)
 # is imported by the autograd, which the planner itself imports.
 _LAZY = {"Plan": "refseg.engine.planner", "plan": "refseg.engine.planner",
          "portable_kernels": "refseg.engine.runtime", "engine_threads": "refseg.engine.runtime"}
 
 __all__ = sorted(_LAZY)
+
+
+def predictor(model, route: str = DEFAULT_ROUTE):
+    """What predicts with ``model`` on ``route``: the model itself ("reference") or a plan of
+    it made here ("engine"); both have ``predict(x, batch_size)``."""
+    if route not in ROUTES:
+        from refseg.errors import InputError
+
+        raise InputError(f"route must be one of {ROUTES}, got {route!r}")
+    if route == "reference":
+        return model
+    from refseg.engine.planner import plan
+
+    return plan(model)
 
 
 def __getattr__(name):
