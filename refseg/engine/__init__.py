@@ -20,6 +20,8 @@ engine calls no BLAS. The reference (``refseg.autograd``, ``refseg.claim1``, ``r
 never imports this package; its results are held to the reference's within the tolerances of
 :mod:`refseg.engine.runtime`.
 """
+INFRASTRUCTURE = "the choice between the engine and the reference route"
+
 #: The two routes of a prediction: the engine's plan, or the reference's layer graph.
 ROUTES = ("engine", "reference")
 #: The route ``refseg predict``, ``refseg evaluate`` and the demo's evaluation take.

@@ -11,6 +11,8 @@ import numpy as np
 
 from refseg.engine.runtime import Phase
 
+INFRASTRUCTURE = "the engine's weight layout and offset tables"
+
 #: Output channels per panel (engine_kernels.h, ENGINE_PANEL).
 PANEL = 16
 

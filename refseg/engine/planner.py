@@ -34,6 +34,7 @@ from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.engine import packing
 from refseg.engine.runtime import (ORDERS, AffineStep, ConvStep, DepthwiseStep, NumpyStep,
                                    backend_name)
+from refseg.cite import implements, infrastructure
 from refseg.errors import InputError
 from refseg.models.graph import INPUT
 
@@ -197,6 +198,7 @@ def _window_reads_padding(walker, name, layer) -> bool:
     return getattr(walker.graph.nodes[reader].layer, "padding", "valid") == "valid"
 
 
+@infrastructure("the engine's compilation of a layer graph")
 def compile_steps(graph, outputs, input_hw) -> list:
     """The steps computing ``outputs`` of ``graph`` for inputs (N, H, W, 3), in order."""
     walker = _Walker(graph, outputs)
@@ -226,6 +228,7 @@ def compile_steps(graph, outputs, input_hw) -> list:
     return steps
 
 
+@infrastructure("the engine's choice of loop order")
 def estimated_order(step: ConvStep, mr: int = 12) -> str:
     """The loop order that re-reads fewer bytes (see the module docstring)."""
     weights = sum(phase.packed.nbytes for phase in step.phases)
@@ -248,6 +251,7 @@ def _measured_order(step: ConvStep, values: dict) -> str:
     return min(best, key=best.get)
 
 
+@implements("claim2.fusion")
 class Plan:
     """A model compiled for the engine; see the module docstring.
 
@@ -322,6 +326,7 @@ class Plan:
                  "order": step.order} for step in self.steps]
 
 
+@implements("claim2.fusion")
 def plan(model, mode: str = "measure", choices: dict | None = None) -> Plan:
     """Compile ``model`` (a ``ResMobileNet``) for the engine, once.
 

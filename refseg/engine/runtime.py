@@ -32,6 +32,9 @@ import numpy as np
 
 from refseg.errors import InputError
 
+INFRASTRUCTURE = ("the engine's run-time steps: the network of claim 2 computed faster, held to "
+                  "the reference within stated tolerances")
+
 #: float32's unit roundoff.
 UNIT_ROUNDOFF = 2.0 ** -24
 #: |engine - reference| <= this x max |reference| for one layer fed the reference's input.
