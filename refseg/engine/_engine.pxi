@@ -19,6 +19,13 @@ cdef extern from "engine_kernels.h" nogil:
                        float *y, int64_t y_image, const int32_t *out_off,
                        const float *r, int64_t r_image, const int32_t *res_off,
                        float lo, float hi)
+    int ENGINE_DOT_MAX
+    void engine_dot_c(int backend, int threads, int batch,
+                      const float *x, int64_t x_image, const int32_t *in_off,
+                      int pixels, int taps, int cin, const float *w, const float *bias,
+                      int cout, float *y, int64_t y_image, const int32_t *out_off,
+                      const float *r, int64_t r_image, const int32_t *res_off,
+                      float lo, float hi)
     void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, int w,
                             int c, const float *k, int kh, int kw, int stride, int pad_top,
                             int pad_left, const float *bias, float lo, float hi, float *y,
@@ -28,6 +35,7 @@ cdef extern from "engine_kernels.h" nogil:
 
 ENGINE_PANEL_WIDTH = ENGINE_PANEL
 ENGINE_TAPS_LIMIT = ENGINE_MAX_TAPS
+ENGINE_DOT_LIMIT = ENGINE_DOT_MAX
 
 
 def engine_cpu_backend():
@@ -58,6 +66,31 @@ def engine_conv(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_of
     with nogil:
         engine_conv_c(backend, threads, order, batch, &x[0], x_image, ip, pixels, taps, cin,
                       &w[0], &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi)
+
+
+def engine_dot(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_off,
+               Py_ssize_t pixels, Py_ssize_t taps, Py_ssize_t cin,
+               const float[::1] w, const float[::1] bias, Py_ssize_t cout,
+               float[::1] y, Py_ssize_t y_image, const int32_t[::1] out_off,
+               const float[::1] r, Py_ssize_t r_image, const int32_t[::1] res_off,
+               float lo, float hi, Py_ssize_t batch, int backend, int threads):
+    """engine_conv for at most ENGINE_DOT_MAX output channels, one dot product per output,
+    weights ``w`` (taps, cout, cin) flat."""
+    cdef const int32_t *ip = NULL
+    cdef const int32_t *op = NULL
+    cdef const int32_t *rp = NULL
+    cdef const float *res = NULL
+    if in_off is not None:
+        ip = &in_off[0]
+    if out_off is not None:
+        op = &out_off[0]
+    if res_off is not None:
+        rp = &res_off[0]
+    if r is not None:
+        res = &r[0]
+    with nogil:
+        engine_dot_c(backend, threads, batch, &x[0], x_image, ip, pixels, taps, cin, &w[0],
+                     &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi)
 
 
 def engine_depthwise(const float[:, :, :, ::1] x, const float[:, :, ::1] k,

@@ -39,6 +39,23 @@ def engine_conv(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image
         y[where] = values.astype(np.float32)
 
 
+def engine_dot(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image, out_off, r,
+               r_image, res_off, lo, hi, batch, backend, threads):
+    """engine_conv with weights (taps, cout, cin) flat, for few output channels."""
+    weights = np.asarray(w, np.float32).reshape(taps, cout, cin).transpose(0, 2, 1)
+    engine_conv(x, x_image, in_off, pixels, taps, cin, _one_panel(weights),
+                np.pad(np.asarray(bias, np.float32), (0, PANEL - cout)), cout, y, y_image,
+                out_off, r, r_image, res_off, lo, hi, batch, backend, threads, 0)
+
+
+def _one_panel(weights):
+    """Weights (taps, cin, cout <= 16) as one panel of 16 output channels, flat."""
+    taps, cin, cout = weights.shape
+    out = np.zeros((taps, cin, PANEL), np.float32)
+    out[:, :, :cout] = weights
+    return out.reshape(-1)
+
+
 def engine_depthwise(x, k, bias, stride, pad_top, pad_left, lo, hi, y, backend, threads):
     """Depthwise convolution x (N, H, W, C) * k (kh, kw, C) + bias, clamped, into y."""
     x = np.asarray(x, np.float64)

@@ -300,6 +300,125 @@ void engine_conv_c(int backend, int threads, int order, int batch,
     free(zeros);
 }
 
+/* ---- few output channels: dot products --------------------------------------------------
+ * For cout <= ENGINE_DOT_MAX (the decoder's 3-class layers) a panel of 16 would compute mostly
+ * padding: each output is instead a dot product over the input channels, vectorised along
+ * them, with weights w[tap][o][cin]. Same offsets and epilogue as engine_conv_c. */
+static inline void dot_write(float *sums, const float *bias, int cout, float *out,
+                             const float *res, float lo, float hi)
+{
+    for (int o = 0; o < cout; o++) {
+        float v = clampf(sums[o] + bias[o], lo, hi);
+        out[o] = res ? v + res[o] : v;
+    }
+}
+
+__attribute__((target("avx512f")))
+static void dot_pixel_avx512(const float *const *a, int taps, int cin, const float *w,
+                             int cout, float *sums)
+{
+    __m512 acc[ENGINE_DOT_MAX];
+    for (int o = 0; o < cout; o++)
+        acc[o] = _mm512_setzero_ps();
+    for (int t = 0; t < taps; t++) {
+        const float *wt = w + (size_t)t * cout * cin;
+        for (int c0 = 0; c0 < cin; c0 += 16) {
+            const int n = cin - c0 < 16 ? cin - c0 : 16;
+            const __mmask16 mask = (__mmask16)((1u << n) - 1u);
+            const __m512 xv = _mm512_maskz_loadu_ps(mask, a[t] + c0);
+            for (int o = 0; o < cout; o++)
+                acc[o] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mask, wt + o * cin + c0),
+                                         acc[o]);
+        }
+    }
+    for (int o = 0; o < cout; o++)
+        sums[o] = _mm512_reduce_add_ps(acc[o]);
+}
+
+__attribute__((target("avx2,fma")))
+static void dot_pixel_avx2(const float *const *a, int taps, int cin, const float *w,
+                           int cout, float *sums)
+{
+    __m256 acc[ENGINE_DOT_MAX];
+    for (int o = 0; o < cout; o++)
+        acc[o] = _mm256_setzero_ps();
+    const int vec = cin / 8 * 8;
+    float tail[ENGINE_DOT_MAX] = {0};
+    for (int t = 0; t < taps; t++) {
+        const float *wt = w + (size_t)t * cout * cin;
+        for (int c0 = 0; c0 < vec; c0 += 8) {
+            const __m256 xv = _mm256_loadu_ps(a[t] + c0);
+            for (int o = 0; o < cout; o++)
+                acc[o] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wt + o * cin + c0), acc[o]);
+        }
+        for (int c = vec; c < cin; c++)
+            for (int o = 0; o < cout; o++)
+                tail[o] = fmaf(a[t][c], wt[o * cin + c], tail[o]);
+    }
+    for (int o = 0; o < cout; o++) {
+        float lanes[8];
+        _mm256_storeu_ps(lanes, acc[o]);
+        sums[o] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                  ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail[o];
+    }
+}
+
+static void dot_pixel_portable(const float *const *a, int taps, int cin, const float *w,
+                               int cout, float *sums)
+{
+    for (int o = 0; o < cout; o++)
+        sums[o] = 0.0f;
+    for (int t = 0; t < taps; t++) {
+        const float *wt = w + (size_t)t * cout * cin;
+        for (int o = 0; o < cout; o++)
+            for (int c = 0; c < cin; c++)
+                sums[o] += a[t][c] * wt[o * cin + c];
+    }
+}
+
+#define DOT_CHUNK 64
+void engine_dot_c(int backend, int threads, int batch,
+                  const float *x, int64_t x_image, const int32_t *in_off,
+                  int pixels, int taps, int cin, const float *w, const float *bias, int cout,
+                  float *y, int64_t y_image, const int32_t *out_off,
+                  const float *r, int64_t r_image, const int32_t *res_off,
+                  float lo, float hi)
+{
+    const int64_t chunks = (pixels + DOT_CHUNK - 1) / DOT_CHUNK;
+    float *zeros = calloc((size_t)cin, sizeof(float));
+    if (!zeros)
+        abort();
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t item = 0; item < chunks * batch; item++) {
+        const int64_t n = item / chunks;
+        const int p0 = (int)(item % chunks) * DOT_CHUNK;
+        const int p1 = p0 + DOT_CHUNK < pixels ? p0 + DOT_CHUNK : pixels;
+        const float *xn = x + n * x_image;
+        const float *a[ENGINE_MAX_TAPS];
+        float sums[ENGINE_DOT_MAX];
+        for (int p = p0; p < p1; p++) {
+            for (int t = 0; t < taps; t++) {
+                if (!in_off) {
+                    a[t] = xn + (int64_t)p * cin;
+                } else {
+                    const int32_t off = in_off[(int64_t)p * taps + t];
+                    a[t] = off < 0 ? zeros : xn + off;
+                }
+            }
+            if (backend == ENGINE_AVX512)
+                dot_pixel_avx512(a, taps, cin, w, cout, sums);
+            else if (backend == ENGINE_AVX2)
+                dot_pixel_avx2(a, taps, cin, w, cout, sums);
+            else
+                dot_pixel_portable(a, taps, cin, w, cout, sums);
+            const int64_t o = out_off ? out_off[p] : (int64_t)p * cout;
+            dot_write(sums, bias, cout, y + n * y_image + o,
+                      r ? r + n * r_image + (res_off ? res_off[p] : o) : NULL, lo, hi);
+        }
+    }
+    free(zeros);
+}
+
 /* ---- depthwise ------------------------------------------------------------------------- */
 /* out[n, i, j, c] = clamp(bias[c] + sum_{a, b} x[n, i*s - pt + a, j*s - pl + b, c] k[a, b, c]),
  * reads outside x being zero; the taps summed in the order a, b. One output row per job. */

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refseg.engine.runtime import Phase
+from refseg.engine.runtime import DOT_MAX, Phase
 
 INFRASTRUCTURE = "the engine's weight layout and offset tables"
 
@@ -66,6 +66,14 @@ def pack_panels(taps_kernel: np.ndarray) -> np.ndarray:
                                 ).reshape(-1)
 
 
+def dot_weights(taps_kernel: np.ndarray) -> np.ndarray | None:
+    """Weights (taps, cin, cout) as the dot-product kernel reads them, (taps, cout, cin) flat
+    float32; None for more than DOT_MAX output channels."""
+    if taps_kernel.shape[2] > DOT_MAX:
+        return None
+    return np.ascontiguousarray(taps_kernel.transpose(0, 2, 1), np.float32).reshape(-1)
+
+
 def padded_bias(bias: np.ndarray) -> np.ndarray:
     """The bias (C,) padded with zeros to whole panels, float32."""
     out = np.zeros(-(-bias.size // PANEL) * PANEL, np.float32)
@@ -94,8 +102,9 @@ def conv_phases(kernel: np.ndarray, in_hw, stride: int, pads, out_hw) -> list[Ph
     """The one phase of a convolution with ``kernel`` (kh, kw, cin, cout) float32."""
     kh, kw, cin, cout = kernel.shape
     offsets = conv_offsets(in_hw, cin, (kh, kw), stride, pads, out_hw)
-    return [Phase(out_hw[0] * out_hw[1], kh * kw, cin,
-                  pack_panels(kernel.reshape(kh * kw, cin, cout)), offsets)]
+    taps_kernel = kernel.reshape(kh * kw, cin, cout)
+    return [Phase(out_hw[0] * out_hw[1], kh * kw, cin, pack_panels(taps_kernel), offsets,
+                  dot=dot_weights(taps_kernel))]
 
 
 def transpose_phases(kernel: np.ndarray, in_hw, stride: int, crop, out_hw) -> list[Phase]:
@@ -136,8 +145,8 @@ def transpose_phases(kernel: np.ndarray, in_hw, stride: int, crop, out_hw) -> li
                 offsets = (rows[:, None, :, None] * w + cols[None, :, None, :]) * cin
                 in_off = np.where(inside, offsets, -1).reshape(ys.size * xs.size, len(taps))
             out_off = ((ys[:, None] * wo + xs[None, :]) * cout).reshape(-1)
-            phases.append(Phase(ys.size * xs.size, weights.shape[0], cin,
-                                pack_panels(np.ascontiguousarray(weights)),
+            weights = np.ascontiguousarray(weights)
+            phases.append(Phase(ys.size * xs.size, weights.shape[0], cin, pack_panels(weights),
                                 np.ascontiguousarray(in_off, np.int32),
-                                out_off.astype(np.int32)))
+                                out_off.astype(np.int32), dot=dot_weights(weights)))
     return phases

@@ -16,12 +16,15 @@ layer, or each chain of layers whose intermediate values nothing else reads, int
   convolution that would have to stay zero): it runs as one affine pass with its ReLU;
 * max pooling, and whatever else is left, runs in NumPy.
 
-Algorithms: each convolution step's tiles can run in two loop orders (``runtime.ORDERS``).
-``mode="measure"`` times both on this machine at batch 1 (the better of ``MEASURE_REPEATS``
-calls each, FFTW's ``FFTW_MEASURE`` in spirit) and keeps the faster; ``mode="estimate"`` picks
-the order that re-reads fewer bytes (the pixel-tiles-outer order re-reads the weights once per
-pixel tile, the panels-outer order re-reads the gathered input once per panel);
-``choices={name: order}`` replays a plan's ``choices``.
+Algorithms (``runtime.ALGORITHMS``): each convolution step's tiles can run in two loop orders
+of the panel micro-kernel, and a step of at most ``runtime.DOT_MAX`` output channels (the
+decoder's 3-class layers) also as one dot product per output. ``mode="measure"`` times each on
+this machine at batch 1 (the better of ``MEASURE_REPEATS`` calls each, FFTW's
+``FFTW_MEASURE`` in spirit) and keeps the fastest; ``mode="estimate"`` takes the dot products
+where they run, else the order that re-reads fewer bytes (the pixel-tiles-outer order re-reads
+the weights once per pixel tile, the panels-outer order the gathered input once per panel);
+``choices={name: algorithm}`` replays a plan's ``choices``. A plan keeps only the packed
+weights its chosen algorithms read.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import numpy as np
 from refseg.autograd import layers
 from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.engine import packing
-from refseg.engine.runtime import (ORDERS, AffineStep, ConvStep, DepthwiseStep, NumpyStep,
+from refseg.engine.runtime import (ALGORITHMS, AffineStep, ConvStep, DepthwiseStep, NumpyStep,
                                    backend_name)
 from refseg.cite import implements, infrastructure
 from refseg.errors import InputError
@@ -230,7 +233,10 @@ def compile_steps(graph, outputs, input_hw) -> list:
 
 @infrastructure("the engine's choice of loop order")
 def estimated_order(step: ConvStep, mr: int = 12) -> str:
-    """The loop order that re-reads fewer bytes (see the module docstring)."""
+    """The dot products for few output channels, else the loop order that re-reads fewer
+    bytes (see the module docstring)."""
+    if "dot" in step.algorithms:
+        return "dot"
     weights = sum(phase.packed.nbytes for phase in step.phases)
     panels = -(-step.out_shape[2] // packing.PANEL)
     gathered = sum(phase.pixels * phase.taps * phase.cin * 4 for phase in step.phases)
@@ -240,7 +246,7 @@ def estimated_order(step: ConvStep, mr: int = 12) -> str:
 
 def _measured_order(step: ConvStep, values: dict) -> str:
     best = {}
-    for order in ORDERS:
+    for order in step.algorithms:
         step.order = order
         seconds = []
         for _ in range(MEASURE_REPEATS):
@@ -355,22 +361,24 @@ def plan(model, mode: str = "measure", choices: dict | None = None) -> Plan:
     if choices is not None:
         unknown = sorted(set(choices) - {step.name for step in convs})
         missing = sorted({step.name for step in convs} - set(choices))
-        bad = sorted(v for v in choices.values() if v not in ORDERS)
+        bad = sorted(v for v in choices.values() if v not in ALGORITHMS)
         if unknown or missing or bad:
             raise InputError(f"engine plan: the choices do not fit this model "
                              f"(unknown {unknown[:3]}, missing {missing[:3]}, "
                              f"orders {bad[:3]})")
         for step in convs:
-            step.order = choices[step.name]
+            if choices[step.name] not in step.algorithms:
+                raise InputError(f"engine plan: {step.name} cannot run {choices[step.name]}")
+            step.settle(choices[step.name])
         return Plan(model, steps, output, "replay")
     if mode == "estimate":
         for step in convs:
-            step.order = estimated_order(step)
+            step.settle(estimated_order(step))
         return Plan(model, steps, output, mode)
     rng = np.random.default_rng(0)
     values = {INPUT: rng.uniform(-1, 1, (1, *model.input_shape, 3)).astype(DTYPE)}
     for step in steps:
         if isinstance(step, ConvStep):
-            step.order = _measured_order(step, values)
+            step.settle(_measured_order(step, values))
         values[step.name] = step.run(values)
     return Plan(model, steps, output, mode)

@@ -46,9 +46,13 @@ PROBABILITY_TOLERANCE = 1e-5
 _KERNELS = contextvars.ContextVar("refseg_engine_kernels", default="native")
 _THREADS = contextvars.ContextVar("refseg_engine_threads", default=None)
 
-#: Loop orders of a convolution's tiles (engine_kernels.c): the tiles of a thread walk the
-#: panels of one pixel tile, or the pixel tiles of one panel.
+#: Algorithms of a convolution (engine_kernels.c): the micro-kernel on panels of 16 output
+#: channels, its tiles walking the panels of one pixel tile or the pixel tiles of one panel;
+#: or, for at most DOT_MAX output channels, one dot product per output.
 ORDERS = ("pixels-outer", "panels-outer")
+ALGORITHMS = (*ORDERS, "dot")
+#: The most output channels of the "dot" algorithm (engine_kernels.h, ENGINE_DOT_MAX).
+DOT_MAX = 8
 
 
 @contextlib.contextmanager
@@ -121,14 +125,16 @@ class Phase:
 
     ``in_off`` (P, taps) int32 input offsets per image (-1: zeros) or None (pixel p reads
     p * cin); ``out_off`` (P,) int32 output offsets or None (p * cout); ``packed`` the
-    weights (panels * taps * cin * 16,) float32."""
+    weights (panels * taps * cin * 16,) float32 and ``dot`` the same weights (taps * cout *
+    cin,) for the dot-product kernel (None where unused)."""
 
     pixels: int
     taps: int
     cin: int
-    packed: np.ndarray
+    packed: np.ndarray | None
     in_off: np.ndarray | None = None
     out_off: np.ndarray | None = None
+    dot: np.ndarray | None = None
 
     def __post_init__(self):
         if self.in_off is not None:  # the kernels read the table flat
@@ -136,8 +142,8 @@ class Phase:
 
     @property
     def nbytes(self) -> int:
-        return self.packed.nbytes + sum(a.nbytes for a in (self.in_off, self.out_off)
-                                        if a is not None)
+        return sum(a.nbytes for a in (self.packed, self.dot, self.in_off, self.out_off)
+                   if a is not None)
 
 
 @dataclass
@@ -163,6 +169,20 @@ class ConvStep:
         return self.bias.nbytes + sum(phase.nbytes for phase in self.phases)
 
     @property
+    def algorithms(self) -> tuple[str, ...]:
+        """The algorithms this step can run."""
+        return ALGORITHMS if self.out_shape[2] <= DOT_MAX else ORDERS
+
+    def settle(self, algorithm: str) -> None:
+        """Run ``algorithm`` from now on and drop the weights only the others read."""
+        self.order = algorithm
+        for phase in self.phases:
+            if algorithm == "dot":
+                phase.packed = None
+            else:
+                phase.dot = None
+
+    @property
     def inputs(self) -> tuple[str, ...]:
         return (self.source,) if self.residual is None else (self.source, self.residual)
 
@@ -173,15 +193,21 @@ class ConvStep:
         y = np.empty((n, *self.out_shape), np.float32)
         r = None if self.residual is None else values[self.residual]
         kernels, code = _kernels_and_code()
-        threads, order = thread_count(), ORDERS.index(self.order)
+        threads = thread_count()
         flat_x, flat_y = x.reshape(-1), y.reshape(-1)
         flat_r = None if r is None else r.reshape(-1)
         x_image, y_image = x[0].size, y[0].size
         for phase in self.phases:
-            kernels.engine_conv(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
-                                phase.cin, phase.packed, self.bias, cout, flat_y, y_image,
-                                phase.out_off, flat_r, y_image, phase.out_off, self.lo,
-                                self.hi, n, code, threads, order)
+            if self.order == "dot":
+                kernels.engine_dot(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
+                                   phase.cin, phase.dot, self.bias, cout, flat_y, y_image,
+                                   phase.out_off, flat_r, y_image, phase.out_off, self.lo,
+                                   self.hi, n, code, threads)
+            else:
+                kernels.engine_conv(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
+                                    phase.cin, phase.packed, self.bias, cout, flat_y, y_image,
+                                    phase.out_off, flat_r, y_image, phase.out_off, self.lo,
+                                    self.hi, n, code, threads, ORDERS.index(self.order))
         if self.softmax:
             y -= y.max(axis=-1, keepdims=True)
             np.exp(y, out=y)

@@ -71,6 +71,32 @@ def test_engine_conv_matches_its_twin_within_the_summation_bound(backend, case):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cin,cout,k,residual", [(3, 3, 3, False), (96, 3, 1, True),
+                                                 (20, 8, 3, True), (17, 1, 3, False)])
+def test_engine_dot_matches_its_twin_within_the_summation_bound(backend, cin, cout, k,
+                                                                residual):
+    rng = np.random.default_rng(cin * 7 + cout)
+    h = w = 6
+    x = rng.normal(0, 1, (2, h, w, cin)).astype(np.float32)
+    taps_kernel = rng.normal(0, 1, (k * k, cin, cout)).astype(np.float32)
+    bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
+    in_off = packing.conv_offsets((h, w), cin, (k, k), 1, (k // 2, k // 2), (h, w))
+    in_off = None if in_off is None else in_off.reshape(-1)
+    size = h * w * cout
+    r = rng.normal(0, 1, 2 * size).astype(np.float32) if residual else None
+    args = (x.reshape(-1), h * w * cin, in_off, h * w, k * k, cin,
+            packing.dot_weights(taps_kernel), bias, cout)
+    got = np.full(2 * size, np.nan, np.float32)
+    want = got.copy()
+    _kernels.engine_dot(*args, got, size, None, r, size, None, 0.0, np.inf, 2, backend, 2)
+    _twins.engine_dot(*args, want, size, None, r, size, None, 0.0, np.inf, 2, backend, 2)
+    bound = _bound(x.reshape(-1), in_off, h * w, k * k, cin,
+                   packing.pack_panels(taps_kernel), bias, cout, r, 2, h * w * cin, size)
+    assert not np.isnan(got).any()
+    assert (np.abs(got.astype(np.float64) - want) <= bound + 1e-30).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_engine_conv_writes_through_output_offsets_only_where_told(backend):
     """A transposed convolution's phases write their own pixels: the others keep their
     values, and the residual is read at the output's offsets."""
@@ -131,5 +157,6 @@ def test_every_engine_kernel_has_a_twin_of_its_name():
     kernels = {name for name, value in vars(_kernels).items()
                if name.startswith("engine_") and callable(value)} - {"engine_cpu_backend"}
     twins = {name for name, value in vars(_twins).items()
-             if inspect.isfunction(value) and value.__module__ == _twins.__name__}
-    assert kernels == twins == {"engine_conv", "engine_depthwise", "engine_affine"}
+             if not name.startswith("_") and inspect.isfunction(value)
+             and value.__module__ == _twins.__name__}
+    assert kernels == twins == {"engine_conv", "engine_dot", "engine_depthwise", "engine_affine"}

@@ -126,15 +126,22 @@ def test_a_plan_replays_its_choices_and_refuses_choices_of_another_model(network
     model, x, _, plan = network
     measured = engine.plan(model, mode="measure")
     assert set(measured.choices) == set(plan.choices)
-    assert set(measured.choices.values()) <= {"pixels-outer", "panels-outer"}
-    flipped = {name: ("panels-outer" if order == "pixels-outer" else "pixels-outer")
-               for name, order in measured.choices.items()}
+    assert set(measured.choices.values()) <= {"pixels-outer", "panels-outer", "dot"}
+    swap = {"pixels-outer": "panels-outer", "panels-outer": "pixels-outer", "dot": "dot"}
+    flipped = {name: swap[order] for name, order in measured.choices.items()}
     replayed = engine.plan(model, choices=flipped)
     assert replayed.choices == flipped and replayed.mode == "replay"
     # the loop order changes no bit of the result
     assert np.array_equal(replayed.predict(x), measured.predict(x))
     with pytest.raises(Exception, match="choices do not fit"):
         engine.plan(model, choices={**flipped, "no_such_layer": "pixels-outer"})
+    wide = next(name for name, order in flipped.items() if order != "dot")
+    with pytest.raises(Exception, match="cannot run dot"):
+        engine.plan(model, choices={**flipped, wide: "dot"})
+    # the dot products and the panels hold the same tolerance: a plan on panels everywhere
+    panels = {name: "pixels-outer" for name in flipped}
+    on_panels = engine.plan(model, choices=panels).predict(x)
+    assert float(np.abs(on_panels - measured.predict(x)).max()) <= PROBABILITY_TOLERANCE
 
 
 def test_results_do_not_depend_on_the_thread_count(network):
