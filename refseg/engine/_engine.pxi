@@ -25,7 +25,7 @@ cdef extern from "engine_kernels.h" nogil:
                       int pixels, int taps, int cin, const float *w, const float *bias,
                       int cout, float *y, int64_t y_image, const int32_t *out_off,
                       const float *r, int64_t r_image, const int32_t *res_off,
-                      float lo, float hi)
+                      float lo, float hi, int softmax)
     void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, int w,
                             int c, const float *k, int kh, int kw, int stride, int pad_top,
                             int pad_left, const float *bias, float lo, float hi, float *y,
@@ -73,9 +73,11 @@ def engine_dot(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_off
                const float[::1] w, const float[::1] bias, Py_ssize_t cout,
                float[::1] y, Py_ssize_t y_image, const int32_t[::1] out_off,
                const float[::1] r, Py_ssize_t r_image, const int32_t[::1] res_off,
-               float lo, float hi, Py_ssize_t batch, int backend, int threads):
+               float lo, float hi, Py_ssize_t batch, int backend, int threads,
+               bint softmax):
     """engine_conv for at most ENGINE_DOT_MAX output channels, one dot product per output,
-    weights ``w`` (taps, cout, cin) flat."""
+    weights ``w`` (taps, cout, cin) flat; with ``softmax`` the softmax over each pixel's
+    outputs last."""
     cdef const int32_t *ip = NULL
     cdef const int32_t *op = NULL
     cdef const int32_t *rp = NULL
@@ -90,7 +92,7 @@ def engine_dot(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_off
         res = &r[0]
     with nogil:
         engine_dot_c(backend, threads, batch, &x[0], x_image, ip, pixels, taps, cin, &w[0],
-                     &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi)
+                     &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi, softmax)
 
 
 def engine_depthwise(const float[:, :, :, ::1] x, const float[:, :, ::1] k,

@@ -40,12 +40,20 @@ def engine_conv(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image
 
 
 def engine_dot(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image, out_off, r,
-               r_image, res_off, lo, hi, batch, backend, threads):
-    """engine_conv with weights (taps, cout, cin) flat, for few output channels."""
+               r_image, res_off, lo, hi, batch, backend, threads, softmax):
+    """engine_conv with weights (taps, cout, cin) flat, for few output channels; with
+    ``softmax`` the softmax over each pixel's outputs last (in float64)."""
     weights = np.asarray(w, np.float32).reshape(taps, cout, cin).transpose(0, 2, 1)
     engine_conv(x, x_image, in_off, pixels, taps, cin, _one_panel(weights),
                 np.pad(np.asarray(bias, np.float32), (0, PANEL - cout)), cout, y, y_image,
                 out_off, r, r_image, res_off, lo, hi, batch, backend, threads, 0)
+    if softmax:
+        outputs = np.arange(pixels) * cout if out_off is None else np.asarray(out_off)
+        for n in range(batch):
+            where = n * y_image + outputs[:, None] + np.arange(cout)
+            values = y[where].astype(np.float64)
+            values = np.exp(values - values.max(axis=1, keepdims=True))
+            y[where] = (values / values.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
 def _one_panel(weights):

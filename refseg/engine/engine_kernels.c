@@ -303,78 +303,115 @@ void engine_conv_c(int backend, int threads, int order, int batch,
 /* ---- few output channels: dot products --------------------------------------------------
  * For cout <= ENGINE_DOT_MAX (the decoder's 3-class layers) a panel of 16 would compute mostly
  * padding: each output is instead a dot product over the input channels, vectorised along
- * them, with weights w[tap][o][cin]. Same offsets and epilogue as engine_conv_c. */
+ * them, with weights w[tap][o][cin]. Same offsets and epilogue as engine_conv_c, and with
+ * `softmax` the softmax over the pixel's outputs last (the prediction layer's activation). The
+ * per-pixel loops are compiled for each output count (COUT a constant), so that the
+ * accumulators stay in registers. */
 static inline void dot_write(float *sums, const float *bias, int cout, float *out,
-                             const float *res, float lo, float hi)
+                             const float *res, float lo, float hi, int softmax)
 {
+    float top = -INFINITY, total = 0.0f;
     for (int o = 0; o < cout; o++) {
         float v = clampf(sums[o] + bias[o], lo, hi);
-        out[o] = res ? v + res[o] : v;
+        sums[o] = res ? v + res[o] : v;
+        top = sums[o] > top ? sums[o] : top;
     }
-}
-
-__attribute__((target("avx512f")))
-static void dot_pixel_avx512(const float *const *a, int taps, int cin, const float *w,
-                             int cout, float *sums)
-{
-    __m512 acc[ENGINE_DOT_MAX];
-    for (int o = 0; o < cout; o++)
-        acc[o] = _mm512_setzero_ps();
-    for (int t = 0; t < taps; t++) {
-        const float *wt = w + (size_t)t * cout * cin;
-        for (int c0 = 0; c0 < cin; c0 += 16) {
-            const int n = cin - c0 < 16 ? cin - c0 : 16;
-            const __mmask16 mask = (__mmask16)((1u << n) - 1u);
-            const __m512 xv = _mm512_maskz_loadu_ps(mask, a[t] + c0);
-            for (int o = 0; o < cout; o++)
-                acc[o] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mask, wt + o * cin + c0),
-                                         acc[o]);
-        }
-    }
-    for (int o = 0; o < cout; o++)
-        sums[o] = _mm512_reduce_add_ps(acc[o]);
-}
-
-__attribute__((target("avx2,fma")))
-static void dot_pixel_avx2(const float *const *a, int taps, int cin, const float *w,
-                           int cout, float *sums)
-{
-    __m256 acc[ENGINE_DOT_MAX];
-    for (int o = 0; o < cout; o++)
-        acc[o] = _mm256_setzero_ps();
-    const int vec = cin / 8 * 8;
-    float tail[ENGINE_DOT_MAX] = {0};
-    for (int t = 0; t < taps; t++) {
-        const float *wt = w + (size_t)t * cout * cin;
-        for (int c0 = 0; c0 < vec; c0 += 8) {
-            const __m256 xv = _mm256_loadu_ps(a[t] + c0);
-            for (int o = 0; o < cout; o++)
-                acc[o] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wt + o * cin + c0), acc[o]);
-        }
-        for (int c = vec; c < cin; c++)
-            for (int o = 0; o < cout; o++)
-                tail[o] = fmaf(a[t][c], wt[o * cin + c], tail[o]);
+    if (!softmax) {
+        memcpy(out, sums, (size_t)cout * sizeof(float));
+        return;
     }
     for (int o = 0; o < cout; o++) {
-        float lanes[8];
-        _mm256_storeu_ps(lanes, acc[o]);
-        sums[o] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-                  ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail[o];
+        sums[o] = expf(sums[o] - top);
+        total += sums[o];
     }
+    for (int o = 0; o < cout; o++)
+        out[o] = sums[o] / total;
 }
 
-static void dot_pixel_portable(const float *const *a, int taps, int cin, const float *w,
-                               int cout, float *sums)
-{
-    for (int o = 0; o < cout; o++)
-        sums[o] = 0.0f;
-    for (int t = 0; t < taps; t++) {
-        const float *wt = w + (size_t)t * cout * cin;
-        for (int o = 0; o < cout; o++)
-            for (int c = 0; c < cin; c++)
-                sums[o] += a[t][c] * wt[o * cin + c];
-    }
+#define DOT_PIXEL_AVX512(COUT)                                                                \
+__attribute__((target("avx512f")))                                                           \
+static void dot_pixel_avx512_##COUT(const float *const *a, int taps, int cin,                \
+                                    const float *w, float *sums)                             \
+{                                                                                            \
+    __m512 acc[COUT];                                                                        \
+    for (int o = 0; o < COUT; o++)                                                           \
+        acc[o] = _mm512_setzero_ps();                                                        \
+    for (int t = 0; t < taps; t++) {                                                         \
+        const float *wt = w + (size_t)t * COUT * cin;                                        \
+        for (int c0 = 0; c0 < cin; c0 += 16) {                                               \
+            const int n = cin - c0 < 16 ? cin - c0 : 16;                                     \
+            const __mmask16 mask = (__mmask16)((1u << n) - 1u);                              \
+            const __m512 xv = _mm512_maskz_loadu_ps(mask, a[t] + c0);                        \
+            for (int o = 0; o < COUT; o++)                                                   \
+                acc[o] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mask, wt + o * cin + c0), \
+                                         acc[o]);                                            \
+        }                                                                                    \
+    }                                                                                        \
+    for (int o = 0; o < COUT; o++)                                                           \
+        sums[o] = _mm512_reduce_add_ps(acc[o]);                                              \
 }
+
+#define DOT_PIXEL_AVX2(COUT)                                                                  \
+__attribute__((target("avx2,fma")))                                                          \
+static void dot_pixel_avx2_##COUT(const float *const *a, int taps, int cin,                  \
+                                  const float *w, float *sums)                               \
+{                                                                                            \
+    __m256 acc[COUT];                                                                        \
+    float tail[COUT];                                                                        \
+    for (int o = 0; o < COUT; o++) {                                                         \
+        acc[o] = _mm256_setzero_ps();                                                        \
+        tail[o] = 0.0f;                                                                      \
+    }                                                                                        \
+    const int vec = cin / 8 * 8;                                                             \
+    for (int t = 0; t < taps; t++) {                                                         \
+        const float *wt = w + (size_t)t * COUT * cin;                                        \
+        for (int c0 = 0; c0 < vec; c0 += 8) {                                                \
+            const __m256 xv = _mm256_loadu_ps(a[t] + c0);                                    \
+            for (int o = 0; o < COUT; o++)                                                   \
+                acc[o] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wt + o * cin + c0), acc[o]);    \
+        }                                                                                    \
+        for (int c = vec; c < cin; c++)                                                      \
+            for (int o = 0; o < COUT; o++)                                                   \
+                tail[o] = fmaf(a[t][c], wt[o * cin + c], tail[o]);                           \
+    }                                                                                        \
+    for (int o = 0; o < COUT; o++) {                                                         \
+        float lanes[8];                                                                      \
+        _mm256_storeu_ps(lanes, acc[o]);                                                     \
+        sums[o] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +                          \
+                  ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail[o];                 \
+    }                                                                                        \
+}
+
+#define DOT_PIXEL_PORTABLE(COUT)                                                              \
+static void dot_pixel_portable_##COUT(const float *const *a, int taps, int cin,              \
+                                      const float *w, float *sums)                           \
+{                                                                                            \
+    float acc[COUT];                                                                         \
+    for (int o = 0; o < COUT; o++)                                                           \
+        acc[o] = 0.0f;                                                                       \
+    for (int t = 0; t < taps; t++) {                                                         \
+        const float *wt = w + (size_t)t * COUT * cin;                                        \
+        for (int c = 0; c < cin; c++) {                                                      \
+            const float v = a[t][c];                                                         \
+            for (int o = 0; o < COUT; o++)                                                   \
+                acc[o] += v * wt[o * cin + c];                                               \
+        }                                                                                    \
+    }                                                                                        \
+    for (int o = 0; o < COUT; o++)                                                           \
+        sums[o] = acc[o];                                                                    \
+}
+
+#define DOT_PIXEL_ALL(COUT) DOT_PIXEL_AVX512(COUT) DOT_PIXEL_AVX2(COUT) DOT_PIXEL_PORTABLE(COUT)
+DOT_PIXEL_ALL(1) DOT_PIXEL_ALL(2) DOT_PIXEL_ALL(3) DOT_PIXEL_ALL(4)
+DOT_PIXEL_ALL(5) DOT_PIXEL_ALL(6) DOT_PIXEL_ALL(7) DOT_PIXEL_ALL(8)
+
+typedef void (*DotPixel)(const float *const *, int, int, const float *, float *);
+#define DOT_TABLE(KIND) {dot_pixel_##KIND##_1, dot_pixel_##KIND##_2, dot_pixel_##KIND##_3,     \
+                         dot_pixel_##KIND##_4, dot_pixel_##KIND##_5, dot_pixel_##KIND##_6,     \
+                         dot_pixel_##KIND##_7, dot_pixel_##KIND##_8}
+static const DotPixel DOT_PORTABLE[ENGINE_DOT_MAX] = DOT_TABLE(portable);
+static const DotPixel DOT_AVX2[ENGINE_DOT_MAX] = DOT_TABLE(avx2);
+static const DotPixel DOT_AVX512[ENGINE_DOT_MAX] = DOT_TABLE(avx512);
 
 #define DOT_CHUNK 64
 void engine_dot_c(int backend, int threads, int batch,
@@ -382,8 +419,12 @@ void engine_dot_c(int backend, int threads, int batch,
                   int pixels, int taps, int cin, const float *w, const float *bias, int cout,
                   float *y, int64_t y_image, const int32_t *out_off,
                   const float *r, int64_t r_image, const int32_t *res_off,
-                  float lo, float hi)
+                  float lo, float hi, int softmax)
 {
+    /* below one vector of input channels the vector loads are mostly masked and the
+     * horizontal sums cost more than the products: plain loops */
+    const DotPixel dot = (cin < 8 || backend == ENGINE_PORTABLE ? DOT_PORTABLE :
+                          backend == ENGINE_AVX512 ? DOT_AVX512 : DOT_AVX2)[cout - 1];
     const int64_t chunks = (pixels + DOT_CHUNK - 1) / DOT_CHUNK;
     float *zeros = calloc((size_t)cin, sizeof(float));
     if (!zeros)
@@ -405,15 +446,11 @@ void engine_dot_c(int backend, int threads, int batch,
                     a[t] = off < 0 ? zeros : xn + off;
                 }
             }
-            if (backend == ENGINE_AVX512)
-                dot_pixel_avx512(a, taps, cin, w, cout, sums);
-            else if (backend == ENGINE_AVX2)
-                dot_pixel_avx2(a, taps, cin, w, cout, sums);
-            else
-                dot_pixel_portable(a, taps, cin, w, cout, sums);
+            dot(a, taps, cin, w, sums);
             const int64_t o = out_off ? out_off[p] : (int64_t)p * cout;
             dot_write(sums, bias, cout, y + n * y_image + o,
-                      r ? r + n * r_image + (res_off ? res_off[p] : o) : NULL, lo, hi);
+                      r ? r + n * r_image + (res_off ? res_off[p] : o) : NULL, lo, hi,
+                      softmax);
         }
     }
     free(zeros);

@@ -29,7 +29,7 @@ void engine_dot_c(int backend, int threads, int batch,
                   int pixels, int taps, int cin, const float *w, const float *bias, int cout,
                   float *y, int64_t y_image, const int32_t *out_off,
                   const float *r, int64_t r_image, const int32_t *res_off,
-                  float lo, float hi);
+                  float lo, float hi, int softmax);
 
 void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, int w, int c,
                         const float *k, int kh, int kw, int stride, int pad_top, int pad_left,

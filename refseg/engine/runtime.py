@@ -202,13 +202,13 @@ class ConvStep:
                 kernels.engine_dot(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
                                    phase.cin, phase.dot, self.bias, cout, flat_y, y_image,
                                    phase.out_off, flat_r, y_image, phase.out_off, self.lo,
-                                   self.hi, n, code, threads)
+                                   self.hi, n, code, threads, self.softmax)
             else:
                 kernels.engine_conv(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
                                     phase.cin, phase.packed, self.bias, cout, flat_y, y_image,
                                     phase.out_off, flat_r, y_image, phase.out_off, self.lo,
                                     self.hi, n, code, threads, ORDERS.index(self.order))
-        if self.softmax:
+        if self.softmax and self.order != "dot":  # the dot kernel's epilogue took it
             y -= y.max(axis=-1, keepdims=True)
             np.exp(y, out=y)
             y /= y.sum(axis=-1, keepdims=True)

@@ -72,7 +72,8 @@ def test_engine_conv_matches_its_twin_within_the_summation_bound(backend, case):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("cin,cout,k,residual", [(3, 3, 3, False), (96, 3, 1, True),
-                                                 (20, 8, 3, True), (17, 1, 3, False)])
+                                                 (20, 8, 3, True), (17, 1, 3, False),
+                                                 (64, 5, 3, False)])
 def test_engine_dot_matches_its_twin_within_the_summation_bound(backend, cin, cout, k,
                                                                 residual):
     rng = np.random.default_rng(cin * 7 + cout)
@@ -88,12 +89,22 @@ def test_engine_dot_matches_its_twin_within_the_summation_bound(backend, cin, co
             packing.dot_weights(taps_kernel), bias, cout)
     got = np.full(2 * size, np.nan, np.float32)
     want = got.copy()
-    _kernels.engine_dot(*args, got, size, None, r, size, None, 0.0, np.inf, 2, backend, 2)
-    _twins.engine_dot(*args, want, size, None, r, size, None, 0.0, np.inf, 2, backend, 2)
+    _kernels.engine_dot(*args, got, size, None, r, size, None, 0.0, np.inf, 2, backend, 2,
+                        False)
+    _twins.engine_dot(*args, want, size, None, r, size, None, 0.0, np.inf, 2, backend, 2,
+                      False)
     bound = _bound(x.reshape(-1), in_off, h * w, k * k, cin,
                    packing.pack_panels(taps_kernel), bias, cout, r, 2, h * w * cin, size)
     assert not np.isnan(got).any()
     assert (np.abs(got.astype(np.float64) - want) <= bound + 1e-30).all()
+    # the softmax epilogue: probabilities within a few float32 roundings of the twin's
+    _kernels.engine_dot(*args, got, size, None, r, size, None, -np.inf, np.inf, 2, backend, 2,
+                        True)
+    _twins.engine_dot(*args, want, size, None, r, size, None, -np.inf, np.inf, 2, backend, 2,
+                      True)
+    np.testing.assert_allclose(got.reshape(-1, cout).sum(axis=1), 1.0, atol=1e-6)
+    scale = bound.reshape(-1, cout).max(axis=1, keepdims=True)
+    assert (np.abs(got - want).reshape(-1, cout) <= 2 * scale + 8 * UNIT_ROUNDOFF).all()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
