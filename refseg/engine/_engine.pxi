@@ -38,6 +38,12 @@ ENGINE_TAPS_LIMIT = ENGINE_MAX_TAPS
 ENGINE_DOT_LIMIT = ENGINE_DOT_MAX
 
 
+def engine_max_threads():
+    """The threads of the next parallel region (OpenMP's ``omp_get_max_threads``: the
+    ``OMP_NUM_THREADS`` of the process, or what ``omp_set_num_threads`` set since)."""
+    return openmp.omp_get_max_threads()
+
+
 def engine_cpu_backend():
     """The fastest engine backend this CPU runs: 2 AVX-512F, 1 AVX2 + FMA, 0 portable."""
     return c_engine_cpu_backend()

@@ -10,9 +10,10 @@
  * weights are w[panel][tap][cin][ENGINE_PANEL]; the panel's outputs are written at
  * y + out_off[p] + 16 * panel (out_off NULL: p * cout). The epilogue computes
  *   v = clamp(sum + bias, lo, hi) (+ r at res_off[p], or at the output's offset when NULL).
- * A tile is MR pixels x one panel; the tiles are split over OpenMP threads (a static
- * schedule, one persistent pool), each tile computed by one thread in a fixed order, so the
- * result does not depend on the thread count. `order` chooses whether consecutive tiles of a
+ * A tile is MR pixels x one panel; the tiles are handed out to OpenMP threads one at a time
+ * (a dynamic schedule: a thread that the system deschedules, beside a busy neighbour, holds up
+ * the end of the loop by one tile only), each tile computed by one thread in a fixed order, so
+ * the result depends neither on the thread count nor on which thread took it. `order` chooses whether consecutive tiles of a
  * thread walk the panels of one pixel tile (the activations stay in L1) or the pixel tiles of
  * one panel (the weight panel stays in L2): the plan measures both.
  *
@@ -250,7 +251,7 @@ void engine_conv_c(int backend, int threads, int order, int batch,
     float *zeros = calloc((size_t)cin, sizeof(float));
     if (!zeros)
         abort();
-    #pragma omp parallel for schedule(static) num_threads(threads)
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t item = 0; item < items; item++) {
         int64_t n, tile, panel;
         if (order == ENGINE_PANELS_OUTER) {
@@ -429,7 +430,7 @@ void engine_dot_c(int backend, int threads, int batch,
     float *zeros = calloc((size_t)cin, sizeof(float));
     if (!zeros)
         abort();
-    #pragma omp parallel for schedule(static) num_threads(threads)
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t item = 0; item < chunks * batch; item++) {
         const int64_t n = item / chunks;
         const int p0 = (int)(item % chunks) * DOT_CHUNK;
@@ -565,7 +566,7 @@ void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, 
                         const float *k, int kh, int kw, int stride, int pad_top, int pad_left,
                         const float *bias, float lo, float hi, float *y, int ho, int wo)
 {
-    #pragma omp parallel for schedule(static) num_threads(threads)
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t job = 0; job < (int64_t)n * ho; job++) {
         const int64_t img = job / ho;
         const int i = (int)(job % ho);

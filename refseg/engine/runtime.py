@@ -88,16 +88,14 @@ def engine_threads(threads: int):
 
 
 def thread_count() -> int:
-    """The engine's threads: :func:`engine_threads`, else the cores this process may use,
-    at most ``OMP_NUM_THREADS`` when set."""
+    """The engine's threads: :func:`engine_threads`, else OpenMP's count for the calling
+    thread (``OMP_NUM_THREADS``, by default the cores), at most the cores this process may
+    use."""
     chosen = _THREADS.get()
     if chosen is not None:
         return chosen
-    cores = len(os.sched_getaffinity(0))
-    try:
-        return max(1, min(cores, int(os.environ.get("OMP_NUM_THREADS", cores))))
-    except ValueError:
-        return cores
+    from refseg import _kernels
+    return max(1, min(len(os.sched_getaffinity(0)), _kernels.engine_max_threads()))
 
 
 def backend_name() -> str:
