@@ -35,9 +35,16 @@ _LAZY = {"Plan": "refseg.engine.planner", "plan": "refseg.engine.planner",
 __all__ = sorted(_LAZY)
 
 
-def predictor(model, route: str = DEFAULT_ROUTE):
+#: Plans for at least this many images measure their algorithms; for fewer, the few calls
+#: that measuring costs (about six predictions of one image) would outweigh what they save,
+#: and the plan estimates them.
+MEASURED_FROM = 32
+
+
+def predictor(model, route: str = DEFAULT_ROUTE, images: int = MEASURED_FROM):
     """What predicts with ``model`` on ``route``: the model itself ("reference") or a plan of
-    it made here ("engine"); both have ``predict(x, batch_size)``."""
+    it made here ("engine"; its algorithms measured when it will predict at least
+    ``MEASURED_FROM`` images, else estimated); both have ``predict(x, batch_size)``."""
     if route not in ROUTES:
         from refseg.errors import InputError
 
@@ -46,7 +53,7 @@ def predictor(model, route: str = DEFAULT_ROUTE):
         return model
     from refseg.engine.planner import plan
 
-    return plan(model)
+    return plan(model, mode="measure" if images >= MEASURED_FROM else "estimate")
 
 
 def __getattr__(name):

@@ -153,7 +153,7 @@ def write_predictions(run_dir, images, out, *, max_pixels: int | None = None,
     publish.check_replaceable(out, stems, PREDICTION_FILES, "refseg predict")
     model, config = load_run(run_dir)
     loaded = [read_image(p, limit) for p in images]
-    model = predictor(model, route)
+    model = predictor(model, route, len(loaded))
     done = []
     with publish.staged_folders(out) as staging:
         for stem, path, image in zip(stems, images, loaded):
@@ -193,7 +193,7 @@ def evaluate_runs(data_dir, runs, *, limit: int | None = None, route: str = DEFA
     rows, predictions = [], []
     for run in runs:
         model, config = load_run(run)
-        model = predictor(model, route)
+        model = predictor(model, route, len(pairs))
         predicted, seconds = [], []
         for rgb, _ in pairs:
             p = predict_image(model, config, rgb)

@@ -179,3 +179,15 @@ def test_the_reference_never_imports_the_inference_engine():
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_the_predictor_of_each_route(network):
+    from refseg.engine import MEASURED_FROM, predictor
+    from refseg.errors import InputError
+
+    model = network[0]
+    assert predictor(model, "reference") is model
+    assert predictor(model, "engine", images=1).mode == "estimate"
+    assert predictor(model, "engine", images=MEASURED_FROM).mode == "measure"
+    with pytest.raises(InputError, match="route must be one of"):
+        predictor(model, "fast")
