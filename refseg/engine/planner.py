@@ -40,6 +40,7 @@ from refseg.engine.runtime import (ALGORITHMS, AffineStep, ConvStep, DepthwiseSt
 from refseg.cite import implements, infrastructure
 from refseg.errors import InputError
 from refseg.models.graph import INPUT
+from refseg.threads import sized_to_load
 
 #: Calls of each loop order timed per convolution in ``mode="measure"``.
 MEASURE_REPEATS = 3
@@ -292,6 +293,12 @@ class Plan:
         """The steps' values for images ``x`` (N, H, W, 3) in [-1, 1]: the output alone, or
         with ``keep_all`` every step's value by name (tests compare them layer by layer)."""
         values = {INPUT: self._check(x)}
+        # beside busy neighbours two threads that take turns with them lose to one: the
+        # count follows the load, as the reference's graph runs do (refseg.threads)
+        with sized_to_load(("engine plan", id(self), values[INPUT].shape)):
+            return self._run(values, keep_all)
+
+    def _run(self, values, keep_all):
         for index, step in enumerate(self.steps):
             values[step.name] = step.run(values)
             if not keep_all:

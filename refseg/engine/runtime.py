@@ -42,6 +42,13 @@ LAYER_TOLERANCE = 2e-5
 #: |engine - reference| of the network's class probabilities (absolute).
 PROBABILITY_TOLERANCE = 1e-5
 
+#: A step of less work than this runs on one thread: starting and joining the team costs a
+#: few microseconds on free cores, and beside busy neighbours the end of a parallel loop
+#: waits for a descheduled thread. Multiply-adds for the convolutions, elements for the
+#: elementwise and depthwise steps (whose element costs 9 multiply-adds at most).
+PARALLEL_MIN_MACS = 1 << 21
+PARALLEL_MIN_ELEMENTS = 1 << 16
+
 #: Kernel backends: "native" (the best this CPU runs), "portable" (plain C), "twin" (NumPy).
 _KERNELS = contextvars.ContextVar("refseg_engine_kernels", default="native")
 _THREADS = contextvars.ContextVar("refseg_engine_threads", default=None)
@@ -96,6 +103,11 @@ def thread_count() -> int:
         return chosen
     from refseg import _kernels
     return max(1, min(len(os.sched_getaffinity(0)), _kernels.engine_max_threads()))
+
+
+def threads_for(work: int, least: int) -> int:
+    """The threads of a step of ``work`` units: one below ``least``, else thread_count()."""
+    return 1 if work < least else thread_count()
 
 
 def backend_name() -> str:
@@ -191,7 +203,8 @@ class ConvStep:
         y = np.empty((n, *self.out_shape), np.float32)
         r = None if self.residual is None else values[self.residual]
         kernels, code = _kernels_and_code()
-        threads = thread_count()
+        threads = threads_for(n * cout * sum(p.pixels * p.taps * p.cin for p in self.phases),
+                              PARALLEL_MIN_MACS)
         flat_x, flat_y = x.reshape(-1), y.reshape(-1)
         flat_r = None if r is None else r.reshape(-1)
         x_image, y_image = x[0].size, y[0].size
@@ -243,7 +256,7 @@ class DepthwiseStep:
         y = np.empty((x.shape[0], *self.out_shape), np.float32)
         kernels, code = _kernels_and_code()
         kernels.engine_depthwise(x, self.kernel, self.bias, self.stride, *self.pads, self.lo,
-                                 self.hi, y, code, thread_count())
+                                 self.hi, y, code, threads_for(y.size, PARALLEL_MIN_ELEMENTS))
         return y
 
 
@@ -275,7 +288,7 @@ class AffineStep:
         kernels, _ = _kernels_and_code()
         c = x.shape[-1]
         kernels.engine_affine(x.reshape(-1, c), self.scale, self.shift, self.lo, self.hi,
-                              y.reshape(-1, c), thread_count())
+                              y.reshape(-1, c), threads_for(y.size, PARALLEL_MIN_ELEMENTS))
         return y
 
 
