@@ -6,10 +6,13 @@ What is compared
 One network, 224x224x3 float32 input in [-1, 1], class probabilities out, at batch 1 and 8
 (``--batches``), three implementations in this one process with identical weights:
 
-* **refseg**: ``ResMobileNet((224, 224)).predict(x, batch_size=N)`` on NHWC NumPy arrays
-  (im2col + OpenBLAS sgemm convolutions, Winograd F(4x4, 3x3) or F(2x2, 3x3) for the
-  stride-1 3x3 ones with enough output tiles, Cython/OpenMP window kernels, NumPy elementwise
-  ops).
+* **refseg**: the engine, ``refseg.engine.plan(ResMobileNet((224, 224)))`` made once
+  (``mode="measure"``), then ``plan.predict(x, batch_size=N)`` on NHWC NumPy arrays: what
+  ``refseg predict`` runs. **refseg reference** (quiet rounds only): the layer graph,
+  ``ResMobileNet.predict``, what ``--route reference`` runs.
+* **torch frozen** and **torch compile** (quiet rounds only): torch's best CPU inference,
+  ``_torch_best.py`` (``torch.jit.freeze`` of the traced channels_last network with
+  ``optimize_for_inference``; ``torch.compile`` where it runs, ``--no-compile`` skips it).
 * **torch**: ``benchmarks/_torch_net.py``, the network written as a plain ``torch.nn.Module``
   from refseg's weight dict (Keras semantics: asymmetric "same" padding, BN in inference mode
   with each backbone's epsilon and not folded, ReLU6, Keras' Conv2DTranspose crop), run under
@@ -102,7 +105,10 @@ Usage::
         [--wait-quiet SECONDS] [--no-profile] [--write] [--row-loops auto|baseline]
         [--background-load none,busy,mixed,matmul] [--background-cores N] [--train-steps S]
         [--train-rounds R] [--claim1-sizes WxH,...] [--demo-against PYTHON]
-        [--demo-rounds R]
+        [--demo-rounds R] [--no-compile]
+
+The last line of the output sums up the issue's targets (``_torch_best.targets_summary``):
+``targets: b1_eager R b8_eager R b1_best R b8_best R b1_ceiling P%``.
 
 The profile and the report tables are ``_model_parts.py``'s.
 """
@@ -174,6 +180,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(default: not measured; about 5 minutes a demo)")
     parser.add_argument("--demo-rounds", type=int, default=1,
                         help="rounds of the two demos with --demo-against (default 1)")
+    parser.add_argument("--no-compile", dest="compile", action="store_false",
+                        help="leave torch.compile out of torch's best inference (its first "
+                             "call compiles for minutes)")
     add_row_loops_argument(parser)
     add_background_arguments(parser)
     parser.add_argument("--write", action="store_true",
@@ -214,7 +223,10 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 from refseg import threads as refseg_threads  # noqa: E402
+from refseg.engine import plan as engine_plan  # noqa: E402
 from refseg.models import ResMobileNet  # noqa: E402
+
+from _torch_best import EAGER, anchor_calls, targets_summary  # noqa: E402
 
 from _model_parts import (PATENT_S_PER_IMAGE, TARGET_CEILING_SHARE,  # noqa: E402
                           TARGET_TORCH_RATIO, memory_lines, profile_lines, profile_refseg,
@@ -251,7 +263,7 @@ def macs_per_image(model: ResMobileNet) -> dict[str, int]:
 class Networks:
     """refseg, torch (NCHW and channels_last) and Keras with the same random weights."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, use_compile: bool = True):
         from _torch_net import TorchResMobileNet
         from test_models_keras import keras_fusion_network, randomise
 
@@ -263,6 +275,9 @@ class Networks:
         self.torch = {
             "NCHW": TorchResMobileNet(self.refseg.weights(), channels_last=False).eval(),
             "channels_last": TorchResMobileNet(self.refseg.weights(), channels_last=True).eval()}
+        self.plan = engine_plan(self.refseg)
+        self.use_compile = use_compile
+        self._anchors: dict[int, dict] = {}   # torch's best, made once per batch size
 
     def calls(self, x: np.ndarray) -> dict:
         """name -> callable predicting batch x (each on its own input form, made here)."""
@@ -281,8 +296,13 @@ class Networks:
             with torch.no_grad():
                 return self.keras(keras_in, training=False)
 
+        if n not in self._anchors:
+            self._anchors[n] = anchor_calls(torch, self.torch["channels_last"], nhwc,
+                                            self.use_compile)
         return {
-            "refseg": lambda: self.refseg.predict(x, batch_size=n),
+            "refseg": lambda: self.plan.predict(x, batch_size=n),
+            "refseg reference": lambda: self.refseg.predict(x, batch_size=n),
+            **self._anchors[n],
             "torch NCHW": torch_call(self.torch["NCHW"], nchw),
             "torch channels_last": torch_call(self.torch["channels_last"], nhwc),
             "Keras predict_on_batch": lambda: self.keras.predict_on_batch(x),
@@ -359,9 +379,11 @@ def memory_child(impl: str, batch: int, threads: int) -> dict:
     rss_start = proc_status_mb("VmRSS")
     model = ResMobileNet(INPUT_HW, seed=0)
     x = np.random.default_rng(2).uniform(-1, 1, (batch, *INPUT_HW, 3)).astype(np.float32)
-    if impl == "refseg":
+    if impl == "refseg":  # the engine's plan, as refseg predict runs it
+        plan = engine_plan(model, mode="estimate")
+
         def predict():
-            return model.predict(x, batch_size=batch)
+            return plan.predict(x, batch_size=batch)
     else:
         torch = _common.load_torch(threads)
         from _torch_net import TorchResMobileNet
@@ -489,8 +511,11 @@ def time_condition(nets, args, switch, condition, batch, inputs, chosen_names):
     if args.threads > 1:
         chosen["refseg 1 thread"] = switch.wrap(1, calls["refseg"])
         chosen[f"{torch_name} 1 thread"] = torch_at(1, calls[torch_name], args.threads)
-    if condition == "none":  # Keras' target is a quiet machine's
+    if condition == "none":  # Keras' and torch's best targets are a quiet machine's
         chosen[keras_name] = calls[keras_name]
+        for name in ("refseg reference", EAGER, "torch frozen", "torch compile"):
+            if name in calls:
+                chosen[name] = calls[name]
         chosen[SGEMM_IN_ROUNDS[0]] = sgemm_call(SGEMM_IN_ROUNDS[1])
     else:
         settle_thread_choice(calls["refseg"])
@@ -710,7 +735,7 @@ def main(args: argparse.Namespace) -> None:
     switch = ThreadSwitch()
     report = Report()
     header(report, args, switch)
-    nets = Networks()
+    nets = Networks(use_compile=args.compile)
     macs = macs_per_image(nets.refseg)
     flops_image = 2.0 * sum(macs.values())
     report(f"Input {INPUT_HW[0]}x{INPUT_HW[1]}x3. Multiply-accumulates per image (refseg "
@@ -741,6 +766,8 @@ def main(args: argparse.Namespace) -> None:
     demos = demo_rounds(args.demo_against, args.demo_rounds) if args.demo_against else []
     targets_section(report, args, results, flops_image, ceiling, train, claim1, demos)
     report.finish(RESULTS if args.write else None)
+    print(targets_summary(results, lambda times, batch: paired_ceiling_share(
+        times, batch * flops_image)))
 
 
 if __name__ == "__main__":

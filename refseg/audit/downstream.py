@@ -158,7 +158,7 @@ def run_grid(work, runs, settings: DemoSettings, record, log=sys.stderr,
         started = time.perf_counter()
         history = train(work / "data", folder, config, jobs=settings.jobs, log=log)
         seconds = time.perf_counter() - started
-        rows, _, _ = evaluate_runs(work / "test", [folder])
+        rows, _, _ = evaluate_runs(work / "test", [folder], route="reference")
         shutil.rmtree(folder)  # taps and checkpoints: hundreds of MB a run
         s = rows[0].scores
         entry = {"seed": run.seed, "kind": run.kind, "reading": run.reading,

@@ -13,6 +13,7 @@ from pathlib import Path
 from refseg.commands.verb import (Verb, add_jobs, add_max_pixels, input_size, optional_path,
                                   size_text)
 from refseg.data.kinds import INPUT_KINDS
+from refseg.engine import DEFAULT_ROUTE, ROUTES
 from refseg.run.config import BRANCHES, DemoSettings, TrainConfig
 from refseg.data.synthetic_options import WELD_SHAPE
 
@@ -197,12 +198,20 @@ def _predict_arguments(parser):
     parser.add_argument("--out", type=Path, required=True,
                         help="output folder (one per image)")
     add_max_pixels(parser)
+    _add_route(parser)
+
+
+def _add_route(parser):
+    parser.add_argument("--route", choices=ROUTES, default=DEFAULT_ROUTE,
+                        help="what runs the network: the engine's plan (default; packed "
+                             "weights, fused layers) or the reference layer graph")
 
 
 def _predict(args) -> str:
     from refseg.run.evaluation import write_predictions
 
-    done = write_predictions(args.run, args.images, args.out, max_pixels=args.max_pixels)
+    done = write_predictions(args.run, args.images, args.out, max_pixels=args.max_pixels,
+                             route=args.route)
     return "\n".join(f"{folder}  {seconds * 1e3:.0f} ms" for folder, seconds in done)
 
 
@@ -213,6 +222,7 @@ def _evaluate_arguments(parser):
                         help="more runs to score side by side (branches alone, gray input)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write table.md, scores.json and panel.png here")
+    _add_route(parser)
 
 
 def _evaluate(args) -> str:
@@ -221,7 +231,8 @@ def _evaluate(args) -> str:
 
     if args.out is not None:  # refused before the runs are scored
         check_output_folder(args.out)
-    rows, pairs, predictions = evaluate_runs(args.data, [args.run, *args.compare])
+    rows, pairs, predictions = evaluate_runs(args.data, [args.run, *args.compare],
+                                             route=args.route)
     if args.out is not None:
         write_evaluation(args.out, rows, pairs, predictions)
     return format_table(rows)

@@ -21,6 +21,7 @@ from refseg.run import metrics
 from refseg.errors import InputError
 from refseg.data.inputs import network_input, resize_probabilities
 from refseg.data.labels import CLASS_NAMES, LABEL_COLOURS
+from refseg.engine import DEFAULT_ROUTE, predictor
 from refseg.run.training import load_run
 from refseg.cite import implements, infrastructure
 
@@ -45,7 +46,7 @@ def predict_image(model, config, rgb: np.ndarray) -> Prediction:
 
     Parameters
     ----------
-    model : refseg.models.ResMobileNet
+    model : refseg.models.ResMobileNet, or a plan of it (``refseg.engine.plan``)
     config : refseg.run.training.TrainConfig
         The run's settings (input size and kind).
     rgb : ndarray of shape (M, N, 3), uint8
@@ -131,9 +132,13 @@ PREDICTION_FILES = frozenset({"label.png", "overlay.png", "prediction.json"})
 
 
 @implements("claim1.step4.predict", "claim5.output_module")
-def write_predictions(run_dir, images, out, *, max_pixels: int | None = None) -> list:
+def write_predictions(run_dir, images, out, *, max_pixels: int | None = None,
+                      route: str = DEFAULT_ROUTE) -> list:
     """``refseg predict``: every image's label PNG ([0263] colours), overlay PNG and time in
     ``out/<stem>/``; all images are read before anything is written.
+
+    ``route``: "engine" (a plan of the run's network, :mod:`refseg.engine`) or "reference"
+    (the network's layer graph as the claims read).
 
     Returns
     -------
@@ -148,6 +153,7 @@ def write_predictions(run_dir, images, out, *, max_pixels: int | None = None) ->
     publish.check_replaceable(out, stems, PREDICTION_FILES, "refseg predict")
     model, config = load_run(run_dir)
     loaded = [read_image(p, limit) for p in images]
+    model = predictor(model, route, len(loaded))
     done = []
     with publish.staged_folders(out) as staging:
         for stem, path, image in zip(stems, images, loaded):
@@ -168,7 +174,7 @@ def write_predictions(run_dir, images, out, *, max_pixels: int | None = None) ->
 
 
 @infrastructure("evaluation of trained runs on a data set (the patent claims none)")
-def evaluate_runs(data_dir, runs, *, limit: int | None = None):
+def evaluate_runs(data_dir, runs, *, limit: int | None = None, route: str = DEFAULT_ROUTE):
     """Score each run on the data set folder; returns (rows, samples, predictions).
 
     Parameters
@@ -179,12 +185,15 @@ def evaluate_runs(data_dir, runs, *, limit: int | None = None):
         input: fig. 9, [0259]-[0260]; [0121], [0264]).
     limit : int or None
         Score only the first ``limit`` images (sorted by name).
+    route : {"engine", "reference"}
+        What predicts: a plan of each run's network, or its layer graph.
     """
     samples = list(dataset.load_dataset(data_dir))[:limit]
     pairs = [dataset.load_pair(s) for s in samples]
     rows, predictions = [], []
     for run in runs:
         model, config = load_run(run)
+        model = predictor(model, route, len(pairs))
         predicted, seconds = [], []
         for rgb, _ in pairs:
             p = predict_image(model, config, rgb)

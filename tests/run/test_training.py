@@ -441,6 +441,44 @@ def test_predict_and_evaluate_commands(tmp_path, data, straight, capsys, monkeyp
     assert notes.read_text() == "mine"
 
 
+@pytest.mark.claim("claim1.step4.predict", "claim5.output_module")
+def test_predict_and_evaluate_take_the_engine_by_default_and_the_reference_on_request(
+        tmp_path, data, straight, capsys, monkeypatch):
+    """Both routes predict the same probabilities within the engine's stated tolerance, and
+    the commands' --route reaches what predicts."""
+    from refseg.engine.planner import Plan
+    from refseg.engine.runtime import PROBABILITY_TOLERANCE
+    import refseg.run.evaluation as evaluation
+
+    run = straight[0]
+    model, config = evaluation.load_run(run)
+    rgb = np.clip(read_image(sorted((data / "images").iterdir())[0]).pixels + 0.5, 0,
+                  255).astype(np.uint8)
+    on = {route: evaluation.predict_image(evaluation.predictor(model, route), config, rgb)
+          for route in ("engine", "reference")}
+    difference = np.abs(on["engine"].probabilities - on["reference"].probabilities).max()
+    assert 0 < difference <= PROBABILITY_TOLERANCE
+    seen = []
+    original = evaluation.predict_image
+    monkeypatch.setattr(evaluation, "predict_image",
+                        lambda m, *args: seen.append(type(m)) or original(m, *args))
+    image = str(sorted((data / "images").iterdir())[0])
+    for route, kind in ((None, Plan), ("reference", type(model)), ("engine", Plan)):
+        option = [] if route is None else ["--route", route]
+        seen.clear()
+        assert main(["predict", str(run), image, "--out", str(tmp_path / f"p{route}"),
+                     *option]) == 0
+        assert seen == [kind]
+        seen.clear()
+        assert main(["evaluate", str(run), str(data), *option]) == 0
+        assert set(seen) == {kind}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        main(["predict", str(run), image, "--out", str(tmp_path / "x"), "--route", "fast"])
+    assert refused.value.code == 2 and not (tmp_path / "x").exists()
+    assert "invalid choice: 'fast'" in capsys.readouterr().err
+
+
 @pytest.mark.claim("claim1.step2.dataset")
 @given(h=st.integers(3, 40), w=st.integers(3, 40), seed=st.integers(0, 2**16),
        kind=st.sampled_from(["feature", "gray"]))

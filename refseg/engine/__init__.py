@@ -1,0 +1,64 @@
+"""The engine: refseg's fast route for inference, beside the reference that reads like the
+claims.
+
+A *plan* is made once from a model and its weights (:func:`plan`): it walks the layer graph,
+folds every inference batch norm that follows a convolution into that convolution's kernel and
+bias, keeps the others (ResNet50V2's pre-activation batch norms, which a ReLU separates from
+the next convolution) as one per-channel affine pass with its ReLU, folds zero paddings into the
+convolution or pooling that reads them, fuses each ReLU / ReLU6 and each residual Add into the
+epilogue of the convolution whose output it reads, packs every kernel once into panels of 16
+output channels (the layout of the engine's own micro-kernels) and chooses, per convolution,
+the loop order of its tiles by timing both on this machine (or by a fixed rule, ``"estimate"``),
+recording the choice so that a plan made from the same choices replays them.
+
+At run time (:meth:`Plan.predict`) the activations stay NHWC from layer to layer; the
+convolutions run as indirect convolutions (a table of input offsets per output pixel and tap,
+built once per input size; zero padding and the transposed convolutions' missing taps read a
+row of zeros) in C micro-kernels vectorised for AVX-512 or AVX2 + FMA, chosen at run time, with
+a portable fallback (:func:`portable_kernels` forces it), and split over one OpenMP pool; the
+engine calls no BLAS. The reference (``refseg.autograd``, ``refseg.claim1``, ``refseg.golden``)
+never imports this package; its results are held to the reference's within the tolerances of
+:mod:`refseg.engine.runtime`.
+"""
+INFRASTRUCTURE = "the choice between the engine and the reference route"
+
+#: The two routes of a prediction: the engine's plan, or the reference's layer graph.
+ROUTES = ("engine", "reference")
+#: The route ``refseg predict``, ``refseg evaluate`` and the demo's evaluation take.
+DEFAULT_ROUTE = "engine"
+
+# Imported on first use, not here: the training kernels' package (refseg.engine.training)
+# is imported by the autograd, which the planner itself imports.
+_LAZY = {"Plan": "refseg.engine.planner", "plan": "refseg.engine.planner",
+         "portable_kernels": "refseg.engine.runtime", "engine_threads": "refseg.engine.runtime"}
+
+__all__ = sorted(_LAZY)
+
+
+#: Plans for at least this many images measure their algorithms; for fewer, the few calls
+#: that measuring costs (about six predictions of one image) would outweigh what they save,
+#: and the plan estimates them.
+MEASURED_FROM = 32
+
+
+def predictor(model, route: str = DEFAULT_ROUTE, images: int = MEASURED_FROM):
+    """What predicts with ``model`` on ``route``: the model itself ("reference") or a plan of
+    it made here ("engine"; its algorithms measured when it will predict at least
+    ``MEASURED_FROM`` images, else estimated); both have ``predict(x, batch_size)``."""
+    if route not in ROUTES:
+        from refseg.errors import InputError
+
+        raise InputError(f"route must be one of {ROUTES}, got {route!r}")
+    if route == "reference":
+        return model
+    from refseg.engine.planner import plan
+
+    return plan(model, mode="measure" if images >= MEASURED_FROM else "estimate")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'refseg.engine' has no attribute {name!r}")

@@ -1,0 +1,122 @@
+# The engine's kernels (refseg/engine/): thin wrappers of the C micro-kernels of
+# engine/engine_kernels.c, which choose AVX-512, AVX2 + FMA or portable loops at run time.
+# Shapes, dtypes, contiguity and the offsets' ranges are checked by refseg/engine/runtime.py;
+# these trust them. Each has a NumPy twin of the same name in refseg/engine/_twins.py, held
+# within the tolerance stated there (the vector backends fuse multiply and add).
+#
+# Included by refseg/_kernels.pyx.
+
+from libc.stdint cimport int32_t, int64_t
+
+cdef extern from "engine_kernels.h" nogil:
+    int ENGINE_PANEL
+    int ENGINE_MAX_TAPS
+    int c_engine_cpu_backend "engine_cpu_backend"()
+    void engine_conv_c(int backend, int threads, int order, int batch,
+                       const float *x, int64_t x_image, const int32_t *in_off,
+                       int pixels, int taps, int cin,
+                       const float *w, const float *bias, int cout,
+                       float *y, int64_t y_image, const int32_t *out_off,
+                       const float *r, int64_t r_image, const int32_t *res_off,
+                       float lo, float hi)
+    int ENGINE_DOT_MAX
+    void engine_dot_c(int backend, int threads, int batch,
+                      const float *x, int64_t x_image, const int32_t *in_off,
+                      int pixels, int taps, int cin, const float *w, const float *bias,
+                      int cout, float *y, int64_t y_image, const int32_t *out_off,
+                      const float *r, int64_t r_image, const int32_t *res_off,
+                      float lo, float hi, int softmax)
+    void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, int w,
+                            int c, const float *k, int kh, int kw, int stride, int pad_top,
+                            int pad_left, const float *bias, float lo, float hi, float *y,
+                            int ho, int wo)
+    void engine_affine_c(int threads, const float *x, int64_t pixels, int c,
+                         const float *scale, const float *shift, float lo, float hi, float *y)
+
+ENGINE_PANEL_WIDTH = ENGINE_PANEL
+ENGINE_TAPS_LIMIT = ENGINE_MAX_TAPS
+ENGINE_DOT_LIMIT = ENGINE_DOT_MAX
+
+
+def engine_max_threads():
+    """The threads of the next parallel region (OpenMP's ``omp_get_max_threads``: the
+    ``OMP_NUM_THREADS`` of the process, or what ``omp_set_num_threads`` set since)."""
+    return openmp.omp_get_max_threads()
+
+
+def engine_cpu_backend():
+    """The fastest engine backend this CPU runs: 2 AVX-512F, 1 AVX2 + FMA, 0 portable."""
+    return c_engine_cpu_backend()
+
+
+def engine_conv(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_off,
+                Py_ssize_t pixels, Py_ssize_t taps, Py_ssize_t cin,
+                const float[::1] w, const float[::1] bias, Py_ssize_t cout,
+                float[::1] y, Py_ssize_t y_image, const int32_t[::1] out_off,
+                const float[::1] r, Py_ssize_t r_image, const int32_t[::1] res_off,
+                float lo, float hi, Py_ssize_t batch, int backend, int threads, int order):
+    """Indirect convolution with packed weights and its epilogue, into ``y`` (see
+    engine_kernels.c). ``in_off``, ``out_off``, ``r`` and ``res_off`` may be None."""
+    cdef const int32_t *ip = NULL
+    cdef const int32_t *op = NULL
+    cdef const int32_t *rp = NULL
+    cdef const float *res = NULL
+    if in_off is not None:
+        ip = &in_off[0]
+    if out_off is not None:
+        op = &out_off[0]
+    if res_off is not None:
+        rp = &res_off[0]
+    if r is not None:
+        res = &r[0]
+    with nogil:
+        engine_conv_c(backend, threads, order, batch, &x[0], x_image, ip, pixels, taps, cin,
+                      &w[0], &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi)
+
+
+def engine_dot(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_off,
+               Py_ssize_t pixels, Py_ssize_t taps, Py_ssize_t cin,
+               const float[::1] w, const float[::1] bias, Py_ssize_t cout,
+               float[::1] y, Py_ssize_t y_image, const int32_t[::1] out_off,
+               const float[::1] r, Py_ssize_t r_image, const int32_t[::1] res_off,
+               float lo, float hi, Py_ssize_t batch, int backend, int threads,
+               bint softmax):
+    """engine_conv for at most ENGINE_DOT_MAX output channels, one dot product per output,
+    weights ``w`` (taps, cout, cin) flat; with ``softmax`` the softmax over each pixel's
+    outputs last."""
+    cdef const int32_t *ip = NULL
+    cdef const int32_t *op = NULL
+    cdef const int32_t *rp = NULL
+    cdef const float *res = NULL
+    if in_off is not None:
+        ip = &in_off[0]
+    if out_off is not None:
+        op = &out_off[0]
+    if res_off is not None:
+        rp = &res_off[0]
+    if r is not None:
+        res = &r[0]
+    with nogil:
+        engine_dot_c(backend, threads, batch, &x[0], x_image, ip, pixels, taps, cin, &w[0],
+                     &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi, softmax)
+
+
+def engine_depthwise(const float[:, :, :, ::1] x, const float[:, :, ::1] k,
+                     const float[::1] bias, Py_ssize_t stride, Py_ssize_t pad_top,
+                     Py_ssize_t pad_left, float lo, float hi, float[:, :, :, ::1] y,
+                     int backend, int threads):
+    """Depthwise convolution x (N, H, W, C) * k (kh, kw, C) + bias, clamped, into y
+    (N, Ho, Wo, C); reads outside x are zero."""
+    with nogil:
+        engine_depthwise_c(backend, threads, &x[0, 0, 0, 0], x.shape[0], x.shape[1],
+                           x.shape[2], x.shape[3], &k[0, 0, 0], k.shape[0], k.shape[1],
+                           stride, pad_top, pad_left, &bias[0], lo, hi, &y[0, 0, 0, 0],
+                           y.shape[1], y.shape[2])
+
+
+def engine_affine(const float[:, ::1] x, const float[::1] scale, const float[::1] shift,
+                  float lo, float hi, float[:, ::1] y, int threads):
+    """y[p, c] = clamp(x[p, c] * scale[c] + shift[c], lo, hi) for x, y (P, C)."""
+    with nogil:
+        engine_affine_c(threads, &x[0, 0], x.shape[0], x.shape[1], &scale[0], &shift[0], lo,
+                        hi, &y[0, 0])

@@ -1,0 +1,89 @@
+"""Slow, obvious NumPy twins of the engine's kernels (``engine/_engine.pxi``): same names, same
+signatures, outputs written into ``y``. They sum in float64 and round once, so the compiled
+kernels are held to them within the float32 summation bound stated in
+:mod:`refseg.engine.runtime` (the compiled kernels' order of summation and fused multiply-adds
+differ from the twins', so the two are not equal to the bit). ``backend``, ``threads`` and
+``order`` change nothing here: they only steer the compiled loops.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PANEL = 16
+
+
+def engine_conv(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image, out_off, r,
+                r_image, res_off, lo, hi, batch, backend, threads, order):
+    """Indirect convolution with packed weights (flat arrays; see engine_kernels.c)."""
+    panels = -(-cout // PANEL)
+    weights = np.asarray(w, np.float64).reshape(panels, taps, cin, PANEL)
+    weights = weights.transpose(1, 2, 0, 3).reshape(taps * cin, panels * PANEL)[:, :cout]
+    x = np.asarray(x)
+    for n in range(batch):
+        image = np.append(np.asarray(x[n * x_image:(n + 1) * x_image], np.float64),
+                          np.zeros(cin))
+        if in_off is None:
+            starts = (np.arange(pixels) * cin)[:, None]
+        else:
+            # offset -1 reads the row of zeros appended at the end
+            starts = np.where(np.asarray(in_off).reshape(pixels, taps) < 0, x_image,
+                              np.asarray(in_off).reshape(pixels, taps))
+        rows = image[starts[:, :, None] + np.arange(cin)].reshape(pixels, taps * cin)
+        sums = rows @ weights + np.asarray(bias, np.float64)[:cout]
+        values = np.clip(sums, lo, hi)
+        outputs = np.arange(pixels) * cout if out_off is None else np.asarray(out_off)
+        where = n * y_image + outputs[:, None] + np.arange(cout)
+        if r is not None:
+            reads = outputs if res_off is None else np.asarray(res_off)
+            values = values + np.asarray(r)[n * r_image + reads[:, None] + np.arange(cout)]
+        y[where] = values.astype(np.float32)
+
+
+def engine_dot(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image, out_off, r,
+               r_image, res_off, lo, hi, batch, backend, threads, softmax):
+    """engine_conv with weights (taps, cout, cin) flat, for few output channels; with
+    ``softmax`` the softmax over each pixel's outputs last (in float64)."""
+    weights = np.asarray(w, np.float32).reshape(taps, cout, cin).transpose(0, 2, 1)
+    engine_conv(x, x_image, in_off, pixels, taps, cin, _one_panel(weights),
+                np.pad(np.asarray(bias, np.float32), (0, PANEL - cout)), cout, y, y_image,
+                out_off, r, r_image, res_off, lo, hi, batch, backend, threads, 0)
+    if softmax:
+        outputs = np.arange(pixels) * cout if out_off is None else np.asarray(out_off)
+        for n in range(batch):
+            where = n * y_image + outputs[:, None] + np.arange(cout)
+            values = y[where].astype(np.float64)
+            values = np.exp(values - values.max(axis=1, keepdims=True))
+            y[where] = (values / values.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def _one_panel(weights):
+    """Weights (taps, cin, cout <= 16) as one panel of 16 output channels, flat."""
+    taps, cin, cout = weights.shape
+    out = np.zeros((taps, cin, PANEL), np.float32)
+    out[:, :, :cout] = weights
+    return out.reshape(-1)
+
+
+def engine_depthwise(x, k, bias, stride, pad_top, pad_left, lo, hi, y, backend, threads):
+    """Depthwise convolution x (N, H, W, C) * k (kh, kw, C) + bias, clamped, into y."""
+    x = np.asarray(x, np.float64)
+    kh, kw, _ = k.shape
+    n, ho, wo, c = y.shape
+    h, w = x.shape[1:3]
+    pb = max((ho - 1) * stride + kh - h - pad_top, 0)
+    pr = max((wo - 1) * stride + kw - w - pad_left, 0)
+    padded = np.pad(x, ((0, 0), (pad_top, pb), (pad_left, pr), (0, 0)))
+    sums = np.zeros((n, ho, wo, c))
+    for a in range(kh):
+        for b in range(kw):
+            window = padded[:, a:a + stride * (ho - 1) + 1:stride,
+                            b:b + stride * (wo - 1) + 1:stride]
+            sums += window * np.asarray(k[a, b], np.float64)
+    y[...] = np.clip(sums + np.asarray(bias, np.float64), lo, hi).astype(np.float32)
+
+
+def engine_affine(x, scale, shift, lo, hi, y, threads):
+    """y[p, c] = clamp(x[p, c] * scale[c] + shift[c], lo, hi) for x, y (P, C)."""
+    values = np.asarray(x, np.float64) * np.asarray(scale, np.float64) + \
+        np.asarray(shift, np.float64)
+    y[...] = np.clip(values, lo, hi).astype(np.float32)

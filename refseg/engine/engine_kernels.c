@@ -1,0 +1,598 @@
+/* The engine's micro-kernels: the convolution of NHWC activations with weights packed once
+ * into panels of ENGINE_PANEL output channels, the depthwise 3x3 convolution and the
+ * per-channel affine map (an inference batch norm that cannot be folded), each with its
+ * epilogue (bias, ReLU / ReLU6 clamp, residual add) applied as the output tile is written.
+ *
+ * Convolution (indirect): output pixel p of an image reads, for each tap t, the `cin`
+ * contiguous channels at x + in_off[p * taps + t] (in floats from the image's start), or zeros
+ * where that offset is -1 (zero padding, or a transposed convolution's missing tap); with
+ * in_off NULL, pixel p reads x + p * cin (a 1x1 stride-1 convolution: taps == 1). The packed
+ * weights are w[panel][tap][cin][ENGINE_PANEL]; the panel's outputs are written at
+ * y + out_off[p] + 16 * panel (out_off NULL: p * cout). The epilogue computes
+ *   v = clamp(sum + bias, lo, hi) (+ r at res_off[p], or at the output's offset when NULL).
+ * A tile is MR pixels x one panel; the tiles are handed out to OpenMP threads one at a time
+ * (a dynamic schedule: a thread that the system deschedules, beside a busy neighbour, holds up
+ * the end of the loop by one tile only), each tile computed by one thread in a fixed order, so
+ * the result depends neither on the thread count nor on which thread took it. `order` chooses whether consecutive tiles of a
+ * thread walk the panels of one pixel tile (the activations stay in L1) or the pixel tiles of
+ * one panel (the weight panel stays in L2): the plan measures both.
+ *
+ * Three backends compute the same sums in the same order: AVX-512F (MR 12, one 16-float
+ * register per pixel), AVX2 + FMA (MR 6, two 8-float registers), and portable C (MR 4, no
+ * fused multiply-add; the reference's rounding of each product), chosen at run time
+ * (engine_cpu_backend, __builtin_cpu_supports). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include "engine_kernels.h"
+
+#define MAX_MR 12
+
+int engine_cpu_backend(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return ENGINE_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return ENGINE_AVX2;
+    return ENGINE_PORTABLE;
+}
+
+/* where a tile's outputs go: row m writes ncols floats at out[m], adds res[m] when given */
+typedef struct {
+    int rows, ncols;
+    float *out[MAX_MR];
+    const float *res[MAX_MR];
+    float lo, hi;
+} Epilogue;
+
+static inline float clampf(float v, float lo, float hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* the finished sums of one row (16 floats, bias not yet added) written through the epilogue */
+static inline void write_row(const float *sum, const float *bias, const Epilogue *e, int m)
+{
+    for (int j = 0; j < e->ncols; j++) {
+        float v = clampf(sum[j] + bias[j], e->lo, e->hi);
+        if (e->res[m])
+            v += e->res[m][j];
+        e->out[m][j] = v;
+    }
+}
+
+typedef void (*TileKernel)(int taps, int cin, const float *const *a, const float *w,
+                           const float *bias, const Epilogue *e);
+
+/* ---- portable C: MR 4 ------------------------------------------------------------------ */
+#define MR_PORTABLE 4
+static void tile_portable(int taps, int cin, const float *const *a, const float *w,
+                          const float *bias, const Epilogue *e)
+{
+    float acc[MR_PORTABLE][ENGINE_PANEL];
+    memset(acc, 0, sizeof acc);
+    for (int t = 0; t < taps; t++) {
+        const float *wt = w + (size_t)t * cin * ENGINE_PANEL;
+        for (int m = 0; m < MR_PORTABLE; m++) {
+            const float *am = a[m * taps + t];
+            for (int c = 0; c < cin; c++) {
+                const float v = am[c];
+                const float *wc = wt + (size_t)c * ENGINE_PANEL;
+                for (int j = 0; j < ENGINE_PANEL; j++)
+                    acc[m][j] += v * wc[j];
+            }
+        }
+    }
+    for (int m = 0; m < e->rows; m++)
+        write_row(acc[m], bias, e, m);
+}
+
+/* ---- AVX2 + FMA: MR 6 ------------------------------------------------------------------ */
+#define MR_AVX2 6
+__attribute__((target("avx2,fma")))
+static void tile_avx2(int taps, int cin, const float *const *a, const float *w,
+                      const float *bias, const Epilogue *e)
+{
+    __m256 acc0[MR_AVX2], acc1[MR_AVX2];
+    for (int m = 0; m < MR_AVX2; m++) {
+        acc0[m] = _mm256_setzero_ps();
+        acc1[m] = _mm256_setzero_ps();
+    }
+    for (int t = 0; t < taps; t++) {
+        const float *wt = w + (size_t)t * cin * ENGINE_PANEL;
+        const float *a0 = a[0 * taps + t], *a1 = a[1 * taps + t], *a2 = a[2 * taps + t];
+        const float *a3 = a[3 * taps + t], *a4 = a[4 * taps + t], *a5 = a[5 * taps + t];
+        for (int c = 0; c < cin; c++) {
+            const __m256 b0 = _mm256_loadu_ps(wt + (size_t)c * ENGINE_PANEL);
+            const __m256 b1 = _mm256_loadu_ps(wt + (size_t)c * ENGINE_PANEL + 8);
+            __m256 v;
+            v = _mm256_broadcast_ss(a0 + c);
+            acc0[0] = _mm256_fmadd_ps(v, b0, acc0[0]); acc1[0] = _mm256_fmadd_ps(v, b1, acc1[0]);
+            v = _mm256_broadcast_ss(a1 + c);
+            acc0[1] = _mm256_fmadd_ps(v, b0, acc0[1]); acc1[1] = _mm256_fmadd_ps(v, b1, acc1[1]);
+            v = _mm256_broadcast_ss(a2 + c);
+            acc0[2] = _mm256_fmadd_ps(v, b0, acc0[2]); acc1[2] = _mm256_fmadd_ps(v, b1, acc1[2]);
+            v = _mm256_broadcast_ss(a3 + c);
+            acc0[3] = _mm256_fmadd_ps(v, b0, acc0[3]); acc1[3] = _mm256_fmadd_ps(v, b1, acc1[3]);
+            v = _mm256_broadcast_ss(a4 + c);
+            acc0[4] = _mm256_fmadd_ps(v, b0, acc0[4]); acc1[4] = _mm256_fmadd_ps(v, b1, acc1[4]);
+            v = _mm256_broadcast_ss(a5 + c);
+            acc0[5] = _mm256_fmadd_ps(v, b0, acc0[5]); acc1[5] = _mm256_fmadd_ps(v, b1, acc1[5]);
+        }
+    }
+    const __m256 bias0 = _mm256_loadu_ps(bias), bias1 = _mm256_loadu_ps(bias + 8);
+    const __m256 lo = _mm256_set1_ps(e->lo), hi = _mm256_set1_ps(e->hi);
+    for (int m = 0; m < e->rows; m++) {
+        __m256 v0 = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(acc0[m], bias0), lo), hi);
+        __m256 v1 = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(acc1[m], bias1), lo), hi);
+        if (e->ncols == ENGINE_PANEL) {
+            if (e->res[m]) {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(e->res[m]));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(e->res[m] + 8));
+            }
+            _mm256_storeu_ps(e->out[m], v0);
+            _mm256_storeu_ps(e->out[m] + 8, v1);
+        } else {
+            float row[ENGINE_PANEL];
+            _mm256_storeu_ps(row, v0);
+            _mm256_storeu_ps(row + 8, v1);
+            for (int j = 0; j < e->ncols; j++)
+                e->out[m][j] = e->res[m] ? row[j] + e->res[m][j] : row[j];
+        }
+    }
+}
+
+/* ---- AVX-512F: MR 12 ------------------------------------------------------------------- */
+#define MR_AVX512 12
+__attribute__((target("avx512f")))
+static void tile_avx512(int taps, int cin, const float *const *a, const float *w,
+                        const float *bias, const Epilogue *e)
+{
+    __m512 acc[MR_AVX512];
+    for (int m = 0; m < MR_AVX512; m++)
+        acc[m] = _mm512_setzero_ps();
+    for (int t = 0; t < taps; t++) {
+        const float *wt = w + (size_t)t * cin * ENGINE_PANEL;
+        const float *ap[MR_AVX512];
+        for (int m = 0; m < MR_AVX512; m++)
+            ap[m] = a[m * taps + t];
+        for (int c = 0; c < cin; c++) {
+            const __m512 b = _mm512_loadu_ps(wt + (size_t)c * ENGINE_PANEL);
+#pragma GCC unroll 12
+            for (int m = 0; m < MR_AVX512; m++)
+                acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(ap[m][c]), b, acc[m]);
+        }
+    }
+    const __m512 bv = _mm512_loadu_ps(bias);
+    const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi);
+    const __mmask16 mask = (__mmask16)((1u << e->ncols) - 1u);
+    for (int m = 0; m < e->rows; m++) {
+        __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(acc[m], bv), lo), hi);
+        if (e->res[m])
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, e->res[m]));
+        _mm512_mask_storeu_ps(e->out[m], mask, v);
+    }
+}
+
+/* two neighbouring panels at once (32 output channels, 24 accumulators): a broadcast of the
+ * input feeds two fused multiply-adds, so the loads do not hold back the FMA units. The
+ * epilogue's ncols counts both panels' columns (17..32). */
+__attribute__((target("avx512f")))
+static void tile_avx512_pair(int taps, int cin, const float *const *a, const float *w,
+                             const float *bias, const Epilogue *e)
+{
+    __m512 acc0[MR_AVX512], acc1[MR_AVX512];
+    const size_t panel = (size_t)taps * cin * ENGINE_PANEL;
+    for (int m = 0; m < MR_AVX512; m++) {
+        acc0[m] = _mm512_setzero_ps();
+        acc1[m] = _mm512_setzero_ps();
+    }
+    for (int t = 0; t < taps; t++) {
+        const float *wt = w + (size_t)t * cin * ENGINE_PANEL;
+        const float *ap[MR_AVX512];
+        for (int m = 0; m < MR_AVX512; m++)
+            ap[m] = a[m * taps + t];
+        for (int c = 0; c < cin; c++) {
+            const __m512 b0 = _mm512_loadu_ps(wt + (size_t)c * ENGINE_PANEL);
+            const __m512 b1 = _mm512_loadu_ps(wt + panel + (size_t)c * ENGINE_PANEL);
+#pragma GCC unroll 12
+            for (int m = 0; m < MR_AVX512; m++) {
+                const __m512 v = _mm512_set1_ps(ap[m][c]);
+                acc0[m] = _mm512_fmadd_ps(v, b0, acc0[m]);
+                acc1[m] = _mm512_fmadd_ps(v, b1, acc1[m]);
+            }
+        }
+    }
+    const __m512 bv0 = _mm512_loadu_ps(bias), bv1 = _mm512_loadu_ps(bias + ENGINE_PANEL);
+    const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi);
+    const __mmask16 mask = (__mmask16)((1u << (e->ncols - ENGINE_PANEL)) - 1u);
+    for (int m = 0; m < e->rows; m++) {
+        __m512 v0 = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(acc0[m], bv0), lo), hi);
+        __m512 v1 = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(acc1[m], bv1), lo), hi);
+        if (e->res[m]) {
+            v0 = _mm512_add_ps(v0, _mm512_loadu_ps(e->res[m]));
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(mask, e->res[m] + ENGINE_PANEL));
+        }
+        _mm512_storeu_ps(e->out[m], v0);
+        _mm512_mask_storeu_ps(e->out[m] + ENGINE_PANEL, mask, v1);
+    }
+}
+
+/* ---- the tiled loop --------------------------------------------------------------------- */
+void engine_conv_c(int backend, int threads, int order, int batch,
+                   const float *x, int64_t x_image, const int32_t *in_off,
+                   int pixels, int taps, int cin,
+                   const float *w, const float *bias, int cout,
+                   float *y, int64_t y_image, const int32_t *out_off,
+                   const float *r, int64_t r_image, const int32_t *res_off,
+                   float lo, float hi)
+{
+    TileKernel kernel = tile_portable, pair_kernel = NULL;
+    int mr = MR_PORTABLE;
+    if (backend == ENGINE_AVX512) {
+        kernel = tile_avx512;
+        pair_kernel = tile_avx512_pair;
+        mr = MR_AVX512;
+    } else if (backend == ENGINE_AVX2) {
+        kernel = tile_avx2;
+        mr = MR_AVX2;
+    }
+    /* a work item covers `width` panels: two where the pair kernel runs */
+    const int width = pair_kernel ? 2 : 1;
+    const int all_panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    const int panels = (all_panels + width - 1) / width;
+    const int tiles = (pixels + mr - 1) / mr;
+    const int64_t per_image = (int64_t)tiles * panels;
+    const int64_t items = per_image * batch;
+    float *zeros = calloc((size_t)cin, sizeof(float));
+    if (!zeros)
+        abort();
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t item = 0; item < items; item++) {
+        int64_t n, tile, panel;
+        if (order == ENGINE_PANELS_OUTER) {
+            panel = item / ((int64_t)batch * tiles);
+            int64_t rest = item % ((int64_t)batch * tiles);
+            n = rest / tiles;
+            tile = rest % tiles;
+        } else {
+            n = item / per_image;
+            int64_t rest = item % per_image;
+            tile = rest / panels;
+            panel = rest % panels;
+        }
+        const float *a[MAX_MR * ENGINE_MAX_TAPS];
+        Epilogue e;
+        const float *xn = x + n * x_image;
+        const int p0 = (int)tile * mr;
+        panel *= width;  /* the first panel of the item */
+        const int covered = all_panels - (int)panel < width ? all_panels - (int)panel : width;
+        const int left = cout - (int)panel * ENGINE_PANEL;
+        e.rows = pixels - p0 < mr ? pixels - p0 : mr;
+        e.ncols = left < covered * ENGINE_PANEL ? left : covered * ENGINE_PANEL;
+        e.lo = lo;
+        e.hi = hi;
+        for (int m = 0; m < mr; m++) {
+            const int p = p0 + (m < e.rows ? m : 0);
+            for (int t = 0; t < taps; t++) {
+                if (m >= e.rows) {
+                    a[m * taps + t] = zeros;
+                } else if (!in_off) {
+                    a[m * taps + t] = xn + (int64_t)p * cin;
+                } else {
+                    const int32_t off = in_off[(int64_t)p * taps + t];
+                    a[m * taps + t] = off < 0 ? zeros : xn + off;
+                }
+            }
+            if (m < e.rows) {
+                const int64_t o = out_off ? out_off[p] : (int64_t)p * cout;
+                e.out[m] = y + n * y_image + o + panel * ENGINE_PANEL;
+                e.res[m] = r ? r + n * r_image + (res_off ? res_off[p] : o)
+                               + panel * ENGINE_PANEL : NULL;
+            }
+        }
+        (covered == 2 ? pair_kernel : kernel)(taps, cin, a, w + panel * (int64_t)taps * cin * ENGINE_PANEL,
+               bias + panel * ENGINE_PANEL, &e);
+    }
+    free(zeros);
+}
+
+/* ---- few output channels: dot products --------------------------------------------------
+ * For cout <= ENGINE_DOT_MAX (the decoder's 3-class layers) a panel of 16 would compute mostly
+ * padding: each output is instead a dot product over the input channels, vectorised along
+ * them, with weights w[tap][o][cin]. Same offsets and epilogue as engine_conv_c, and with
+ * `softmax` the softmax over the pixel's outputs last (the prediction layer's activation). The
+ * per-pixel loops are compiled for each output count (COUT a constant), so that the
+ * accumulators stay in registers. */
+static inline void dot_write(float *sums, const float *bias, int cout, float *out,
+                             const float *res, float lo, float hi, int softmax)
+{
+    float top = -INFINITY, total = 0.0f;
+    for (int o = 0; o < cout; o++) {
+        float v = clampf(sums[o] + bias[o], lo, hi);
+        sums[o] = res ? v + res[o] : v;
+        top = sums[o] > top ? sums[o] : top;
+    }
+    if (!softmax) {
+        memcpy(out, sums, (size_t)cout * sizeof(float));
+        return;
+    }
+    for (int o = 0; o < cout; o++) {
+        sums[o] = expf(sums[o] - top);
+        total += sums[o];
+    }
+    for (int o = 0; o < cout; o++)
+        out[o] = sums[o] / total;
+}
+
+#define DOT_PIXEL_AVX512(COUT)                                                                \
+__attribute__((target("avx512f")))                                                           \
+static void dot_pixel_avx512_##COUT(const float *const *a, int taps, int cin,                \
+                                    const float *w, float *sums)                             \
+{                                                                                            \
+    __m512 acc[COUT];                                                                        \
+    for (int o = 0; o < COUT; o++)                                                           \
+        acc[o] = _mm512_setzero_ps();                                                        \
+    for (int t = 0; t < taps; t++) {                                                         \
+        const float *wt = w + (size_t)t * COUT * cin;                                        \
+        for (int c0 = 0; c0 < cin; c0 += 16) {                                               \
+            const int n = cin - c0 < 16 ? cin - c0 : 16;                                     \
+            const __mmask16 mask = (__mmask16)((1u << n) - 1u);                              \
+            const __m512 xv = _mm512_maskz_loadu_ps(mask, a[t] + c0);                        \
+            for (int o = 0; o < COUT; o++)                                                   \
+                acc[o] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mask, wt + o * cin + c0), \
+                                         acc[o]);                                            \
+        }                                                                                    \
+    }                                                                                        \
+    for (int o = 0; o < COUT; o++)                                                           \
+        sums[o] = _mm512_reduce_add_ps(acc[o]);                                              \
+}
+
+#define DOT_PIXEL_AVX2(COUT)                                                                  \
+__attribute__((target("avx2,fma")))                                                          \
+static void dot_pixel_avx2_##COUT(const float *const *a, int taps, int cin,                  \
+                                  const float *w, float *sums)                               \
+{                                                                                            \
+    __m256 acc[COUT];                                                                        \
+    float tail[COUT];                                                                        \
+    for (int o = 0; o < COUT; o++) {                                                         \
+        acc[o] = _mm256_setzero_ps();                                                        \
+        tail[o] = 0.0f;                                                                      \
+    }                                                                                        \
+    const int vec = cin / 8 * 8;                                                             \
+    for (int t = 0; t < taps; t++) {                                                         \
+        const float *wt = w + (size_t)t * COUT * cin;                                        \
+        for (int c0 = 0; c0 < vec; c0 += 8) {                                                \
+            const __m256 xv = _mm256_loadu_ps(a[t] + c0);                                    \
+            for (int o = 0; o < COUT; o++)                                                   \
+                acc[o] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(wt + o * cin + c0), acc[o]);    \
+        }                                                                                    \
+        for (int c = vec; c < cin; c++)                                                      \
+            for (int o = 0; o < COUT; o++)                                                   \
+                tail[o] = fmaf(a[t][c], wt[o * cin + c], tail[o]);                           \
+    }                                                                                        \
+    for (int o = 0; o < COUT; o++) {                                                         \
+        float lanes[8];                                                                      \
+        _mm256_storeu_ps(lanes, acc[o]);                                                     \
+        sums[o] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +                          \
+                  ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail[o];                 \
+    }                                                                                        \
+}
+
+#define DOT_PIXEL_PORTABLE(COUT)                                                              \
+static void dot_pixel_portable_##COUT(const float *const *a, int taps, int cin,              \
+                                      const float *w, float *sums)                           \
+{                                                                                            \
+    float acc[COUT];                                                                         \
+    for (int o = 0; o < COUT; o++)                                                           \
+        acc[o] = 0.0f;                                                                       \
+    for (int t = 0; t < taps; t++) {                                                         \
+        const float *wt = w + (size_t)t * COUT * cin;                                        \
+        for (int c = 0; c < cin; c++) {                                                      \
+            const float v = a[t][c];                                                         \
+            for (int o = 0; o < COUT; o++)                                                   \
+                acc[o] += v * wt[o * cin + c];                                               \
+        }                                                                                    \
+    }                                                                                        \
+    for (int o = 0; o < COUT; o++)                                                           \
+        sums[o] = acc[o];                                                                    \
+}
+
+#define DOT_PIXEL_ALL(COUT) DOT_PIXEL_AVX512(COUT) DOT_PIXEL_AVX2(COUT) DOT_PIXEL_PORTABLE(COUT)
+DOT_PIXEL_ALL(1) DOT_PIXEL_ALL(2) DOT_PIXEL_ALL(3) DOT_PIXEL_ALL(4)
+DOT_PIXEL_ALL(5) DOT_PIXEL_ALL(6) DOT_PIXEL_ALL(7) DOT_PIXEL_ALL(8)
+
+typedef void (*DotPixel)(const float *const *, int, int, const float *, float *);
+#define DOT_TABLE(KIND) {dot_pixel_##KIND##_1, dot_pixel_##KIND##_2, dot_pixel_##KIND##_3,     \
+                         dot_pixel_##KIND##_4, dot_pixel_##KIND##_5, dot_pixel_##KIND##_6,     \
+                         dot_pixel_##KIND##_7, dot_pixel_##KIND##_8}
+static const DotPixel DOT_PORTABLE[ENGINE_DOT_MAX] = DOT_TABLE(portable);
+static const DotPixel DOT_AVX2[ENGINE_DOT_MAX] = DOT_TABLE(avx2);
+static const DotPixel DOT_AVX512[ENGINE_DOT_MAX] = DOT_TABLE(avx512);
+
+#define DOT_CHUNK 64
+void engine_dot_c(int backend, int threads, int batch,
+                  const float *x, int64_t x_image, const int32_t *in_off,
+                  int pixels, int taps, int cin, const float *w, const float *bias, int cout,
+                  float *y, int64_t y_image, const int32_t *out_off,
+                  const float *r, int64_t r_image, const int32_t *res_off,
+                  float lo, float hi, int softmax)
+{
+    /* below one vector of input channels the vector loads are mostly masked and the
+     * horizontal sums cost more than the products: plain loops */
+    const DotPixel dot = (cin < 8 || backend == ENGINE_PORTABLE ? DOT_PORTABLE :
+                          backend == ENGINE_AVX512 ? DOT_AVX512 : DOT_AVX2)[cout - 1];
+    const int64_t chunks = (pixels + DOT_CHUNK - 1) / DOT_CHUNK;
+    float *zeros = calloc((size_t)cin, sizeof(float));
+    if (!zeros)
+        abort();
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t item = 0; item < chunks * batch; item++) {
+        const int64_t n = item / chunks;
+        const int p0 = (int)(item % chunks) * DOT_CHUNK;
+        const int p1 = p0 + DOT_CHUNK < pixels ? p0 + DOT_CHUNK : pixels;
+        const float *xn = x + n * x_image;
+        const float *a[ENGINE_MAX_TAPS];
+        float sums[ENGINE_DOT_MAX];
+        for (int p = p0; p < p1; p++) {
+            for (int t = 0; t < taps; t++) {
+                if (!in_off) {
+                    a[t] = xn + (int64_t)p * cin;
+                } else {
+                    const int32_t off = in_off[(int64_t)p * taps + t];
+                    a[t] = off < 0 ? zeros : xn + off;
+                }
+            }
+            dot(a, taps, cin, w, sums);
+            const int64_t o = out_off ? out_off[p] : (int64_t)p * cout;
+            dot_write(sums, bias, cout, y + n * y_image + o,
+                      r ? r + n * r_image + (res_off ? res_off[p] : o) : NULL, lo, hi,
+                      softmax);
+        }
+    }
+    free(zeros);
+}
+
+/* ---- depthwise ------------------------------------------------------------------------- */
+/* out[n, i, j, c] = clamp(bias[c] + sum_{a, b} x[n, i*s - pt + a, j*s - pl + b, c] k[a, b, c]),
+ * reads outside x being zero; the taps summed in the order a, b. One output row per job. */
+__attribute__((target("avx512f")))
+static void depthwise_row_avx512(const float *xn, int h, int w, int c, const float *k, int kh,
+                                 int kw, int stride, int pt, int pl, const float *bias,
+                                 float lo, float hi, float *yrow, int i, int wo)
+{
+    const __m512 lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi);
+    for (int j = 0; j < wo; j++) {
+        for (int c0 = 0; c0 < c; c0 += 16) {
+            const int n = c - c0 < 16 ? c - c0 : 16;
+            const __mmask16 mask = (__mmask16)((1u << n) - 1u);
+            __m512 acc = _mm512_setzero_ps();
+            for (int a = 0; a < kh; a++) {
+                const int r = i * stride - pt + a;
+                if (r < 0 || r >= h)
+                    continue;
+                for (int b = 0; b < kw; b++) {
+                    const int q = j * stride - pl + b;
+                    if (q < 0 || q >= w)
+                        continue;
+                    acc = _mm512_fmadd_ps(
+                        _mm512_maskz_loadu_ps(mask, xn + ((int64_t)r * w + q) * c + c0),
+                        _mm512_maskz_loadu_ps(mask, k + (a * kw + b) * c + c0), acc);
+                }
+            }
+            acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, bias + c0));
+            acc = _mm512_min_ps(_mm512_max_ps(acc, lov), hiv);
+            _mm512_mask_storeu_ps(yrow + (int64_t)j * c + c0, mask, acc);
+        }
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void depthwise_row_avx2(const float *xn, int h, int w, int c, const float *k, int kh,
+                               int kw, int stride, int pt, int pl, const float *bias,
+                               float lo, float hi, float *yrow, int i, int wo)
+{
+    const __m256 lov = _mm256_set1_ps(lo), hiv = _mm256_set1_ps(hi);
+    const int vec = c / 8 * 8;
+    for (int j = 0; j < wo; j++) {
+        for (int c0 = 0; c0 < vec; c0 += 8) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int a = 0; a < kh; a++) {
+                const int r = i * stride - pt + a;
+                if (r < 0 || r >= h)
+                    continue;
+                for (int b = 0; b < kw; b++) {
+                    const int q = j * stride - pl + b;
+                    if (q < 0 || q >= w)
+                        continue;
+                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(xn + ((int64_t)r * w + q) * c + c0),
+                                          _mm256_loadu_ps(k + (a * kw + b) * c + c0), acc);
+                }
+            }
+            acc = _mm256_add_ps(acc, _mm256_loadu_ps(bias + c0));
+            acc = _mm256_min_ps(_mm256_max_ps(acc, lov), hiv);
+            _mm256_storeu_ps(yrow + (int64_t)j * c + c0, acc);
+        }
+        for (int ch = vec; ch < c; ch++) {
+            float acc = 0.0f;
+            for (int a = 0; a < kh; a++) {
+                const int r = i * stride - pt + a;
+                if (r < 0 || r >= h)
+                    continue;
+                for (int b = 0; b < kw; b++) {
+                    const int q = j * stride - pl + b;
+                    if (q >= 0 && q < w)
+                        acc = fmaf(xn[((int64_t)r * w + q) * c + ch], k[(a * kw + b) * c + ch],
+                                   acc);
+                }
+            }
+            yrow[(int64_t)j * c + ch] = clampf(acc + bias[ch], lo, hi);
+        }
+    }
+}
+
+static void depthwise_row_portable(const float *xn, int h, int w, int c, const float *k,
+                                   int kh, int kw, int stride, int pt, int pl,
+                                   const float *bias, float lo, float hi, float *yrow, int i,
+                                   int wo)
+{
+    for (int j = 0; j < wo; j++) {
+        float *out = yrow + (int64_t)j * c;
+        for (int ch = 0; ch < c; ch++)
+            out[ch] = 0.0f;
+        for (int a = 0; a < kh; a++) {
+            const int r = i * stride - pt + a;
+            if (r < 0 || r >= h)
+                continue;
+            for (int b = 0; b < kw; b++) {
+                const int q = j * stride - pl + b;
+                if (q < 0 || q >= w)
+                    continue;
+                const float *xp = xn + ((int64_t)r * w + q) * c, *kp = k + (a * kw + b) * c;
+                for (int ch = 0; ch < c; ch++)
+                    out[ch] += xp[ch] * kp[ch];
+            }
+        }
+        for (int ch = 0; ch < c; ch++)
+            out[ch] = clampf(out[ch] + bias[ch], lo, hi);
+    }
+}
+
+void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, int w, int c,
+                        const float *k, int kh, int kw, int stride, int pad_top, int pad_left,
+                        const float *bias, float lo, float hi, float *y, int ho, int wo)
+{
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t job = 0; job < (int64_t)n * ho; job++) {
+        const int64_t img = job / ho;
+        const int i = (int)(job % ho);
+        const float *xn = x + img * h * w * (int64_t)c;
+        float *yrow = y + (img * ho + i) * wo * (int64_t)c;
+        if (backend == ENGINE_AVX512)
+            depthwise_row_avx512(xn, h, w, c, k, kh, kw, stride, pad_top, pad_left, bias, lo,
+                                 hi, yrow, i, wo);
+        else if (backend == ENGINE_AVX2)
+            depthwise_row_avx2(xn, h, w, c, k, kh, kw, stride, pad_top, pad_left, bias, lo, hi,
+                               yrow, i, wo);
+        else
+            depthwise_row_portable(xn, h, w, c, k, kh, kw, stride, pad_top, pad_left, bias, lo,
+                                   hi, yrow, i, wo);
+    }
+}
+
+/* ---- per-channel affine map with clamp --------------------------------------------------- */
+void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const float *scale,
+                     const float *shift, float lo, float hi, float *y)
+{
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t p = 0; p < pixels; p++) {
+        const float *xp = x + p * c;
+        float *yp = y + p * c;
+        for (int ch = 0; ch < c; ch++)
+            yp[ch] = clampf(xp[ch] * scale[ch] + shift[ch], lo, hi);
+    }
+}

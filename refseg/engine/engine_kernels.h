@@ -1,0 +1,40 @@
+/* The engine's micro-kernels (refseg/engine/engine_kernels.c); see that file. */
+#ifndef REFSEG_ENGINE_KERNELS_H
+#define REFSEG_ENGINE_KERNELS_H
+#include <stdint.h>
+
+/* output channels per packed weight panel, the same for every backend */
+#define ENGINE_PANEL 16
+/* the most taps (kernel rows x columns) a convolution may have */
+#define ENGINE_MAX_TAPS 64
+
+/* the most output channels of the dot-product kernel */
+#define ENGINE_DOT_MAX 8
+
+enum { ENGINE_PORTABLE = 0, ENGINE_AVX2 = 1, ENGINE_AVX512 = 2 };
+enum { ENGINE_PIXELS_OUTER = 0, ENGINE_PANELS_OUTER = 1 };
+
+int engine_cpu_backend(void);
+
+void engine_conv_c(int backend, int threads, int order, int batch,
+                   const float *x, int64_t x_image, const int32_t *in_off,
+                   int pixels, int taps, int cin,
+                   const float *w, const float *bias, int cout,
+                   float *y, int64_t y_image, const int32_t *out_off,
+                   const float *r, int64_t r_image, const int32_t *res_off,
+                   float lo, float hi);
+
+void engine_dot_c(int backend, int threads, int batch,
+                  const float *x, int64_t x_image, const int32_t *in_off,
+                  int pixels, int taps, int cin, const float *w, const float *bias, int cout,
+                  float *y, int64_t y_image, const int32_t *out_off,
+                  const float *r, int64_t r_image, const int32_t *res_off,
+                  float lo, float hi, int softmax);
+
+void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, int w, int c,
+                        const float *k, int kh, int kw, int stride, int pad_top, int pad_left,
+                        const float *bias, float lo, float hi, float *y, int ho, int wo);
+
+void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const float *scale,
+                     const float *shift, float lo, float hi, float *y);
+#endif

@@ -1,0 +1,392 @@
+"""Plans: a model compiled once into the engine's steps, its weights folded and packed, each
+convolution's algorithm chosen and recorded.
+
+``plan(model)`` walks the model's layer graph once, in its (topological) order, and turns each
+layer, or each chain of layers whose intermediate values nothing else reads, into one step of
+:mod:`refseg.engine.runtime`:
+
+* Conv2D / DepthwiseConv2D / Conv2DTranspose, then (when the convolution has no activation) a
+  batch norm on its moving statistics, folded into the kernel and bias, then a ReLU / ReLU6,
+  the clamp of the epilogue, then an Add whose other operand is already computed, the residual
+  of the epilogue; a softmax activation runs on the step's output;
+* a ZeroPadding2D read only by a "valid" convolution or max pool becomes that step's padding
+  (a convolution reads zeros there, from its offset table);
+* a batch norm after an Add (ResNet50V2's pre-activations, ``post_bn``) cannot be folded into
+  the next convolution's kernel (the ReLU between them, and the zero padding of a 3x3
+  convolution that would have to stay zero): it runs as one affine pass with its ReLU;
+* max pooling, and whatever else is left, runs in NumPy.
+
+Algorithms (``runtime.ALGORITHMS``): each convolution step's tiles can run in two loop orders
+of the panel micro-kernel, and a step of at most ``runtime.DOT_MAX`` output channels (the
+decoder's 3-class layers) also as one dot product per output. ``mode="measure"`` times each on
+this machine at batch 1 (the better of ``MEASURE_REPEATS`` calls each, FFTW's
+``FFTW_MEASURE`` in spirit) and keeps the fastest; ``mode="estimate"`` takes the dot products
+where they run, else the order that keeps the larger operand in place (``estimated_order``;
+it agreed with the faster order, timed on one thread, on the decoder's large layers);
+``choices={name: algorithm}`` replays a plan's ``choices``. A plan keeps only the packed
+weights its chosen algorithms read.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from refseg.autograd import layers
+from refseg.autograd.geometry import conv_output, transpose_output
+from refseg.engine import packing
+from refseg.engine.runtime import (ALGORITHMS, AffineStep, ConvStep, DepthwiseStep, NumpyStep,
+                                   backend_name)
+from refseg.cite import implements, infrastructure
+from refseg.errors import InputError
+from refseg.models.graph import INPUT
+from refseg.threads import sized_to_load
+
+#: Calls of each loop order timed per convolution in ``mode="measure"``.
+MEASURE_REPEATS = 3
+#: Plan modes.
+MODES = ("measure", "estimate")
+#: The weights' dtype the engine runs.
+DTYPE = np.float32
+
+
+def _clamp(activation) -> tuple[float, float]:
+    """(lo, hi) of an activation name or ReLU layer's cap."""
+    if activation == "relu":
+        return 0.0, np.inf
+    if activation == "relu6":
+        return 0.0, 6.0
+    return -np.inf, np.inf
+
+
+class _Walker:
+    """The graph's readers and what has been computed, while the steps are made."""
+
+    def __init__(self, graph, outputs):
+        self.graph, self.outputs = graph, set(outputs)
+        self.order = graph.required(outputs)
+        self.readers: dict[str, list[str]] = {}
+        for name in self.order:
+            for source in graph.nodes[name].inputs:
+                self.readers.setdefault(source, []).append(name)
+        self.done: set[str] = {INPUT}
+        self.pads: dict[str, tuple] = {}     # folded ZeroPadding2D -> (source, padding)
+
+    def sole_reader(self, name, kind):
+        """The node reading ``name`` when it alone does, is a ``kind`` and ``name`` is not an
+        output; else None."""
+        readers = self.readers.get(name, [])
+        if len(readers) != 1 or name in self.outputs:
+            return None
+        node = self.graph.nodes[readers[0]]
+        return readers[0] if isinstance(node.layer, kind) else None
+
+    def source(self, name):
+        """(the value a layer reads, zero padding folded in ((top, bottom), (left, right)))."""
+        if name in self.pads:
+            return self.pads[name]
+        return name, ((0, 0), (0, 0))
+
+
+def _fold_tail(walker: _Walker, name: str, activation, residual_ok: bool = True):
+    """The batch norm, ReLU and (when ``residual_ok``) Add that follow convolution ``name``
+    and fold into it: (last layer's name, fused layer names, scale, shift, (lo, hi),
+    residual)."""
+    fused, scale, shift, residual = [], None, None, None
+    lo, hi = _clamp(activation)
+    current = name
+    if activation is None:
+        bn = walker.sole_reader(current, layers.BatchNormalization)
+        if bn is not None:
+            scale, shift = packing.batch_norm_affine(walker.graph.nodes[bn].layer)
+            fused.append(bn)
+            current = bn
+        relu = walker.sole_reader(current, layers.ReLU)
+        if relu is not None:
+            lo, hi = _clamp("relu" if walker.graph.nodes[relu].layer.max_value is None
+                            else "relu6")
+            fused.append(relu)
+            current = relu
+    if activation != "softmax" and residual_ok:
+        add = walker.sole_reader(current, layers.Add)
+        if add is not None:
+            others = [s for s in walker.graph.nodes[add].inputs if s != current]
+            if len(others) == 1 and others[0] in walker.done:
+                residual = others[0]
+                fused.append(add)
+                current = add
+    return current, tuple(fused), scale, shift, (lo, hi), residual
+
+
+def _conv_step(walker, name, layer, shapes) -> ConvStep:
+    source, pad = walker.source(walker.graph.nodes[name].inputs[0])
+    h, w, _ = shapes[source]
+    ph, pw = h + sum(pad[0]), w + sum(pad[1])
+    last, fused, scale, shift, (lo, hi), residual = _fold_tail(walker, name, layer.activation)
+    stride = layer.strides[0]
+    if layer.strides[0] != layer.strides[1]:
+        raise InputError(f"engine: {name}: unequal strides are not supported")
+    kernel = layer.kernel.data
+    bias = None if layer.bias is None else layer.bias.data
+    if isinstance(layer, layers.Conv2DTranspose):
+        kernel, bias = packing.folded(kernel, bias, scale, shift, axis=2)
+        kh, kw = kernel.shape[:2]
+        (ho, ct), (wo, cl) = (transpose_output(h, kh, stride, layer.padding, name),
+                              transpose_output(w, kw, stride, layer.padding, name))
+        phases = packing.transpose_phases(kernel, (h, w), stride, (ct, cl), (ho, wo))
+        kind = "transposed"
+    else:
+        kernel, bias = packing.folded(kernel, bias, scale, shift, axis=3)
+        kh, kw = kernel.shape[:2]
+        (ho, pt), (wo, pl) = (conv_output(ph, kh, stride, layer.padding, name),
+                              conv_output(pw, kw, stride, layer.padding, name))
+        phases = packing.conv_phases(kernel, (h, w), stride,
+                                     (pt + pad[0][0], pl + pad[1][0]), (ho, wo))
+        kind = "conv"
+    if max(phase.taps for phase in phases) > 64:
+        raise InputError(f"engine: {name}: kernels of more than 64 taps are not supported")
+    return ConvStep(last, source, (name, *fused), (ho, wo, bias.size), phases,
+                    packing.padded_bias(bias), lo, hi, residual,
+                    softmax=layer.activation == "softmax", kind=kind)
+
+
+def _depthwise_step(walker, name, layer, shapes) -> DepthwiseStep:
+    source, pad = walker.source(walker.graph.nodes[name].inputs[0])
+    h, w, c = shapes[source]
+    # the depthwise kernel has no residual epilogue: an Add after it stays a step of its own
+    last, fused, scale, shift, (lo, hi), _ = _fold_tail(walker, name, layer.activation,
+                                                        residual_ok=False)
+    kernel, bias = packing.folded(layer.kernel.data[:, :, :, 0], None if layer.bias is None
+                                  else layer.bias.data, scale, shift, axis=2)
+    kh, kw = kernel.shape[:2]
+    stride = layer.strides[0]
+    (ho, pt), (wo, pl) = (conv_output(h + sum(pad[0]), kh, stride, layer.padding, name),
+                          conv_output(w + sum(pad[1]), kw, stride, layer.padding, name))
+    return DepthwiseStep(last, source, (name, *fused), (ho, wo, c),
+                         np.ascontiguousarray(kernel), bias, stride,
+                         (pt + pad[0][0], pl + pad[1][0]), lo, hi)
+
+
+def _other_step(walker, name, layer):
+    node = walker.graph.nodes[name]
+    if isinstance(layer, layers.BatchNormalization):
+        scale, shift = packing.batch_norm_affine(layer)
+        relu = walker.sole_reader(name, layers.ReLU)
+        lo, hi, last, fused = -np.inf, np.inf, name, ()
+        if relu is not None:
+            lo, hi = _clamp("relu" if walker.graph.nodes[relu].layer.max_value is None
+                            else "relu6")
+            last, fused = relu, (relu,)
+        return AffineStep(last, node.inputs[0], (name, *fused), scale.astype(DTYPE),
+                          shift.astype(DTYPE), lo, hi)
+    if isinstance(layer, layers.MaxPooling2D):
+        source, pad = walker.source(node.inputs[0])
+        return NumpyStep(name, "max_pool", (source,), (name,), layer.pool_size, layer.strides,
+                         pad)
+    if isinstance(layer, layers.Add):
+        return NumpyStep(name, "add", node.inputs, (name,))
+    if isinstance(layer, layers.ReLU):
+        return NumpyStep(name, "relu", node.inputs, (name,),
+                         hi=np.inf if layer.max_value is None else layer.max_value)
+    if isinstance(layer, layers.ZeroPadding2D):
+        return NumpyStep(name, "pad", node.inputs, (name,), pads=layer.padding)
+    raise InputError(f"engine: no step for layer {name} ({type(layer).__name__})")
+
+
+def _window_reads_padding(walker, name, layer) -> bool:
+    """Whether ZeroPadding2D ``name`` is read by one "valid" convolution or max pool alone."""
+    kinds = (layers.Conv2D, layers.DepthwiseConv2D, layers.MaxPooling2D)
+    reader = walker.sole_reader(name, kinds)
+    if reader is None:
+        return False
+    return getattr(walker.graph.nodes[reader].layer, "padding", "valid") == "valid"
+
+
+@infrastructure("the engine's compilation of a layer graph")
+def compile_steps(graph, outputs, input_hw) -> list:
+    """The steps computing ``outputs`` of ``graph`` for inputs (N, H, W, 3), in order."""
+    walker = _Walker(graph, outputs)
+    shapes = graph.shapes((*input_hw, 3))
+    steps = []
+    taken: set[str] = set()
+    for name in walker.order:
+        if name in taken:
+            continue
+        layer = graph.nodes[name].layer
+        if isinstance(layer, layers.ZeroPadding2D) and _window_reads_padding(walker, name,
+                                                                             layer):
+            walker.pads[name] = (walker.source(graph.nodes[name].inputs[0])[0], layer.padding)
+            continue
+        if isinstance(layer, layers.BatchNormalization) and layer.on_batch_statistics:
+            raise InputError(f"engine: {name} normalises by batch statistics; plans are for "
+                             f"inference")
+        if isinstance(layer, (layers.Conv2D, layers.Conv2DTranspose)):
+            step = _conv_step(walker, name, layer, shapes)
+        elif isinstance(layer, layers.DepthwiseConv2D):
+            step = _depthwise_step(walker, name, layer, shapes)
+        else:
+            step = _other_step(walker, name, layer)
+        taken.update(step.layers)
+        walker.done.update(step.layers)
+        steps.append(step)
+    return steps
+
+
+@infrastructure("the engine's choice of loop order")
+def estimated_order(step: ConvStep, input_bytes: int) -> str:
+    """The dot products for few output channels; else the order that keeps the larger operand
+    in place: with more input activations (``input_bytes``, one image) than packed weights,
+    the tiles of a thread walk the panels of one pixel tile (its inputs stay in L1, the
+    weights stream from L2), otherwise the pixel tiles of one panel (the panel stays, the
+    activations stream)."""
+    if "dot" in step.algorithms:
+        return "dot"
+    weights = sum(phase.packed.nbytes for phase in step.phases)
+    return "pixels-outer" if input_bytes > weights else "panels-outer"
+
+
+def _measured_order(step: ConvStep, values: dict) -> str:
+    best = {}
+    for order in step.algorithms:
+        step.order = order
+        seconds = []
+        for _ in range(MEASURE_REPEATS):
+            start = time.perf_counter()
+            step.run(values)
+            seconds.append(time.perf_counter() - start)
+        best[order] = min(seconds)
+    return min(best, key=best.get)
+
+
+@implements("claim2.fusion")
+class Plan:
+    """A model compiled for the engine; see the module docstring.
+
+    Attributes
+    ----------
+    steps : list
+        The runtime steps, in order; ``step.layers`` names the model layers each computes.
+    choices : dict of str to str
+        The loop order chosen for each convolution step, by the step's name (its last layer).
+    mode : str
+        "measure", "estimate" or "replay".
+    """
+
+    def __init__(self, model, steps, output: str, mode: str):
+        self.model, self.steps, self.output, self.mode = model, steps, output, mode
+        self.input_shape = tuple(model.input_shape)
+        self.backend = backend_name()
+        self._last_use = {}
+        for index, step in enumerate(steps):
+            for source in step.inputs:
+                self._last_use[source] = index
+
+    @property
+    def choices(self) -> dict[str, str]:
+        return {step.name: step.order for step in self.steps if isinstance(step, ConvStep)}
+
+    def _check(self, x) -> np.ndarray:
+        data = self.model.check_input(x).data
+        return np.ascontiguousarray(data, dtype=DTYPE)
+
+    def run(self, x, keep_all: bool = False) -> dict[str, np.ndarray]:
+        """The steps' values for images ``x`` (N, H, W, 3) in [-1, 1]: the output alone, or
+        with ``keep_all`` every step's value by name (tests compare them layer by layer)."""
+        values = {INPUT: self._check(x)}
+        # beside busy neighbours two threads that take turns with them lose to one: the
+        # count follows the load, as the reference's graph runs do (refseg.threads)
+        with sized_to_load(("engine plan", id(self), values[INPUT].shape)):
+            return self._run(values, keep_all)
+
+    def _run(self, values, keep_all):
+        for index, step in enumerate(self.steps):
+            values[step.name] = step.run(values)
+            if not keep_all:
+                for source in step.inputs:
+                    if self._last_use[source] == index and source != self.output:
+                        del values[source]
+        return values if keep_all else {self.output: values[self.output]}
+
+    def predict(self, x, batch_size: int = 8) -> np.ndarray:
+        """Class probabilities (N, H, W, 3) float32 for images (N, H, W, 3) in [-1, 1],
+        ``batch_size`` images at a time (as ``ResMobileNet.predict``)."""
+        x = self._check(x)
+        parts = [self.run(x[i:i + batch_size])[self.output]
+                 for i in range(0, x.shape[0], batch_size)]
+        return np.concatenate(parts) if parts else np.empty((0, *self.input_shape, 3), DTYPE)
+
+    def memory(self) -> dict[str, int]:
+        """Bytes: ``packed`` (the steps' weights and offset tables), ``workspace`` (the most
+        activation bytes alive at once in a batch-1 run, input included), ``model_weights``
+        (every array of the model's weights), ``plan`` (packed + workspace)."""
+        shapes = self.model.graph.shapes((*self.input_shape, 3))
+        live = {INPUT: int(np.prod(shapes[INPUT])) * 4}
+        peak = sum(live.values())
+        for index, step in enumerate(self.steps):
+            live[step.name] = int(np.prod(shapes[step.name])) * 4
+            peak = max(peak, sum(live.values()))
+            for source in step.inputs:
+                if self._last_use[source] == index and source != self.output:
+                    live.pop(source, None)
+        packed = sum(step.nbytes for step in self.steps)
+        weights = sum(a.nbytes for a in self.model.weights().values())
+        return {"packed": packed, "workspace": peak, "model_weights": weights,
+                "plan": packed + peak}
+
+    def describe(self) -> list[dict]:
+        """One row per step: name, kind, layers it computes, loop order."""
+        return [{"step": step.name, "kind": step.kind, "layers": list(step.layers),
+                 "order": step.order} for step in self.steps]
+
+
+@implements("claim2.fusion")
+def plan(model, mode: str = "measure", choices: dict | None = None) -> Plan:
+    """Compile ``model`` (a ``ResMobileNet``) for the engine, once.
+
+    Parameters
+    ----------
+    model : refseg.models.ResMobileNet
+        Its weights as they are now are folded and packed: a plan does not follow later
+        changes of the model's weights (make a new one).
+    mode : {"measure", "estimate"}
+        How each convolution's loop order is chosen (module docstring).
+    choices : dict of str to str, optional
+        A plan's ``choices`` to replay (overrides ``mode``); every convolution step must be
+        named.
+
+    Returns
+    -------
+    Plan
+    """
+    if mode not in MODES:
+        raise InputError(f"engine plan: mode must be one of {MODES}, got {mode!r}")
+    if np.dtype(model.dtype) != DTYPE:
+        raise InputError(f"engine plan: the engine runs float32 models, got {model.dtype}")
+    output = model.OUTPUT
+    steps = compile_steps(model.graph, [output], model.input_shape)
+    convs = [step for step in steps if isinstance(step, ConvStep)]
+    if choices is not None:
+        unknown = sorted(set(choices) - {step.name for step in convs})
+        missing = sorted({step.name for step in convs} - set(choices))
+        bad = sorted(v for v in choices.values() if v not in ALGORITHMS)
+        if unknown or missing or bad:
+            raise InputError(f"engine plan: the choices do not fit this model "
+                             f"(unknown {unknown[:3]}, missing {missing[:3]}, "
+                             f"orders {bad[:3]})")
+        for step in convs:
+            if choices[step.name] not in step.algorithms:
+                raise InputError(f"engine plan: {step.name} cannot run {choices[step.name]}")
+            step.settle(choices[step.name])
+        return Plan(model, steps, output, "replay")
+    if mode == "estimate":
+        shapes = model.graph.shapes((*model.input_shape, 3))
+        for step in convs:
+            step.settle(estimated_order(step, 4 * int(np.prod(shapes[step.source]))))
+        return Plan(model, steps, output, mode)
+    rng = np.random.default_rng(0)
+    values = {INPUT: rng.uniform(-1, 1, (1, *model.input_shape, 3)).astype(DTYPE)}
+    for step in steps:
+        if isinstance(step, ConvStep):
+            step.settle(_measured_order(step, values))
+        values[step.name] = step.run(values)
+    return Plan(model, steps, output, mode)

@@ -1,0 +1,335 @@
+"""The engine's steps at run time: what one planned layer (or fused chain of layers) does to
+the NHWC activations, on the kernels of ``engine/_engine.pxi`` or their NumPy twins.
+
+Knobs (context managers, per thread of control): :func:`portable_kernels` runs the portable C
+loops instead of the vectorised ones, :func:`twin_kernels` the NumPy twins of
+:mod:`refseg.engine._twins` (tests), :func:`engine_threads` the number of OpenMP threads.
+
+Tolerance
+---------
+Every float32 sum of the engine rounds differently from the reference's (other summation
+order, fused multiply-add, batch norm folded into the kernel), so the engine is held to the
+reference within stated bounds, not bit for bit:
+
+* one kernel against its float64 twin: ``|y - y64| <= (K + 3) u (sum |x w| + |b| + |r|)``
+  elementwise, ``u = 2**-24``, ``K`` the terms of the sum (the classic bound of recursive
+  float32 summation; :data:`UNIT_ROUNDOFF`);
+* one planned layer fed the reference's input, against the reference's output:
+  :data:`LAYER_TOLERANCE` relative to the layer's largest absolute output (measured at
+  224x224 with He-scaled random weights: at most 8.8e-6, on the decoder's x10; 1.4e-6 at
+  64x64, where the tests run);
+* the whole network's class probabilities: :data:`PROBABILITY_TOLERANCE` absolute (measured
+  3.3e-6 at 224x224, 0.9e-6 at 64x64), on the vectorised and the portable kernels alike.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from refseg.errors import InputError
+
+INFRASTRUCTURE = ("the engine's run-time steps: the network of claim 2 computed faster, held to "
+                  "the reference within stated tolerances")
+
+#: float32's unit roundoff.
+UNIT_ROUNDOFF = 2.0 ** -24
+#: |engine - reference| <= this x max |reference| for one layer fed the reference's input.
+LAYER_TOLERANCE = 2e-5
+#: |engine - reference| of the network's class probabilities (absolute).
+PROBABILITY_TOLERANCE = 1e-5
+
+#: A step of less work than this runs on one thread: starting and joining the team costs a
+#: few microseconds on free cores, and beside busy neighbours the end of a parallel loop
+#: waits for a descheduled thread. Multiply-adds for the convolutions, elements for the
+#: elementwise and depthwise steps (whose element costs 9 multiply-adds at most).
+PARALLEL_MIN_MACS = 1 << 21
+PARALLEL_MIN_ELEMENTS = 1 << 16
+
+#: Kernel backends: "native" (the best this CPU runs), "portable" (plain C), "twin" (NumPy).
+_KERNELS = contextvars.ContextVar("refseg_engine_kernels", default="native")
+_THREADS = contextvars.ContextVar("refseg_engine_threads", default=None)
+
+#: Algorithms of a convolution (engine_kernels.c): the micro-kernel on panels of 16 output
+#: channels, its tiles walking the panels of one pixel tile or the pixel tiles of one panel;
+#: or, for at most DOT_MAX output channels, one dot product per output.
+ORDERS = ("pixels-outer", "panels-outer")
+ALGORITHMS = (*ORDERS, "dot")
+#: The most output channels of the "dot" algorithm (engine_kernels.h, ENGINE_DOT_MAX).
+DOT_MAX = 8
+
+
+@contextlib.contextmanager
+def portable_kernels():
+    """Within the block, the engine runs its portable C loops (no AVX2/AVX-512 intrinsics)."""
+    token = _KERNELS.set("portable")
+    try:
+        yield
+    finally:
+        _KERNELS.reset(token)
+
+
+@contextlib.contextmanager
+def twin_kernels():
+    """Within the block, the engine runs the NumPy twins of its kernels (float64 sums)."""
+    token = _KERNELS.set("twin")
+    try:
+        yield
+    finally:
+        _KERNELS.reset(token)
+
+
+@contextlib.contextmanager
+def engine_threads(threads: int):
+    """Within the block, the engine's kernels split their work over ``threads`` threads."""
+    if int(threads) < 1:
+        raise InputError(f"engine threads must be >= 1, got {threads}")
+    token = _THREADS.set(int(threads))
+    try:
+        yield
+    finally:
+        _THREADS.reset(token)
+
+
+def thread_count() -> int:
+    """The engine's threads: :func:`engine_threads`, else OpenMP's count for the calling
+    thread (``OMP_NUM_THREADS``, by default the cores), at most the cores this process may
+    use."""
+    chosen = _THREADS.get()
+    if chosen is not None:
+        return chosen
+    from refseg import _kernels
+    return max(1, min(len(os.sched_getaffinity(0)), _kernels.engine_max_threads()))
+
+
+def threads_for(work: int, least: int) -> int:
+    """The threads of a step of ``work`` units: one below ``least``, else thread_count()."""
+    return 1 if work < least else thread_count()
+
+
+def backend_name() -> str:
+    """The backend the engine runs now: "avx512", "avx2", "portable" or "twin"."""
+    kind = _KERNELS.get()
+    if kind != "native":
+        return kind
+    from refseg import _kernels
+    return ("portable", "avx2", "avx512")[_kernels.engine_cpu_backend()]
+
+
+def _kernels_and_code():
+    """(module holding the engine kernels, backend code for the C kernels)."""
+    kind = _KERNELS.get()
+    if kind == "twin":
+        from refseg.engine import _twins
+        return _twins, 0
+    from refseg import _kernels
+    return _kernels, 0 if kind == "portable" else _kernels.engine_cpu_backend()
+
+
+@dataclass
+class Phase:
+    """One indirect convolution over a set of output pixels that share their taps.
+
+    ``in_off`` (P, taps) int32 input offsets per image (-1: zeros) or None (pixel p reads
+    p * cin); ``out_off`` (P,) int32 output offsets or None (p * cout); ``packed`` the
+    weights (panels * taps * cin * 16,) float32 and ``dot`` the same weights (taps * cout *
+    cin,) for the dot-product kernel (None where unused)."""
+
+    pixels: int
+    taps: int
+    cin: int
+    packed: np.ndarray | None
+    in_off: np.ndarray | None = None
+    out_off: np.ndarray | None = None
+    dot: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.in_off is not None:  # the kernels read the table flat
+            self.in_off = np.ascontiguousarray(self.in_off, np.int32).reshape(-1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.packed, self.dot, self.in_off, self.out_off)
+                   if a is not None)
+
+
+@dataclass
+class ConvStep:
+    """A convolution (or transposed convolution, one phase per output parity) with its folded
+    batch norm, clamp and residual: ``out = clamp(conv(x) + bias, lo, hi) (+ residual)``."""
+
+    name: str
+    source: str
+    layers: tuple[str, ...]
+    out_shape: tuple[int, int, int]
+    phases: list[Phase]
+    bias: np.ndarray
+    lo: float = -np.inf
+    hi: float = np.inf
+    residual: str | None = None
+    softmax: bool = False
+    order: str = "pixels-outer"
+    kind: str = "conv"
+
+    @property
+    def nbytes(self) -> int:
+        return self.bias.nbytes + sum(phase.nbytes for phase in self.phases)
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        """The algorithms this step can run."""
+        return ALGORITHMS if self.out_shape[2] <= DOT_MAX else ORDERS
+
+    def settle(self, algorithm: str) -> None:
+        """Run ``algorithm`` from now on and drop the weights only the others read."""
+        self.order = algorithm
+        for phase in self.phases:
+            if algorithm == "dot":
+                phase.packed = None
+            else:
+                phase.dot = None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.source,) if self.residual is None else (self.source, self.residual)
+
+    def run(self, values: dict) -> np.ndarray:
+        x = values[self.source]
+        n = x.shape[0]
+        cout = self.out_shape[2]
+        y = np.empty((n, *self.out_shape), np.float32)
+        r = None if self.residual is None else values[self.residual]
+        kernels, code = _kernels_and_code()
+        threads = threads_for(n * cout * sum(p.pixels * p.taps * p.cin for p in self.phases),
+                              PARALLEL_MIN_MACS)
+        flat_x, flat_y = x.reshape(-1), y.reshape(-1)
+        flat_r = None if r is None else r.reshape(-1)
+        x_image, y_image = x[0].size, y[0].size
+        for phase in self.phases:
+            if self.order == "dot":
+                kernels.engine_dot(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
+                                   phase.cin, phase.dot, self.bias, cout, flat_y, y_image,
+                                   phase.out_off, flat_r, y_image, phase.out_off, self.lo,
+                                   self.hi, n, code, threads, self.softmax)
+            else:
+                kernels.engine_conv(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
+                                    phase.cin, phase.packed, self.bias, cout, flat_y, y_image,
+                                    phase.out_off, flat_r, y_image, phase.out_off, self.lo,
+                                    self.hi, n, code, threads, ORDERS.index(self.order))
+        if self.softmax and self.order != "dot":  # the dot kernel's epilogue took it
+            y -= y.max(axis=-1, keepdims=True)
+            np.exp(y, out=y)
+            y /= y.sum(axis=-1, keepdims=True)
+        return y
+
+
+@dataclass
+class DepthwiseStep:
+    """A depthwise convolution with its folded batch norm and clamp."""
+
+    name: str
+    source: str
+    layers: tuple[str, ...]
+    out_shape: tuple[int, int, int]
+    kernel: np.ndarray          # (kh, kw, C) float32
+    bias: np.ndarray            # (C,) float32
+    stride: int
+    pads: tuple[int, int]       # (top, left)
+    lo: float = -np.inf
+    hi: float = np.inf
+    kind: str = "depthwise"
+    order: str = "rows"
+
+    @property
+    def nbytes(self) -> int:
+        return self.kernel.nbytes + self.bias.nbytes
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.source,)
+
+    def run(self, values: dict) -> np.ndarray:
+        x = values[self.source]
+        y = np.empty((x.shape[0], *self.out_shape), np.float32)
+        kernels, code = _kernels_and_code()
+        kernels.engine_depthwise(x, self.kernel, self.bias, self.stride, *self.pads, self.lo,
+                                 self.hi, y, code, threads_for(y.size, PARALLEL_MIN_ELEMENTS))
+        return y
+
+
+@dataclass
+class AffineStep:
+    """A batch norm that no convolution takes in, ``clamp(x * scale + shift, lo, hi)``."""
+
+    name: str
+    source: str
+    layers: tuple[str, ...]
+    scale: np.ndarray
+    shift: np.ndarray
+    lo: float = -np.inf
+    hi: float = np.inf
+    kind: str = "affine"
+    order: str = "pixels"
+
+    @property
+    def nbytes(self) -> int:
+        return self.scale.nbytes + self.shift.nbytes
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.source,)
+
+    def run(self, values: dict) -> np.ndarray:
+        x = values[self.source]
+        y = np.empty_like(x)
+        kernels, _ = _kernels_and_code()
+        c = x.shape[-1]
+        kernels.engine_affine(x.reshape(-1, c), self.scale, self.shift, self.lo, self.hi,
+                              y.reshape(-1, c), threads_for(y.size, PARALLEL_MIN_ELEMENTS))
+        return y
+
+
+@dataclass
+class NumpyStep:
+    """A layer the engine leaves to NumPy: max pooling (its zero padding folded in), a
+    subsampling shortcut, an Add or ReLU no convolution takes in, a zero padding no window
+    op takes in. ``op`` is "max_pool", "add", "relu" or "pad"."""
+
+    name: str
+    op: str
+    sources: tuple[str, ...]
+    layers: tuple[str, ...]
+    pool: int = 1
+    stride: int = 1
+    pads: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
+    hi: float = np.inf
+    kind: str = field(default="numpy")
+    order: str = "-"
+
+    nbytes = 0
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.sources
+
+    def run(self, values: dict) -> np.ndarray:
+        x = values[self.sources[0]]
+        if self.op == "add":
+            return x + values[self.sources[1]]
+        if self.op == "relu":
+            return np.clip(x, 0.0, self.hi, dtype=np.float32)
+        padded = np.pad(x, ((0, 0), *self.pads, (0, 0))) if any(map(any, self.pads)) else x
+        if self.op == "pad":
+            return padded
+        k, s = self.pool, self.stride
+        ho = (padded.shape[1] - k) // s + 1
+        wo = (padded.shape[2] - k) // s + 1
+        out = None
+        for a in range(k):
+            for b in range(k):
+                window = padded[:, a:a + s * (ho - 1) + 1:s, b:b + s * (wo - 1) + 1:s]
+                out = window.copy() if out is None else np.maximum(out, window, out=out)
+        return out

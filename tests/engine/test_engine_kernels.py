@@ -1,0 +1,175 @@
+"""The engine's compiled kernels against their float64 NumPy twins (refseg/engine/_twins.py),
+on the vectorised backend this CPU runs and on the portable C loops, within the float32
+summation bound of refseg.engine.runtime; and their results do not depend on the thread count
+or the loop order."""
+import numpy as np
+import pytest
+
+from refseg import _kernels
+from refseg.engine import _twins, packing
+from refseg.engine.runtime import UNIT_ROUNDOFF
+
+pytestmark = pytest.mark.infrastructure
+
+#: The backends this machine runs: portable C (0), AVX2 + FMA (1) and AVX-512F (2) up to the
+#: CPU's best (every AVX-512 CPU the kernels meet has AVX2 and FMA too).
+BACKENDS = list(range(_kernels.engine_cpu_backend() + 1))
+
+
+def _bound(x, in_off, pixels, taps, cin, w, bias, cout, r, batch, x_image, y_image):
+    """(K + 3) u (sum |x w| + |b| + |r|) per output, from the twin run on the absolute values."""
+    magnitude = np.zeros(batch * y_image, np.float32)
+    _twins.engine_conv(np.abs(x), x_image, in_off, pixels, taps, cin, np.abs(w),
+                       np.abs(bias), cout, magnitude, y_image, None,
+                       None if r is None else np.abs(r), y_image, None, -np.inf, np.inf,
+                       batch, 0, 1, 0)
+    return (taps * cin + 3) * UNIT_ROUNDOFF * magnitude.astype(np.float64) * 1.01
+
+
+CASES = [  # (h, w, cin, cout, kernel, stride, pads, residual, clamp)
+    (5, 7, 8, 16, 1, 1, (0, 0), False, (-np.inf, np.inf)),        # dense 1x1
+    (6, 5, 19, 40, 1, 1, (0, 0), True, (-np.inf, np.inf)),        # 3 panels, residual
+    (9, 8, 5, 33, 3, 1, (1, 1), True, (0.0, np.inf)),             # 3x3 same, ReLU
+    (9, 9, 3, 64, 7, 2, (3, 3), False, (0.0, 6.0)),               # the 7x7 stem, ReLU6
+    (8, 8, 24, 3, 3, 2, (0, 1), False, (-np.inf, np.inf)),        # few outputs, asymmetric
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", CASES)
+def test_engine_conv_matches_its_twin_within_the_summation_bound(backend, case):
+    h, w, cin, cout, k, stride, pads, residual, (lo, hi) = case
+    rng = np.random.default_rng(hash(case) % 2**32)
+    batch = 2
+    ho = (h + 2 * pads[0] - k) // stride + 1
+    wo = (w + 2 * pads[1] - k) // stride + 1
+    x = rng.normal(0, 1, (batch, h, w, cin)).astype(np.float32)
+    kernel = rng.normal(0, 1, (k * k, cin, cout)).astype(np.float32)
+    packed = packing.pack_panels(kernel)
+    bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
+    in_off = packing.conv_offsets((h, w), cin, (k, k), stride, pads, (ho, wo))
+    if in_off is not None:
+        in_off = in_off.reshape(-1)
+    r = rng.normal(0, 1, batch * ho * wo * cout).astype(np.float32) if residual else None
+    args = (x.reshape(-1), h * w * cin, in_off, ho * wo, k * k, cin, packed, bias, cout)
+    got = np.full(batch * ho * wo * cout, np.nan, np.float32)
+    want = np.full_like(got, np.nan)
+    _kernels.engine_conv(*args, got, ho * wo * cout, None, r, ho * wo * cout, None, lo, hi,
+                         batch, backend, 2, 0)
+    _twins.engine_conv(*args, want, ho * wo * cout, None, r, ho * wo * cout, None, lo, hi,
+                       batch, backend, 2, 0)
+    assert not np.isnan(got).any()
+    bound = _bound(x.reshape(-1), in_off, ho * wo, k * k, cin, packed, bias, cout, r, batch,
+                   h * w * cin, ho * wo * cout)
+    assert (np.abs(got.astype(np.float64) - want) <= bound + 1e-30).all()
+    # every output computed by one thread in one order: the thread count and the tile order
+    # change no bit
+    for threads, order in ((1, 0), (2, 1), (1, 1)):
+        again = np.full_like(got, np.nan)
+        _kernels.engine_conv(*args, again, ho * wo * cout, None, r, ho * wo * cout, None, lo,
+                             hi, batch, backend, threads, order)
+        assert np.array_equal(again, got)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cin,cout,k,residual", [(3, 3, 3, False), (96, 3, 1, True),
+                                                 (20, 8, 3, True), (17, 1, 3, False),
+                                                 (64, 5, 3, False)])
+def test_engine_dot_matches_its_twin_within_the_summation_bound(backend, cin, cout, k,
+                                                                residual):
+    rng = np.random.default_rng(cin * 7 + cout)
+    h = w = 6
+    x = rng.normal(0, 1, (2, h, w, cin)).astype(np.float32)
+    taps_kernel = rng.normal(0, 1, (k * k, cin, cout)).astype(np.float32)
+    bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
+    in_off = packing.conv_offsets((h, w), cin, (k, k), 1, (k // 2, k // 2), (h, w))
+    in_off = None if in_off is None else in_off.reshape(-1)
+    size = h * w * cout
+    r = rng.normal(0, 1, 2 * size).astype(np.float32) if residual else None
+    args = (x.reshape(-1), h * w * cin, in_off, h * w, k * k, cin,
+            packing.dot_weights(taps_kernel), bias, cout)
+    got = np.full(2 * size, np.nan, np.float32)
+    want = got.copy()
+    _kernels.engine_dot(*args, got, size, None, r, size, None, 0.0, np.inf, 2, backend, 2,
+                        False)
+    _twins.engine_dot(*args, want, size, None, r, size, None, 0.0, np.inf, 2, backend, 2,
+                      False)
+    bound = _bound(x.reshape(-1), in_off, h * w, k * k, cin,
+                   packing.pack_panels(taps_kernel), bias, cout, r, 2, h * w * cin, size)
+    assert not np.isnan(got).any()
+    assert (np.abs(got.astype(np.float64) - want) <= bound + 1e-30).all()
+    # the softmax epilogue: probabilities within a few float32 roundings of the twin's
+    _kernels.engine_dot(*args, got, size, None, r, size, None, -np.inf, np.inf, 2, backend, 2,
+                        True)
+    _twins.engine_dot(*args, want, size, None, r, size, None, -np.inf, np.inf, 2, backend, 2,
+                      True)
+    np.testing.assert_allclose(got.reshape(-1, cout).sum(axis=1), 1.0, atol=1e-6)
+    scale = bound.reshape(-1, cout).max(axis=1, keepdims=True)
+    assert (np.abs(got - want).reshape(-1, cout) <= 2 * scale + 8 * UNIT_ROUNDOFF).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_engine_conv_writes_through_output_offsets_only_where_told(backend):
+    """A transposed convolution's phases write their own pixels: the others keep their
+    values, and the residual is read at the output's offsets."""
+    rng = np.random.default_rng(3)
+    kernel = rng.normal(0, 1, (3, 3, 20, 6)).astype(np.float32)   # (kh, kw, cout, cin)
+    x = rng.normal(0, 1, (1, 4, 5, 6)).astype(np.float32)
+    phases = packing.transpose_phases(kernel, (4, 5), 2, (0, 0), (8, 10))
+    assert sorted(np.concatenate([p.out_off for p in phases]).tolist()) == \
+        list(range(0, 8 * 10 * 20, 20))
+    r = rng.normal(0, 1, 8 * 10 * 20).astype(np.float32)
+    bias = packing.padded_bias(np.zeros(20, np.float32))
+    for phase in phases:
+        got = np.full(8 * 10 * 20, 7.0, np.float32)
+        want = got.copy()
+        args = (x.reshape(-1), x.size, phase.in_off, phase.pixels, phase.taps, 6,
+                phase.packed, bias, 20)
+        _kernels.engine_conv(*args, got, got.size, phase.out_off, r, r.size, None, -np.inf,
+                             np.inf, 1, backend, 2, 0)
+        _twins.engine_conv(*args, want, want.size, phase.out_off, r, r.size, None, -np.inf,
+                           np.inf, 1, backend, 2, 0)
+        untouched = np.ones(got.size, bool)
+        untouched[phase.out_off[:, None] + np.arange(20)] = False
+        assert (got[untouched] == 7.0).all()
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stride,pads,c", [(1, (1, 1), 40), (2, (0, 0), 16), (2, (1, 0), 7)])
+def test_engine_depthwise_matches_its_twin(backend, stride, pads, c):
+    rng = np.random.default_rng(stride * 100 + c)
+    x = rng.normal(0, 1, (2, 9, 8, c)).astype(np.float32)
+    k = rng.normal(0, 1, (3, 3, c)).astype(np.float32)
+    bias = rng.normal(0, 1, c).astype(np.float32)
+    ho, wo = (9 + 2 * pads[0] - 3) // stride + 1, (8 + 2 * pads[1] - 3) // stride + 1
+    got = np.full((2, ho, wo, c), np.nan, np.float32)
+    want = got.copy()
+    _kernels.engine_depthwise(x, k, bias, stride, *pads, 0.0, 6.0, got, backend, 2)
+    _twins.engine_depthwise(x, k, bias, stride, *pads, 0.0, 6.0, want, backend, 2)
+    # 9 products and the bias: (9 + 3) u (sum |x k| + |b|) <= 12 u (9 * 5 * 4 + 4)
+    np.testing.assert_allclose(got, want, rtol=0, atol=12 * UNIT_ROUNDOFF * 200)
+
+
+def test_engine_affine_matches_its_twin():
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 3, (50, 13)).astype(np.float32)
+    scale, shift = rng.normal(0, 1, 13).astype(np.float32), rng.normal(0, 1, 13).astype(
+        np.float32)
+    got, want = np.empty_like(x), np.empty_like(x)
+    _kernels.engine_affine(x, scale, shift, 0.0, 6.0, got, 2)
+    _twins.engine_affine(x, scale, shift, 0.0, 6.0, want, 2)
+    # one product and one sum, each rounded once in float32
+    np.testing.assert_allclose(got, want, rtol=4 * UNIT_ROUNDOFF, atol=1e-7)
+
+
+def test_every_engine_kernel_has_a_twin_of_its_name():
+    import inspect
+
+    kernels = {name for name, value in vars(_kernels).items()
+               if name.startswith("engine_") and callable(value)} - {"engine_cpu_backend",
+                                                                "engine_max_threads"}
+    twins = {name for name, value in vars(_twins).items()
+             if not name.startswith("_") and inspect.isfunction(value)
+             and value.__module__ == _twins.__name__}
+    assert kernels == twins == {"engine_conv", "engine_dot", "engine_depthwise", "engine_affine"}

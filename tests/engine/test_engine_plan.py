@@ -1,0 +1,193 @@
+"""The engine's plan of the fusion network: what it folds and fuses, that it replays its
+choices, its memory, and its values held to the reference's on every step (each fed the
+reference's own inputs) and on the whole network, on the vectorised kernels and on the
+portable fallback."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from refseg import engine
+from refseg.autograd import layers
+from refseg.autograd.tensor import Tensor, no_grad
+from refseg.engine.runtime import (LAYER_TOLERANCE, PROBABILITY_TOLERANCE, ConvStep,
+                                   backend_name, engine_threads, portable_kernels)
+from refseg.models import ResMobileNet
+from refseg.models.graph import INPUT
+
+pytestmark = pytest.mark.claim("claim2.fusion")
+
+HW = (64, 64)
+
+
+def _randomised(model, seed=0):
+    """He-scaled kernels (the decoder at half the variance, so that the softmax is not
+    saturated), random biases and batch-norm statistics: activations in range, as with trained
+    weights."""
+    rng = np.random.default_rng(seed)
+    for node in model.graph.nodes.values():
+        layer = node.layer
+        for short, tensor in layer.params.items():
+            shape = tensor.data.shape
+            if short == "kernel":
+                if isinstance(layer, layers.DepthwiseConv2D):
+                    fan_in = shape[0] * shape[1]
+                elif isinstance(layer, layers.Conv2DTranspose):
+                    fan_in = shape[0] * shape[1] * shape[3]
+                else:
+                    fan_in = shape[0] * shape[1] * shape[2]
+                gain = 1.0 if node.part == "decoder" else 2.0
+                tensor.data[...] = rng.normal(0, np.sqrt(gain / fan_in), shape)
+            elif short == "gamma":
+                tensor.data[...] = rng.uniform(0.5, 1.5, shape)
+            else:
+                tensor.data[...] = rng.normal(0, 0.1, shape)
+        if "moving_mean" in layer.state:
+            layer.state["moving_mean"][...] = rng.normal(0, 0.2, layer.state["moving_mean"].shape)
+            layer.state["moving_variance"][...] = rng.uniform(
+                0.5, 2.0, layer.state["moving_variance"].shape)
+    return model
+
+
+@pytest.fixture(scope="module")
+def network():
+    model = _randomised(ResMobileNet(HW, seed=0))
+    x = np.random.default_rng(1).uniform(-1, 1, (2, *HW, 3)).astype(np.float32)
+    names = model.graph.required([model.OUTPUT])
+    with no_grad():
+        reference = model.graph.run({INPUT: Tensor(x)}, names)
+    values = {name: value.data for name, value in reference.items()}
+    values[INPUT] = x
+    return model, x, values, engine.plan(model, mode="estimate")
+
+
+KERNELS = [pytest.param(False, id="native"), pytest.param(True, id="portable")]
+
+
+def _kernels(portable):
+    return portable_kernels() if portable else engine_threads(2)
+
+
+@pytest.mark.parametrize("portable", KERNELS)
+def test_every_step_fed_the_reference_inputs_gives_the_reference_output(network, portable):
+    model, x, reference, plan = network
+    worst = 0.0
+    with _kernels(portable):
+        assert backend_name() == "portable" if portable else backend_name() != "twin"
+        for step in plan.steps:
+            got = step.run({name: reference[name] for name in step.inputs})
+            want = reference[step.name]
+            assert got.shape == want.shape and got.dtype == np.float32
+            error = float(np.abs(got - want).max()) / float(np.abs(want).max())
+            worst = max(worst, error)
+            assert error <= LAYER_TOLERANCE, (step.name, error)
+    assert worst > 0  # the engine does round differently: the comparison is not vacuous
+
+
+@pytest.mark.parametrize("portable", KERNELS)
+def test_the_network_probabilities_hold_the_reference_tolerance(network, portable):
+    model, x, reference, plan = network
+    with _kernels(portable):
+        got = plan.predict(x, batch_size=1)
+    want = reference[model.OUTPUT]
+    assert got.shape == want.shape == (2, *HW, 3)
+    # the probabilities are spread (not saturated 0/1, where differences would hide)
+    assert 0.05 < float(want.min()) + 0.1 and float(want.max()) < 0.999
+    assert float(np.abs(got - want).max()) <= PROBABILITY_TOLERANCE
+    np.testing.assert_allclose(got.sum(axis=-1), 1.0, atol=1e-5)
+
+
+def test_the_plan_folds_every_batch_norm_after_a_convolution_and_every_padding(network):
+    model, _, _, plan = network
+    step_of = {layer: step for step in plan.steps for layer in step.layers}
+    graph = model.graph
+    required = graph.required([model.OUTPUT])
+    assert set(step_of) <= set(required)
+    for name in required:
+        layer, source = graph.nodes[name].layer, graph.nodes[name].inputs[0]
+        if isinstance(layer, layers.ZeroPadding2D):
+            assert name not in step_of  # read by its window op as padding
+        elif isinstance(layer, layers.BatchNormalization):
+            source_layer = graph.nodes[source].layer if source in graph.nodes else None
+            if isinstance(source_layer, (layers.Conv2D, layers.DepthwiseConv2D)):
+                assert step_of[name] is step_of[source]  # folded into its convolution
+            else:
+                assert step_of[name].kind == "affine"    # the pre-activations, post_bn
+        else:
+            assert name in step_of
+    # every residual Add after a convolution is that convolution's epilogue
+    adds = [name for name in required if isinstance(graph.nodes[name].layer, layers.Add)]
+    fused = [name for name in adds if isinstance(step_of[name], ConvStep)]
+    assert len(fused) == len(adds) > 20
+
+
+def test_a_plan_replays_its_choices_and_refuses_choices_of_another_model(network):
+    model, x, _, plan = network
+    measured = engine.plan(model, mode="measure")
+    assert set(measured.choices) == set(plan.choices)
+    assert set(measured.choices.values()) <= {"pixels-outer", "panels-outer", "dot"}
+    swap = {"pixels-outer": "panels-outer", "panels-outer": "pixels-outer", "dot": "dot"}
+    flipped = {name: swap[order] for name, order in measured.choices.items()}
+    replayed = engine.plan(model, choices=flipped)
+    assert replayed.choices == flipped and replayed.mode == "replay"
+    # the loop order changes no bit of the result
+    assert np.array_equal(replayed.predict(x), measured.predict(x))
+    with pytest.raises(Exception, match="choices do not fit"):
+        engine.plan(model, choices={**flipped, "no_such_layer": "pixels-outer"})
+    wide = next(name for name, order in flipped.items() if order != "dot")
+    with pytest.raises(Exception, match="cannot run dot"):
+        engine.plan(model, choices={**flipped, wide: "dot"})
+    # the dot products and the panels hold the same tolerance: a plan on panels everywhere
+    panels = {name: "pixels-outer" for name in flipped}
+    on_panels = engine.plan(model, choices=panels).predict(x)
+    assert float(np.abs(on_panels - measured.predict(x)).max()) <= PROBABILITY_TOLERANCE
+
+
+def test_results_do_not_depend_on_the_thread_count(network):
+    _, x, _, plan = network
+    with engine_threads(1):
+        one = plan.predict(x)
+    with engine_threads(2):
+        two = plan.predict(x)
+    assert np.array_equal(one, two)
+
+
+def test_a_plan_holds_at_most_1_3_times_the_model_weights(network):
+    model, _, _, plan = network
+    memory = plan.memory()
+    assert memory["plan"] == memory["packed"] + memory["workspace"]
+    assert memory["plan"] <= 1.3 * memory["model_weights"]
+    assert memory["packed"] >= 0.9 * memory["model_weights"]  # counts every packed kernel
+
+
+def test_bad_inputs_get_the_model_errors(network):
+    model, x, _, plan = network
+    with pytest.raises(Exception, match="multiples of 32|built for"):
+        plan.predict(x[:, :32])
+    bad = x.copy()
+    bad[0, 0, 0, 0] = np.nan
+    with pytest.raises(Exception, match="NaN"):
+        plan.predict(bad)
+
+
+def test_the_reference_never_imports_the_inference_engine():
+    code = ("import sys, refseg.models, refseg.autograd, refseg.claim1.features, "
+            "refseg.golden, refseg.run.training; "
+            "print(sorted(m for m in sys.modules if m in ('refseg.engine.planner', "
+            "'refseg.engine.runtime', 'refseg.engine.packing', 'refseg.engine._twins')))")
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_the_predictor_of_each_route(network):
+    from refseg.engine import MEASURED_FROM, predictor
+    from refseg.errors import InputError
+
+    model = network[0]
+    assert predictor(model, "reference") is model
+    assert predictor(model, "engine", images=1).mode == "estimate"
+    assert predictor(model, "engine", images=MEASURED_FROM).mode == "measure"
+    with pytest.raises(InputError, match="route must be one of"):
+        predictor(model, "fast")
