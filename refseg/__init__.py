@@ -32,13 +32,6 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # Like the line above it only takes effect if refseg loads libgomp first (before torch, say).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# glibc's allocator keeps freed arrays' memory for the next ones instead of handing it back to
-# the kernel and faulting it in again (refseg/allocator.py: a batch-8 prediction in a median
-# 0.92 of the default's wall time), unless the environment sets its thresholds.
-from refseg.allocator import keep_freed_memory as _keep_freed_memory  # noqa: E402
-
-_keep_freed_memory()
-
 #: public name -> the module that defines it
 _PUBLIC = {
     "InputError": "refseg.errors",

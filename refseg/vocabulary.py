@@ -7,6 +7,8 @@ import them from here, so each is typed once.
 
 - :data:`MAX_PIXELS`, :data:`MAX_PIXELS_CEILING`: the image size limit of :mod:`refseg.images`
   (``--max-pixels``);
+- :data:`MIN_SIZE`: the smallest image side, which :mod:`refseg.images` checks on reading and
+  claim 1's 3x3 operators need;
 - :data:`GOLDEN_PARTS`: the parts of a golden bundle, :data:`refseg.golden.format.PARTS`
   (``golden check --part``).
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 MAX_PIXELS = 40_000_000
 #: The most that ``max_pixels`` may be raised to.
 MAX_PIXELS_CEILING = 10 ** 10
+#: Smallest image side the 3x3 operators of claim 1 accept (R-border).
+MIN_SIZE = 3
 #: The parts of a golden bundle, in pipeline order: claim 1's arrays, the network's, the
 #: autograd ops'.
 GOLDEN_PARTS = ("claim1", "net", "ops")

@@ -180,7 +180,7 @@ def test_training_beside_a_busy_neighbour_sizes_its_steps_and_keeps_its_bits(
     """Other processes seem to keep a core busy: the steps, taps and validation of training run
     on 1 thread and on 2 (each kind timed on both, sized_to_load), and the run ends bit for
     bit where the same run did beside no one, its products cut for 2 threads throughout."""
-    from refseg import threads
+    from refseg.engine.training import threads
 
     before = threads.SIZINGS.copy()
     quiet_train(data, tmp_path / "loaded", TrainConfig(**SMALL), checkpoint_every_epoch=False)
@@ -384,7 +384,7 @@ def test_resume_on_another_thread_count_keeps_the_runs_tiles_and_its_bits(tmp_pa
                                                                            straight, stopped):
     """The run records the thread count its products are cut for; resumed on one thread, it
     cuts for that count again and ends bit for bit where the uninterrupted run did."""
-    from refseg.threads import limit_threads
+    from refseg.engine.training.threads import limit_threads
 
     recorded = json.loads((straight[0] / "threads.json").read_text())["tiling_threads"]
     run = linked_copy(stopped, tmp_path / "resumed")

@@ -14,8 +14,9 @@ convolution on the im2col route also chooses the layout of its column matrix
 decoder's and the backbones' layers, on 2 cores; the measurements behind each are in
 ``docs/performance.md`` ("The convolution routes and their thresholds").
 
-``forced_route`` makes every stride-1 convolution inside a ``with`` block take one route, so
-that the routes can be held to each other.
+``forced_route`` makes every stride-1 convolution inside a ``with`` block take one route (the
+engine's convolutions installed for the block), so that the routes can be held to each other
+and to the reference.
 """
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("refseg_for
 
 @contextlib.contextmanager
 def forced_route(route: str | None):
-    """Inside the block every stride-1 convolution of this thread takes ``route``.
+    """Inside the block the engine's convolutions are installed (``refseg.autograd.seam``) and
+    every stride-1 convolution of this thread takes ``route``.
 
     Parameters
     ----------
@@ -104,9 +106,13 @@ def forced_route(route: str | None):
     """
     if route is not None and route not in ROUTES:
         raise InputError(f"forced_route: route must be one of {ROUTES} or None, got {route!r}")
+    from refseg.autograd.seam import ops_replaced
+    from refseg.engine.training.conv import REPLACEMENTS
+
     token = _FORCED.set(route)
     try:
-        yield
+        with ops_replaced(REPLACEMENTS):
+            yield
     finally:
         _FORCED.reset(token)
 

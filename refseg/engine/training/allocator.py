@@ -10,8 +10,8 @@ was 6-8 faults and 8-39 ms, and the wall time 0.85-1.07 of the default's in nine
 (median 0.92; at batch 1, which faults a few pages only, no difference beyond the noise). The
 price is that a process keeps the memory of its largest prediction until it exits.
 
-``keep_freed_memory`` sets both thresholds through ``mallopt``. ``import refseg`` calls it,
-unless the environment already sets either threshold for glibc (``MALLOC_MMAP_THRESHOLD_``,
+``keep_freed_memory`` sets both thresholds through ``mallopt``. The engine calls it when it
+first runs (``refseg.engine.training.training_engine``), unless the environment already sets either threshold for glibc (``MALLOC_MMAP_THRESHOLD_``,
 ``MALLOC_TRIM_THRESHOLD_``, or ``glibc.malloc`` tunables in ``GLIBC_TUNABLES``): then the
 user's choice stands. On a C library without ``mallopt`` (musl, macOS) it does nothing.
 
@@ -51,6 +51,8 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 #: Whether this process runs with the thresholds above (set by ``keep_freed_memory``), for the
 #: benchmark reports.
 applied = False
+#: Whether ``keep_freed_memory`` has been called in this process.
+considered = False
 
 
 def _user_has_chosen(environ) -> bool:
@@ -74,7 +76,8 @@ def keep_freed_memory(environ=None) -> bool:
         Whether both thresholds were set: False when the environment sets them (the user's
         choice stands) or the C library has no ``mallopt``.
     """
-    global applied
+    global applied, considered
+    considered = True
     if _user_has_chosen(os.environ if environ is None else environ):
         return False
     applied = _set_thresholds(MMAP_THRESHOLD, TRIM_THRESHOLD)
