@@ -1,6 +1,7 @@
-"""glibc's allocator thresholds (``refseg.engine.training.allocator``): set when training's
-engine first runs unless the user set them, and with them freed arrays' memory is reused without
-a page fault; ``import refseg`` alone leaves glibc's defaults."""
+"""glibc's allocator thresholds: the engine's (``refseg.engine.training.allocator``), set when
+training's engine first runs unless the user set them, with which freed arrays' memory is
+reused without a page fault (``import refseg`` alone leaves glibc's defaults); and
+``refseg.memory.return_freed_memory``, glibc's start-up thresholds fixed for a block."""
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ import contextlib
 import resource
 import numpy as np
 from refseg.engine.training import training_engine
-from refseg.engine.training.allocator import return_freed_memory
+from refseg.memory import return_freed_memory
 
 if {engine}:
     with training_engine():

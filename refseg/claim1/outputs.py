@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import publish
+from refseg import memory, publish
 from refseg.images import MAX_PIXELS, check_max_pixels, read_image
 from refseg._version import __version__
 from refseg.claim1 import features, preprocess
@@ -213,12 +213,15 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
     if sigma is not None:
         preprocess.gaussian_kernel(sigma)  # a bad sigma is refused before any image is read
         kwargs["sigma"] = sigma
-    loaded = [read_image(p, limit) for p in images]
-    with publish.staged_folders(out) as staging:
-        for stem, img in zip(stems, loaded):
-            folder = staging.folder(stem)
-            page = Path(out) / stem / WALKTHROUGH_PAGE
-            if page.is_file() and not page.is_symlink():
-                os.link(page, folder / WALKTHROUGH_PAGE)
-            write_outputs(folder, img, features.extract(img.pixels, **kwargs), arrays)
+    # a few whole-image arrays, each made once: freed memory goes back at once, so that the
+    # decoder's and each operator's do not add to the next step's peak
+    with memory.return_freed_memory():
+        loaded = [read_image(p, limit) for p in images]
+        with publish.staged_folders(out) as staging:
+            for stem, img in zip(stems, loaded):
+                folder = staging.folder(stem)
+                page = Path(out) / stem / WALKTHROUGH_PAGE
+                if page.is_file() and not page.is_symlink():
+                    os.link(page, folder / WALKTHROUGH_PAGE)
+                write_outputs(folder, img, features.extract(img.pixels, **kwargs), arrays)
     return [Path(out) / s for s in stems]

@@ -117,7 +117,7 @@ def build_bundle(keep=(), extra: dict | None = None) -> tuple[dict, dict, dict]:
        synthetic welds of :data:`WELD_SEEDS`.
     2. Claim 1 on each: every intermediate of :func:`refseg.claim1.features.extract`, with
        every parameter of its step.
-    3. The network at :data:`NET_HW`, on the reference route: seeded weights (their SHA-256; the weights themselves
+    3. The network at :data:`NET_HW`: seeded weights (their SHA-256; the weights themselves
        with ``--with-weights``), every layer's settings, the feature maps before and after
        the resize, the ten taps, every decoder layer, the prediction, the loss, the decoder
        gradients, Adam after :data:`ADAM_STEPS` steps.
@@ -125,7 +125,9 @@ def build_bundle(keep=(), extra: dict | None = None) -> tuple[dict, dict, dict]:
     5. The flagged vectors of every alternative reading on every image
        (:func:`refseg.golden.flagged.flagged_section`).
 
-    Entries are in pipeline order; each names the arrays it is computed from.
+    Entries are in pipeline order; each names the arrays it is computed from. Steps 3 and 4
+    take the reference route (``refseg.autograd.seam.reference_ops``) whatever the caller
+    installed.
 
     References
     ----------
@@ -142,5 +144,5 @@ def build_bundle(keep=(), extra: dict | None = None) -> tuple[dict, dict, dict]:
     # in a fixed order, so the bytes follow neither the thread count nor the CPU
     with reference_ops():
         network = add_network(bundle, welds)
-    add_ops(bundle)
+        add_ops(bundle)
     return _manifest(bundle, provenance, network, flagged_table), bundle.arrays, bundle.kept

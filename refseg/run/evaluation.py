@@ -21,6 +21,8 @@ from refseg.run import metrics
 from refseg.errors import InputError
 from refseg.data.inputs import network_input, resize_probabilities
 from refseg.data.labels import CLASS_NAMES, LABEL_COLOURS
+from refseg.engine.training import training_engine
+from refseg.engine.training.threads import sized_to_load
 from refseg.run.training import load_run
 from refseg.cite import implements, infrastructure
 
@@ -60,10 +62,13 @@ def predict_image(model, config, rgb: np.ndarray) -> Prediction:
     1. The network input: claim-1 feature image (or gray), resized to the input size ([0196]).
     2. The network's softmax probabilities (H, W, 3).
     3. Resized back to (M, N), bilinear; the class of highest probability ([0197]).
+    The network runs on training's engine (``refseg.engine.training``; the reference route
+    under ``refseg.engine.use_engine(False)``), on the threads the machine's load leaves.
     """
     start = time.perf_counter()
     x = network_input(rgb, config.input_hw, config.input_kind, config.feature_reading)
-    p = model.predict(x[None])[0]
+    with training_engine(), sized_to_load(("prediction", id(model), x.shape)):
+        p = model.predict(x[None])[0]
     p_image = resize_probabilities(p, rgb.shape[:2])
     classes = p_image.argmax(axis=-1).astype(np.uint8)
     return Prediction(classes, p_image, time.perf_counter() - start, x)

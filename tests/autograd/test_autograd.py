@@ -14,7 +14,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from refseg import autograd as ag
-from refseg.engine.training.conv_routes import conv_route, forced_route
+from refseg.engine.training.conv import forced_route
+from refseg.engine.training.conv_routes import conv_route
 from refseg.autograd.geometry import conv_output
 from refseg.autograd.gradcheck import check_gradients
 from refseg.backend import BACKENDS

@@ -15,18 +15,21 @@ References: claims 2 and 4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0129]-[013
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from refseg.autograd.conv import Conv2D, Conv2DTranspose, _clamp
 from refseg.autograd.elementwise import UNCLAMPED
 from refseg.autograd.geometry import flipped_kernel
+from refseg.autograd.seam import ops_replaced
 from refseg.cite import implements
 from refseg.engine.training.backend import engine_kernels as kernels
 from refseg.engine.training.conv_direct import direct_backward, direct_conv
 from refseg.engine.training.conv_im2col import (im2col_conv, im2col_input_grad,
                                                 im2col_transposed_backward,
                                                 im2col_transposed_conv, im2col_weight_grad)
-from refseg.engine.training.conv_routes import WINOGRAD_TILE, conv_route
+from refseg.engine.training.conv_routes import WINOGRAD_TILE, conv_route, forcing
 from refseg.engine.training.conv_winograd import winograd_conv, winograd_weight_grad
 from refseg.engine.training.products import matmul
 
@@ -203,3 +206,17 @@ class FastConv2DTranspose(Conv2DTranspose):
 
 #: The reference ops and the classes that compute them on the engine's routes.
 REPLACEMENTS = {Conv2D: FastConv2D, Conv2DTranspose: FastConv2DTranspose}
+
+
+@contextlib.contextmanager
+def forced_route(route: str | None):
+    """Inside the block the engine's convolutions are installed (``refseg.autograd.seam``) and
+    every stride-1 convolution of this thread takes ``route``.
+
+    Parameters
+    ----------
+    route : {"direct", "im2col", "winograd", "winograd4"} or None
+        As ``conv_routes.forcing``; None: the engine's own choice (``conv_route``).
+    """
+    with forcing(route), ops_replaced(REPLACEMENTS):
+        yield
