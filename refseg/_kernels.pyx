@@ -40,8 +40,9 @@ cdef inline int _threads(Py_ssize_t pixels) noexcept nogil:
 # work), where starting and joining the threads costs more than it saves. At batch 1 most of
 # the network's batch norms, sums and paddings hold 0.2-1 M elements: split over both threads
 # from this bound on, a 224x224 prediction on 2 threads took 0.86-0.90 of its time at a bound
-# of 1 M, 0.97 with torch's calls between refseg's (docs/performance.md). Beside a busy neighbour, where a parallel loop can wait at its end
-# for a descheduled thread, refseg.engine.training.threads.sized_to_load runs the whole call on fewer threads.
+# of 1 M, 0.97 with torch's calls between refseg's (the lab log in docs/performance.md's git
+# history). Beside a busy neighbour, where a parallel loop can wait at its end for a
+# descheduled thread, refseg.engine.training.threads.sized_to_load runs the call on fewer threads.
 cdef Py_ssize_t _PARALLEL_MIN_ELEMENTS = 262144
 PARALLEL_MIN_ELEMENTS = _PARALLEL_MIN_ELEMENTS
 

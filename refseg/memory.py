@@ -21,7 +21,7 @@ import contextlib
 import ctypes
 import os
 
-from refseg.cite import infrastructure
+INFRASTRUCTURE = "the C allocator's thresholds: memory only, no claim element"
 
 #: ``mallopt`` parameters (glibc's malloc.h).
 M_TRIM_THRESHOLD = -1
@@ -69,7 +69,6 @@ def thresholds_after_blocks(mmap_threshold: int, trim_threshold: int) -> None:
     _AFTER[0] = (mmap_threshold, trim_threshold)
 
 
-@infrastructure("the C allocator's thresholds: memory only, no claim element")
 @contextlib.contextmanager
 def return_freed_memory():
     """Within the block, glibc's start-up thresholds, fixed: each block above 128 KiB is mapped

@@ -23,7 +23,7 @@ from refseg.autograd.conv import Conv2D, Conv2DTranspose, _clamp
 from refseg.autograd.elementwise import UNCLAMPED
 from refseg.autograd.geometry import flipped_kernel
 from refseg.autograd.seam import ops_replaced
-from refseg.cite import implements
+from refseg.cite import implements, infrastructure
 from refseg.engine.training.backend import engine_kernels as kernels
 from refseg.engine.training.conv_direct import direct_backward, direct_conv
 from refseg.engine.training.conv_im2col import (im2col_conv, im2col_input_grad,
@@ -208,6 +208,7 @@ class FastConv2DTranspose(Conv2DTranspose):
 REPLACEMENTS = {Conv2D: FastConv2D, Conv2DTranspose: FastConv2DTranspose}
 
 
+@infrastructure("forces one of the equivalent convolution algorithms, to hold them to each other")
 @contextlib.contextmanager
 def forced_route(route: str | None):
     """Inside the block the engine's convolutions are installed (``refseg.autograd.seam``) and

@@ -12,7 +12,7 @@ A stride-1 convolution has four routes that give the same values to rounding:
 convolution on the im2col route also chooses the layout of its column matrix
 (``transposed_columns``). The thresholds are where one route overtook the other on the
 decoder's and the backbones' layers, on 2 cores; the measurements behind each are in
-``docs/performance.md`` ("The convolution routes and their thresholds").
+``docs/performance.md`` ("How the engine works and where its time goes").
 
 ``conv.forced_route`` makes every stride-1 convolution inside a ``with`` block take one route
 (the engine's convolutions installed for the block, ``forcing`` the route), so that the routes
