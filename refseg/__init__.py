@@ -11,7 +11,9 @@ The wings, in the order of the claims:
 - :mod:`refseg.data`: the label schema, data set folders, synthetic welds, network inputs;
 - :mod:`refseg.run`: training, prediction and evaluation, training curves, the demo (claims 1
   and 5);
-- :mod:`refseg.golden`: golden-file bundles for checking other implementations.
+- :mod:`refseg.golden`: golden-file bundles for checking other implementations;
+- :mod:`refseg.engine`: the fast routes (training's convolutions, threads and allocator), which
+  the reference never imports; ``refseg.engine.use_engine(False)`` turns them off.
 
 The names below are the public API; each is imported when first used, so that
 ``import refseg`` stays light.

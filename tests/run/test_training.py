@@ -199,6 +199,7 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
     its moving statistics are those of the final weights."""
     from refseg.data.inputs import prepare
     from refseg.data.dataset import load_dataset
+    from refseg.engine.training import training_engine
     from refseg.run.training import _evaluate, _pairs, _split
 
     config = TrainConfig(**SMALL, train_backbone=True)
@@ -221,12 +222,14 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
     model, _ = load_run(tmp_path / "whole")
     training, validation = _split(load_dataset(data), config)
     x_val, y_val = prepare(_pairs(validation), config.input_hw, config.input_kind, 1)
-    again = _evaluate(model, x_val, y_val)
-    # the checkpoint's moving statistics are those of the final weights on the calibration
-    # images (recomputed at the end of each epoch): recomputing them changes nothing
-    x_train, _ = prepare(_pairs(training), config.input_hw, config.input_kind, 1)
-    before = {k: v.copy() for k, v in model.weights().items() if "moving" in k}
-    model.calibrate_batch_norm(x_train[:config.calibration_images])
+    # on training's engine, as the run computed them (the reference route rounds otherwise)
+    with training_engine():
+        again = _evaluate(model, x_val, y_val)
+        # the checkpoint's moving statistics are those of the final weights on the calibration
+        # images (recomputed at the end of each epoch): recomputing them changes nothing
+        x_train, _ = prepare(_pairs(training), config.input_hw, config.input_kind, 1)
+        before = {k: v.copy() for k, v in model.weights().items() if "moving" in k}
+        model.calibrate_batch_norm(x_train[:config.calibration_images])
     for key, value in before.items():
         np.testing.assert_array_equal(model.weights()[key], value, err_msg=key)
     assert again["pixel_accuracy"] == whole[-1]["val_pixel_accuracy"]
