@@ -38,18 +38,18 @@ class BuildPyWithSpec(build_py):
 
 kernels = Extension(
     "refseg._kernels",
-    ["refseg/_kernels.pyx", "refseg/autograd/direct_conv_avx512.c",
-     "refseg/autograd/winograd_f2x2.c", "refseg/autograd/winograd_f4x4.c",
+    ["refseg/_kernels.pyx", "refseg/engine/training/direct_conv_avx512.c",
+     "refseg/engine/training/winograd_f2x2.c", "refseg/engine/training/winograd_f4x4.c",
      "refseg/engine/engine_kernels.c"],
-    include_dirs=[np.get_include(), "refseg/autograd", "refseg/engine"],
+    include_dirs=[np.get_include(), "refseg/engine/training", "refseg/engine"],
     # the files _kernels.pyx includes and the headers of the C loops: a change rebuilds
     depends=["refseg/claim1/_kernels.pxi", "refseg/autograd/_im2col.pxi",
              "refseg/autograd/_window.pxi", "refseg/autograd/_norm.pxi",
              "refseg/autograd/_optim.pxi", "refseg/autograd/_elementwise.pxi",
-             "refseg/autograd/_direct_conv.pxi", "refseg/autograd/_winograd.pxi",
-             "refseg/autograd/_gemm.pxi",
-             "refseg/autograd/direct_conv_avx512.h", "refseg/autograd/winograd_f2x2.h",
-             "refseg/autograd/winograd_f4x4.h",
+             "refseg/autograd/_matmul.pxi",
+             "refseg/engine/training/_direct_conv.pxi", "refseg/engine/training/_winograd.pxi",
+             "refseg/engine/training/_gemm.pxi", "refseg/engine/training/direct_conv_avx512.h",
+             "refseg/engine/training/winograd_f2x2.h", "refseg/engine/training/winograd_f4x4.h",
              "refseg/engine/_engine.pxi", "refseg/engine/engine_kernels.h"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     # -fno-math-errno: sqrt need not set errno (nothing reads it), so it vectorises

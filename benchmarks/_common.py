@@ -4,7 +4,7 @@
   refseg or torch load (:func:`pin_threads`) and chooses refseg's row loops; the scripts
   import NumPy and the libraries they time after it;
 * thread counts at run time: :func:`all_cores`, :class:`ThreadSwitch` (through
-  ``refseg.threads``), with :func:`working_threads`, which counts the threads that really
+  ``refseg.engine.training.threads``), with :func:`working_threads`, which counts the threads that really
   computed during a call;
 * the machine and the software: :func:`machine_lines` (CPU model and the row loops refseg
   chose), :func:`environment_lines` (versions, thread variables, allocator, BLAS);
@@ -43,6 +43,22 @@ def pin_threads(threads: int) -> None:
     # the waiting policies refseg sets when it is imported first (refseg/__init__.py), here for
     # the whole process whatever loads first; torch, in the same process, runs under them too
     import refseg  # noqa: F401
+
+    engine_for_the_process()
+
+
+#: The training engine's block, open for the rest of the process (``engine_for_the_process``).
+_ENGINE = contextlib.ExitStack()
+
+
+def engine_for_the_process() -> None:
+    """refseg's convolutions on training's engine (``refseg.engine.training``) from now on in
+    this thread, as ``refseg train``, ``predict`` and ``evaluate`` run them: the benchmarks time
+    refseg as a user runs it, not its reference route. Once per process."""
+    if not _ENGINE._exit_callbacks:
+        from refseg.engine.training import training_engine
+
+        _ENGINE.enter_context(training_engine())
 
 
 def add_row_loops_argument(parser) -> None:
@@ -111,7 +127,7 @@ def l2_per_core() -> str:
 
 def machine_lines() -> list[str]:
     """Markdown lines: the CPU and which row loops refseg's direct convolution kernels run."""
-    from refseg.backend import row_loops
+    from refseg.engine.training.backend import row_loops
 
     model, flags, generation = cpu_info()
     path, supported = row_loops()
@@ -167,9 +183,9 @@ def source_state() -> str:
 
 
 def allocator_line() -> str:
-    """glibc's thresholds in this process: refseg's (``refseg.allocator``) or the
+    """glibc's thresholds in this process: refseg's (``refseg.engine.training.allocator``) or the
     environment's."""
-    from refseg import allocator
+    from refseg.engine.training import allocator
 
     if allocator.applied:
         return (f"- glibc malloc: mmap threshold {allocator.MMAP_THRESHOLD >> 20} MiB, trim "
@@ -224,13 +240,13 @@ def environment_lines(threads: int, torch=None) -> list[str]:
 
 class ThreadSwitch:
     """Runs a call with every OpenMP and OpenBLAS pool of the process at another thread count,
-    then puts the counts back: ``refseg.threads``' runtime limiting, with the pools looked up
+    then puts the counts back: ``refseg.engine.training.threads``' runtime limiting, with the pools looked up
     once (``limit_threads`` reads /proc/self/maps at every entry). torch uses the same
     libgomp as refseg when both are loaded, so this changes torch's OpenMP count too while it
     is active; the benchmarks time torch outside it."""
 
     def __init__(self):
-        from refseg.threads import native_pools
+        from refseg.engine.training.threads import native_pools
 
         self.pools = native_pools()
         if not any(p.kind == "openblas" for p in self.pools):

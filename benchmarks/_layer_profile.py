@@ -77,10 +77,10 @@ def gemm_operands(layer: Layer, batch: int) -> dict:
     forward ("fwd") and the kernel and input gradients ("bwd"), with the transposed views
     refseg wrote at the time of writing (conv: y = cols W, dW = cols^T g, dcols = g W^T;
     transposed conv: cols = x W^T, dx = gcols W, dW = gcols^T x), through refseg's products
-    (``refseg.autograd.products.matmul``, tiles on the OpenMP threads). Whatever blocking or
+    (``refseg.engine.training.products.matmul``, tiles on the OpenMP threads). Whatever blocking or
     reformulation the op uses, these are its FLOPs at the rate refseg's products give these
     shapes."""
-    from refseg.autograd.products import matmul
+    from refseg.engine.training.products import matmul
 
     rng = np.random.default_rng(2)
     kk = layer.k * layer.k

@@ -23,10 +23,10 @@ import _decoder_layers as layers
 from _common import OtherLoad, Report, proc_status_mb, reset_peak_rss, verdict, wait_until_quiet
 from _decoder_layers import ADDS, LAYERS, ORDER, TAPS, refseg_layer, torch_layer
 from refseg import autograd as ag
-from refseg import threads as refseg_threads
+from refseg.engine.training import threads as refseg_threads
 from refseg.autograd.optim import Adam as RefsegAdam
 from refseg.models.parts import CLASSES
-from refseg.threads import bits_independent_of_load
+from refseg.engine.training.threads import bits_independent_of_load
 
 #: the script whose --train-child option runs train_child
 SCRIPT = Path(__file__).resolve().parent / "bench_ops.py"
@@ -367,7 +367,7 @@ def train_child(impl: str, batch: int, steps: int, threads: int) -> dict:
 
 
 def sized_threads(before) -> int | None:
-    """The thread count of the one load-sized run (``refseg.threads.SIZINGS``) since the
+    """The thread count of the one load-sized run (``refseg.engine.training.threads.SIZINGS``) since the
     counts were ``before``: a refseg training step's; None for torch's steps."""
     runs = refseg_threads.SIZINGS - before
     if sum(runs.values()) != 1:

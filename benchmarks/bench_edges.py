@@ -47,7 +47,7 @@ of their time is spent in.
 
 Threads and background load: with T > 1 threads (``--threads``, default all cores) refseg's
 pipeline is also timed with its OpenMP and OpenBLAS pools set to 1 thread at run time
-(``refseg.threads``), in the same rounds, and the tables give refseg's T-thread time over its
+(``refseg.engine.training.threads``), in the same rounds, and the tables give refseg's T-thread time over its
 1-thread time. ``--background-load none,busy,mixed,matmul`` repeats the timing under each
 condition in this one run, the script starting and stopping the neighbours itself
 (``_neighbours.py``: ``busy`` = ``--background-cores`` busy Python loops, ``mixed`` = one

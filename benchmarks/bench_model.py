@@ -52,7 +52,7 @@ implementations, round by round (``SGEMM_IN_ROUNDS``): a shared host's speed dri
 minutes, and a ceiling taken before or after the rounds measures the drift as well.
 
 Threads and background load: with T > 1, refseg is also timed with its OpenMP and OpenBLAS
-pools set to 1 thread at run time (``refseg.threads``) and torch with
+pools set to 1 thread at run time (``refseg.engine.training.threads``) and torch with
 ``torch.set_num_threads(1)``, in the same rounds; the report gives refseg's T-thread time over
 its 1-thread time, and after the rounds counts the threads that really computed during one
 more call of each (CPU time per thread, /proc/self/task). ``--background-load
@@ -62,7 +62,7 @@ busy Python loops, ``mixed`` = one process running NumPy float32 products on 2 O
 threads, 70 % of the time, ``matmul`` = the same products without pause). Keras, the variant
 selection, the profile, the memory and the training steps run without neighbours.
 refseg's T-thread rows run its default, a thread count chosen per prediction from the load
-(``refseg.threads.sized_to_load``: at most T, and where other processes keep cores busy, the
+(``refseg.engine.training.threads.sized_to_load``: at most T, and where other processes keep cores busy, the
 faster of T and fewer threads as timed on the earlier runs); under a neighbour it first runs
 untimed until each count in doubt has been timed, and the report counts the runs that went to
 each count.
@@ -222,8 +222,8 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 
-from refseg import threads as refseg_threads  # noqa: E402
 from refseg.engine import plan as engine_plan  # noqa: E402
+from refseg.engine.training import threads as refseg_threads  # noqa: E402
 from refseg.models import ResMobileNet  # noqa: E402
 
 from _torch_best import EAGER, anchor_calls, targets_summary  # noqa: E402
@@ -333,7 +333,7 @@ def agreement(calls: dict) -> dict[str, float]:
 
 def settle_thread_choice(run) -> None:
     """Runs refseg's prediction until its thread count under this load has been timed on each
-    count in doubt (``refseg.threads.ThreadChoice``: TIMED_RUNS runs each), as a long job's
+    count in doubt (``refseg.engine.training.threads.ThreadChoice``: TIMED_RUNS runs each), as a long job's
     first runs would, so that the timed rounds show the choice it settles on."""
     for _ in range(2 * refseg_threads.TIMED_RUNS):
         run()
@@ -348,7 +348,7 @@ def sizing_line(counts, threads: int) -> str:
             rows.append(f"{label}: " + ", ".join(
                 f"{n} run{'s' * (n != 1)} on {t} thread{'s' * (t != 1)}"
                 for t, n in sorted(chose.items(), reverse=True)))
-    return ("Thread count chosen per run from the load (refseg.threads.sized_to_load; the "
+    return ("Thread count chosen per run from the load (refseg.engine.training.threads.sized_to_load; the "
             "rounds above): " + ("; ".join(rows) if rows else "-") + ".")
 
 
@@ -570,7 +570,7 @@ def timing_sections(report: Report, args, results, workers, sizings, flops_image
                "time over its 1-thread time); GFLOP/s = 2 x MACs / median time, the "
                "same count for every implementation; other load: cores used by other "
                "processes (the background neighbours included) during the calls. 1 thread: "
-               "refseg's OpenMP and OpenBLAS pools set to 1 at run time (refseg.threads), "
+               "refseg's OpenMP and OpenBLAS pools set to 1 at run time (refseg.engine.training.threads), "
                "torch by torch.set_num_threads(1). Threads that computed during one more call "
                f"of each (CPU time from /proc/self/task): {seen or '-'}.", "",
                *timing_table(batch, implementations(times), loads, batch * flops_image,

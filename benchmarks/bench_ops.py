@@ -108,7 +108,7 @@ ran on each thread count). The report ends with the training-step targets of the
 per step <= 0.8 of torch's (the faster layout), peak memory <= torch's.
 
 Threads and background load: with T > 1, every layer is also timed with refseg's OpenMP and
-OpenBLAS pools set to 1 thread at run time (``refseg.threads``; "refseg-fwd-1t",
+OpenBLAS pools set to 1 thread at run time (``refseg.engine.training.threads``; "refseg-fwd-1t",
 "refseg-fb-1t"), in the same rounds, and the report gives refseg's T-thread time over its
 1-thread time. ``--background-load none,busy,mixed,matmul`` times the layers and the training
 steps under each condition in this one run; the script starts and stops the neighbours itself
@@ -389,7 +389,7 @@ def layer_sections(report: Report, args, results, ceiling, switch) -> None:
 STEP_RUNS_NOTE = (
     "Each row is a fresh child process with its thread count pinned before the libraries "
     "load, started while the condition's neighbours run; refseg's steps then take as many of "
-    "those threads as the load leaves free (refseg.threads.sized_to_load, as refseg train "
+    "those threads as the load leaves free (refseg.engine.training.threads.sized_to_load, as refseg train "
     "runs them; the step counts per thread count are below the table). Peaks are VmHWM above "
     "the RSS at the reset (see the decoder step above).")
 

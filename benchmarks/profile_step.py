@@ -5,7 +5,7 @@ threads and on one, against torch's step in the same process.
     python benchmarks/profile_step.py --rounds 5
 
 Each round times refseg's step on the machine's threads and on one thread
-(``refseg.threads.limit_threads``; the order alternates from round to round) and, unless
+(``refseg.engine.training.threads.limit_threads``; the order alternates from round to round) and, unless
 ``--no-torch``, torch's same step (NCHW, ``_training_step.TorchNetTrainer``) on the same
 threads. Every autograd op's forward (``Op.__call__``) and backward is timed by wrapping them
 at run time (in memory only), keyed by op, kernel, stride and input shape; Adam's step is
@@ -29,7 +29,7 @@ import _training_step as steps  # noqa: E402
 from _common import OtherLoad, all_cores  # noqa: E402
 from refseg.autograd import optim  # noqa: E402
 from refseg.autograd.tensor import Op  # noqa: E402
-from refseg.threads import limit_threads  # noqa: E402
+from refseg.engine.training.threads import limit_threads  # noqa: E402
 
 
 def op_key(op, inputs) -> str:

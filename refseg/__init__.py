@@ -11,7 +11,9 @@ The wings, in the order of the claims:
 - :mod:`refseg.data`: the label schema, data set folders, synthetic welds, network inputs;
 - :mod:`refseg.run`: training, prediction and evaluation, training curves, the demo (claims 1
   and 5);
-- :mod:`refseg.golden`: golden-file bundles for checking other implementations.
+- :mod:`refseg.golden`: golden-file bundles for checking other implementations;
+- :mod:`refseg.engine`: the fast routes (training's convolutions, threads and allocator), which
+  the reference never imports; ``refseg.engine.use_engine(False)`` turns them off.
 
 The names below are the public API; each is imported when first used, so that
 ``import refseg`` stays light.
@@ -31,13 +33,6 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # measured, 2 cores, ResMobileNet at 224x224: batch 1 475 -> 225 ms, batch 8 2124 -> 1330 ms.
 # Like the line above it only takes effect if refseg loads libgomp first (before torch, say).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-# glibc's allocator keeps freed arrays' memory for the next ones instead of handing it back to
-# the kernel and faulting it in again (refseg/allocator.py: a batch-8 prediction in a median
-# 0.92 of the default's wall time), unless the environment sets its thresholds.
-from refseg.allocator import keep_freed_memory as _keep_freed_memory  # noqa: E402
-
-_keep_freed_memory()
 
 #: public name -> the module that defines it
 _PUBLIC = {

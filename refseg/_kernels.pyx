@@ -1,10 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False, nonecheck=False
 """Hot loops of refseg, compiled into one module from this file, the ``.pxi`` files it includes
-(one per topic, beside the Python that calls those kernels: ``claim1/``, ``autograd/``) and the
-C loops in ``autograd/*.c``. Each kernel has an obvious NumPy twin of the same name and
-signature in ``_twins.py`` (which gathers ``claim1/_twins.py``, ``autograd/_twins.py`` and
-``autograd/_twins_training.py``).
+(one per topic, beside the Python that calls those kernels: ``claim1/``, ``autograd/``,
+``engine/training/``) and the C loops in ``engine/training/*.c``. Each kernel has an obvious
+NumPy twin of the same name and signature: the reference's in ``_twins.py`` (which gathers
+``claim1/_twins.py``, ``autograd/_twins.py`` and ``autograd/_twins_training.py``), the
+training engine's in ``engine/training/_twins.py``.
 
 The kernels trust their inputs: shapes, dtypes, contiguity and parameter ranges are checked
 by the Python functions that call them. They release the GIL and split rows over OpenMP
@@ -39,8 +40,9 @@ cdef inline int _threads(Py_ssize_t pixels) noexcept nogil:
 # work), where starting and joining the threads costs more than it saves. At batch 1 most of
 # the network's batch norms, sums and paddings hold 0.2-1 M elements: split over both threads
 # from this bound on, a 224x224 prediction on 2 threads took 0.86-0.90 of its time at a bound
-# of 1 M, 0.97 with torch's calls between refseg's (docs/performance.md). Beside a busy neighbour, where a parallel loop can wait at its end
-# for a descheduled thread, refseg.threads.sized_to_load runs the whole call on fewer threads.
+# of 1 M, 0.97 with torch's calls between refseg's (the lab log in docs/performance.md's git
+# history). Beside a busy neighbour, where a parallel loop can wait at its end for a
+# descheduled thread, refseg.engine.training.threads.sized_to_load runs the call on fewer threads.
 cdef Py_ssize_t _PARALLEL_MIN_ELEMENTS = 262144
 PARALLEL_MIN_ELEMENTS = _PARALLEL_MIN_ELEMENTS
 
@@ -74,7 +76,8 @@ include "autograd/_window.pxi"
 include "autograd/_norm.pxi"
 include "autograd/_optim.pxi"
 include "autograd/_elementwise.pxi"
-include "autograd/_direct_conv.pxi"
-include "autograd/_winograd.pxi"
-include "autograd/_gemm.pxi"
+include "autograd/_matmul.pxi"
+include "engine/training/_direct_conv.pxi"
+include "engine/training/_winograd.pxi"
+include "engine/training/_gemm.pxi"
 include "engine/_engine.pxi"

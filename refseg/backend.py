@@ -36,32 +36,6 @@ def kernels(backend: str) -> ModuleType:
     return module
 
 
-def row_loops() -> tuple[str, bool]:
-    """Which float32 row loops the direct convolution kernels run now, and whether this CPU
-    can run the AVX-512 ones.
-
-    Returns
-    -------
-    path : str
-        ``"avx512"`` (the loops of ``autograd/direct_conv_avx512.c``) or ``"baseline"`` (the
-        plain x86-64 loops of ``autograd/_direct_conv.pxi``). The kernels choose AVX-512 at
-        import where the CPU has it; ``_kernels.use_avx512`` switches it off for tests.
-    supported : bool
-        The CPU has AVX-512F (``__builtin_cpu_supports("avx512f")``).
-
-    Notes
-    -----
-    Read through ``use_avx512``, the kernels' only handle on the choice: asking for AVX-512
-    returns the current setting and then holds the CPU's support, and the current setting is
-    put back at once. Not safe against another thread switching the loops at the same time.
-    """
-    from refseg import _kernels
-
-    active = _kernels.use_avx512(True)
-    supported = _kernels.use_avx512(active)
-    return ("avx512" if active else "baseline"), bool(supported)
-
-
 def cpu_model() -> str:
     """The CPU's model name from ``/proc/cpuinfo``, "" where there is none (not Linux)."""
     try:

@@ -21,9 +21,8 @@ import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from refseg.errors import InputError, reason
-from refseg.claim1.parameters import MIN_SIZE
 from refseg.cite import implements, infrastructure
-from refseg.vocabulary import MAX_PIXELS, MAX_PIXELS_CEILING
+from refseg.vocabulary import MAX_PIXELS, MAX_PIXELS_CEILING, MIN_SIZE
 
 
 @infrastructure("argument validation")

@@ -10,6 +10,8 @@ import them from here, so each is typed once.
   that ``--max-pixels``' help and a refusal name;
 - :data:`MAX_JOBS`: the most worker processes a verb starts (``--jobs``,
   :mod:`refseg.workers`, ``refseg.run.config.RANGES``);
+- :data:`MIN_SIZE`: the smallest image side, which :mod:`refseg.images` checks on reading and
+  claim 1's 3x3 operators need;
 - :data:`GOLDEN_PARTS`: the parts of a golden bundle, :data:`refseg.golden.format.PARTS`
   (``golden check --part``).
 """
@@ -31,6 +33,8 @@ MAX_PIXELS_CEILING = 10 ** 10
 #: The most worker processes any verb starts (``--jobs``): far beyond the cores of one
 #: machine, low enough that a typo cannot fork thousands of processes.
 MAX_JOBS = 1024
+#: Smallest image side the 3x3 operators of claim 1 accept (R-border).
+MIN_SIZE = 3
 #: The parts of a golden bundle, in pipeline order: claim 1's arrays, the network's, the
 #: autograd ops'.
 GOLDEN_PARTS = ("claim1", "net", "ops")

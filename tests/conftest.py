@@ -119,10 +119,11 @@ def tiny_demo(tmp_path_factory):
 
 @pytest.fixture
 def loaded_machine(monkeypatch):
-    """``refseg.threads`` reads the machine as if other processes kept one of this process's
+    """``refseg.engine.training.threads`` reads the machine as if other processes kept one of this process's
     two cores fully busy, with OpenMP's count at 2 and no earlier reading or choice left (its
     load-sized runs then take 1 thread, or time 1 against 2)."""
-    from refseg import _kernels, threads
+    from refseg import _kernels
+    from refseg.engine.training import threads
 
     clock = [0.0]
 

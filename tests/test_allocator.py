@@ -1,11 +1,13 @@
-"""glibc's allocator thresholds (``refseg.allocator``): set at import unless the user set them,
-and with them freed arrays' memory is reused without a page fault."""
+"""glibc's allocator thresholds: the engine's (``refseg.engine.training.allocator``), set when
+training's engine first runs unless the user set them, with which freed arrays' memory is
+reused without a page fault (``import refseg`` alone leaves glibc's defaults); and
+``refseg.memory.return_freed_memory``, glibc's start-up thresholds fixed for a block."""
 import subprocess
 import sys
 
 import pytest
 
-from refseg.allocator import keep_freed_memory
+from refseg.engine.training.allocator import keep_freed_memory
 
 pytestmark = pytest.mark.infrastructure
 
@@ -15,9 +17,13 @@ pytestmark = pytest.mark.infrastructure
 PROBE = """
 import contextlib
 import resource
-import refseg  # noqa: F401
 import numpy as np
-from refseg.allocator import return_freed_memory
+from refseg.engine.training import training_engine
+from refseg.memory import return_freed_memory
+
+if {engine}:
+    with training_engine():
+        pass
 
 def cycle():
     arrays = [np.ones(5 << 20, np.float32) for _ in range(3)]
@@ -36,7 +42,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def probe_faults(extra_env, folder, returned=False):
+def probe_faults(extra_env, folder, returned=False, engine=True):
     """The probe's faults in a fresh interpreter, run outside the checkout so that it imports
     the installed package: in its third round (inside ``return_freed_memory`` when
     ``returned``), and in the second round after it."""
@@ -45,7 +51,8 @@ def probe_faults(extra_env, folder, returned=False):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     env.update(extra_env)
-    out = subprocess.run([sys.executable, "-c", PROBE.format(returned=returned)], env=env,
+    out = subprocess.run([sys.executable, "-c", PROBE.format(returned=returned, engine=engine)],
+                         env=env,
                          capture_output=True, text=True, check=True, cwd=folder)
     return [int(line) for line in out.stdout.split()]
 
@@ -61,6 +68,12 @@ def test_freed_arrays_are_reused_without_page_faults(tmp_path):
     page again: 1,566 with transparent huge pages, 15,363 without."""
     assert faults({}, tmp_path) <= 10
     assert faults({"MALLOC_TRIM_THRESHOLD_": "131072"}, tmp_path) >= 500
+
+
+def test_import_alone_leaves_glibcs_thresholds(tmp_path):
+    """Without the engine having run, the same round faults its pages in again: the
+    reference leaves the allocator as glibc set it."""
+    assert probe_faults({}, tmp_path, engine=False)[0] >= 500
 
 
 @pytest.mark.parametrize("environ", [{"MALLOC_MMAP_THRESHOLD_": "65536"},

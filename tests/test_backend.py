@@ -1,8 +1,9 @@
-"""The read-back of which row loops the direct convolution kernels run."""
+"""The read-back of which row loops the direct convolution kernels run; every kernel has one
+twin, the reference's in refseg._twins, the training engine's in its own wing."""
 import pytest
 
 from refseg import _kernels
-from refseg.backend import row_loops
+from refseg.engine.training.backend import row_loops
 
 pytestmark = pytest.mark.infrastructure
 
@@ -41,11 +42,15 @@ CONTROLS = {"openmp_threads", "set_openmp_threads", "use_avx512"}
 
 
 def test_every_kernel_has_one_twin_of_its_name_and_every_twin_a_kernel():
-    """backend "numpy" finds each kernel's twin by name in refseg._twins, which gathers the
-    public functions of the wings' _twins modules: those are the kernels, one wing each."""
+    """backend "numpy" finds each reference kernel's twin by name in refseg._twins, which
+    gathers the public functions of the reference wings' _twins modules, and each of the
+    training engine's kernels in engine/training/_twins.py (reached through
+    ``engine_kernels``): together those are the kernels, one wing each."""
     import inspect
 
     from refseg import _twins
+    from refseg.engine.training import _twins as engine_twins
+    from refseg.engine.training.backend import engine_kernels, twin_names
 
     # the engine's kernels (engine_*) have their twins in refseg.engine._twins, which the
     # reference's backend never imports (tests/engine/test_engine_kernels.py)
@@ -53,7 +58,10 @@ def test_every_kernel_has_one_twin_of_its_name_and_every_twin_a_kernel():
                if not name.startswith(("_", "engine_")) and callable(value)} - CONTROLS
     wings = [{name for name, value in vars(wing).items()
               if not name.startswith("_") and inspect.isfunction(value)
-              and value.__module__ == wing.__name__} for wing in _twins.WINGS]
-    assert sorted(_twins.__all__) == sorted(kernels)
+              and value.__module__ == wing.__name__}
+             for wing in (*_twins.WINGS, engine_twins)]
+    assert sorted(_twins.__all__ + twin_names()) == sorted(kernels)
     assert sum(map(len, wings)) == len(kernels) and set().union(*wings) == kernels
-    assert all(getattr(_twins, name).__name__ == name for name in kernels)
+    assert all(getattr(_twins, name).__name__ == name for name in _twins.__all__)
+    numpy_engine = engine_kernels("numpy")
+    assert all(getattr(numpy_engine, name).__name__ == name for name in kernels)

@@ -292,16 +292,19 @@ def test_demo_can_train_the_backbones(tmp_path, monkeypatch):
 
     out = tmp_path / "demo"
     mobile = [run for run in RUNS if run[0] == "mobilenetv2-feature"]  # 1/6 of fusion's bytes
+    from refseg.report.chart import write_demo_pages
+
     demo.run_demo(out, DemoSettings(count=6, test_count=2, epochs=1, input_hw=(32, 96),
-                                         jobs=1, runs=tuple(mobile), train_backbone=True),
-                  log=io.StringIO())
+                                    jobs=1, runs=tuple(mobile), train_backbone=True),
+                  log=io.StringIO(), pages=write_demo_pages)
     config = json.loads((out / "runs" / "mobilenetv2-feature" / "config.json").read_text())
     assert config["train_backbone"] is True
     index = (out / "index.md").read_text()
     assert "`--train-backbone`, an extension" in index and "frozen backbones are random" not in index
 
     seen = []
-    monkeypatch.setattr(demo, "run_demo", lambda out, settings: seen.append(settings) or out)
+    monkeypatch.setattr(demo, "run_demo",
+                        lambda out, settings, pages: seen.append(settings) or out)
     assert main(["demo", "--out", str(tmp_path / "x"), "--train-backbone"]) == 0
     assert main(["demo", "--out", str(tmp_path / "y"), "--keep-checkpoints"]) == 0
     assert [s.train_backbone for s in seen] == [True, False]

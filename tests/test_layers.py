@@ -223,6 +223,34 @@ def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
     return seen - {start}
 
 
+#: The reference: the wings that compute what the claims describe, one obvious algorithm per op.
+#: None of them loads the engine (``refseg.engine``), directly or through another module.
+REFERENCE = ("refseg.claim1", "refseg.autograd", "refseg.models", "refseg.data", "refseg.golden",
+             "refseg.report.walkthrough", "refseg.images")
+
+
+def _in(module: str, floors) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in floors)
+
+
+def test_the_reference_never_loads_the_engine():
+    edges = import_graph(_checkout())
+    reference = [m for m in edges if _in(m, REFERENCE)]
+    assert reference
+    loads = {m: sorted(t for t in reachable(edges, m) if _in(t, ("refseg.engine",)))
+             for m in reference}
+    assert {m: t for m, t in loads.items() if t} == {}
+
+
+def test_each_floor_keeps_to_its_own_arrows():
+    """Reading an image needs nothing of claim 1; the runs (training, evaluation, the demo)
+    do not reach up into the reports that show them."""
+    edges = import_graph(_checkout())
+    assert not [t for t in edges["refseg.images"] if _in(t, ("refseg.claim1",))]
+    assert [(a, b) for a, targets in edges.items() if _in(a, ("refseg.run",))
+            for b in targets if _in(b, ("refseg.report",))] == []
+
+
 def test_vocabularies_live_in_leaves():
     edges = import_graph(_checkout())
     assert {home: reachable(edges, home) for home in LEAF_HOMES} == LEAF_HOMES

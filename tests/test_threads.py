@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anchors import require
-from refseg import _kernels, threads
+from refseg import _kernels
+from refseg.engine.training import threads
 from refseg.errors import InputError
-from refseg.threads import limit_threads, native_pools
+from refseg.engine.training.threads import limit_threads, native_pools
 
 pytestmark = pytest.mark.infrastructure
 
@@ -238,25 +239,31 @@ def test_sized_to_load_puts_the_count_back_when_the_block_raises(loaded_machine)
     assert _kernels.openmp_threads() == 2
 
 
-@pytest.mark.claim("claim2.fusion")
-def test_a_prediction_beside_a_neighbour_times_both_counts_and_computes_what_they_compute(
-        loaded_machine):
-    """Graph.run sizes each prediction: beside a neighbour, its kind of run is timed on 1 and
-    on 2 threads, and each prediction equals, to the bit, the same prediction pinned to the
-    thread count it ran on."""
+@pytest.mark.claim("claim2.fusion", "claim4.propagation")
+def test_the_reference_route_gives_the_same_bits_on_one_and_two_threads():
+    """A float32 prediction and a training step's gradients on the reference route (no engine
+    installed) are the same bits on 1 thread and on 2: every product sums in one order."""
+    from refseg import autograd as ag
     from refseg.models import ResMobileNet
 
     model = ResMobileNet((64, 64), seed=3)
     x = np.random.default_rng(0).uniform(-1, 1, (2, 64, 64, 3)).astype(np.float32)
-    before = threads.SIZINGS.copy()
-    runs = [model.predict(x) for _ in range(1 + 2 * threads.TIMED_RUNS)]
-    chosen = threads.SIZINGS - before
-    assert chosen == {(2, 2): 1 + threads.TIMED_RUNS, (2, 1): threads.TIMED_RUNS}, chosen
-    (choice,) = threads._CHOICES.values()
-    assert sorted(choice.seconds) == [1, 2]
-    for count, run in ((2, runs[0]), (1, runs[1]), (2, runs[-1])):
+    labels = np.random.default_rng(1).integers(0, 3, (2, 64, 64))
+    results = []
+    for count in (1, 2):
         with limit_threads(count):
-            assert np.array_equal(run, model.predict(x))
+            prediction = model.predict(x)
+            p = model.decode(model.taps(x))
+            ag.categorical_crossentropy(p, labels).backward()
+            grads = [t.grad.copy() for t in model.trainable_parameters()]
+            for t in model.trainable_parameters():
+                t.grad = None
+        results.append((prediction, grads))
+    (one, one_grads), (two, two_grads) = results
+    assert np.array_equal(one, two)
+    assert one_grads and len(one_grads) == len(two_grads)
+    for a, b in zip(one_grads, two_grads):
+        assert np.array_equal(a, b)
 
 
 def test_bits_independent_of_load_pins_the_tiles_and_leaves_the_count_to_the_load(

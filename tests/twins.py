@@ -12,12 +12,17 @@ from hypothesis.extra import numpy as hnp
 
 from refseg import _kernels as fast
 from refseg import _twins as twin
+from refseg.engine.training.backend import engine_kernels
+
+#: the reference's twins and the training engine's (``engine/training/_twins.py``) together
+engine_twin = engine_kernels("numpy")
 
 
 def both(name, *inputs, outputs):
-    """Run kernel ``name`` on both backends; return the two lists of output arrays."""
+    """Run kernel ``name`` on both backends (the reference's twin, or the training engine's);
+    return the two lists of output arrays."""
     results = []
-    for module in (fast, twin):
+    for module in (fast, twin if hasattr(twin, name) else engine_twin):
         outs = [np.zeros(shape, dtype=dtype) for shape, dtype in outputs]
         getattr(module, name)(*inputs, *outs)
         results.append(outs)

@@ -1,16 +1,16 @@
-"""Convolutions as im2col + one matrix product (route "im2col"), and their adjoints.
+"""Convolutions as im2col and one matrix product, and their adjoints: the reference route.
 
 A convolution's output is the column matrix of its input (one row per output pixel, holding
-the kh x kw x C window it reads: ``im2col``) times the kernel reshaped to (kh*kw*C, Cout),
-a product on refseg's thread pool (``products.matmul``). The input gradient is col2im, the
-adjoint of im2col, of the output gradient times the kernel's transpose. The column matrix is
-never kept whole (it is kh*kw times the input): it is built a block of output rows at a time
-(BLOCK_BYTES) into the shared workspace.
+the kh x kw x C window it reads: ``im2col``) times the kernel reshaped to (kh*kw*C, Cout)
+(``product.matmul``). The input gradient is col2im, the adjoint of im2col, of the output
+gradient times the kernel's transpose; the kernel gradient is the column matrix's transpose
+times the output gradient. A transposed convolution is the adjoint of a convolution: its
+forward is the convolution's input-gradient path and its backward the convolution's forward
+path.
 
-A transposed convolution is the adjoint of a convolution: its forward is the convolution's
-input-gradient path and its backward the convolution's forward path. With few input pixels its
-column matrix is computed kernel-first and scattered by col2im_transposed
-(``conv_routes.transposed_columns``).
+The column matrix is kh*kw times the input; it is built a block of output rows at a time
+(``BLOCK_BYTES``), which changes no result: each output row is its own sums, and the kernel
+gradient adds the blocks' products in block order, the blocks fixed by the shapes alone.
 
 References: claims 2 and 4; [0146]-[0195] (Conv2D, Conv2DTranspose), [0129]-[0132] (backward).
 """
@@ -18,22 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from refseg.autograd.conv_routes import transposed_columns
-from refseg.autograd.elementwise import UNCLAMPED
-from refseg.autograd.products import matmul
-from refseg.autograd.workspace import workspace
+from refseg.autograd.product import matmul
 from refseg.backend import kernels
 from refseg.cite import implements
 
-#: Bytes of the column-matrix block built at a time: small enough to stay in cache between
-#: im2col and the matrix product, large enough for an efficient GEMM (smaller blocks split the
-#: batch-1 14x14 layers into products of a few dozen rows, which run slower).
-BLOCK_BYTES = 8 << 20
-
-
-def _pointwise(kh, kw, strides, pads, in_hw, out_hw) -> bool:
-    """A 1x1, stride-1, unpadded window: the column matrix is the input itself."""
-    return kh == kw == 1 and strides == (1, 1) and pads == (0, 0) and tuple(in_hw) == tuple(out_hw)
+#: Bytes of the column matrix built at a time: bounds the memory of a large convolution.
+BLOCK_BYTES = 64 << 20
 
 
 def _row_blocks(total_rows, row_pixels, k, itemsize):
@@ -43,37 +33,31 @@ def _row_blocks(total_rows, row_pixels, k, itemsize):
             for start in range(0, total_rows, per_block)]
 
 
-def _columns(x, kh, kw, strides, pads, out_hw, backend):
-    """The whole column matrix (N*Ho*Wo, kh*kw*C) of x, in the workspace (x itself when
-    pointwise)."""
-    n, _, _, c = x.shape
+def _column_block(x, kh, kw, strides, pads, out_hw, start, stop, backend) -> np.ndarray:
+    """Rows of the column matrix of x for output image rows start..stop-1:
+    ((stop - start) * Wo, kh*kw*C)."""
     ho, wo = out_hw
-    if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
-        return np.ascontiguousarray(x).reshape(n * ho * wo, c)
-    cols = workspace(n * ho * wo * kh * kw * c, x.dtype).reshape(n * ho * wo, kh * kw * c)
-    kernels(backend).im2col(np.ascontiguousarray(x), kh, kw, *strides, *pads, ho, wo, 0, cols)
+    x = np.ascontiguousarray(x)
+    cols = np.empty(((stop - start) * wo, kh * kw * x.shape[3]), dtype=x.dtype)
+    kernels(backend).im2col(x, kh, kw, *strides, *pads, ho, wo, start, cols)
     return cols
 
 
-def _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend):
+def _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend) -> np.ndarray:
     """The array of shape x_shape whose column matrix, summed where windows overlap, is
     cols: the adjoint of im2col."""
-    ho, wo = out_hw
-    if _pointwise(kh, kw, strides, pads, x_shape[1:3], out_hw):
-        return cols.reshape(x_shape)
     out = np.empty(x_shape, dtype=cols.dtype)
-    kernels(backend).col2im(np.ascontiguousarray(cols), kh, kw, *strides, *pads, ho, wo, out)
+    kernels(backend).col2im(np.ascontiguousarray(cols), kh, kw, *strides, *pads, *out_hw, out)
     return out
 
 
 @implements("claim2.fusion", "claim4.propagation")
-def im2col_conv(x, w2, kh, kw, strides, pads, out_hw, backend, scale=None, shift=None,
-                bounds=UNCLAMPED) -> np.ndarray:
-    """Convolution of x by im2col + GEMM, one block of output rows at a time.
+def im2col_conv(x, w2, kh, kw, strides, pads, out_hw, backend) -> np.ndarray:
+    """Convolution of x: its column matrix times the kernel.
 
     Parameters
     ----------
-    x : ndarray of shape (N, H, W, C)
+    x : ndarray of shape (N, H, W, C), C-contiguous
     w2 : ndarray of shape (kh*kw*C, Cout)
         The kernel, rows in (kh, kw, C) order.
     kh, kw : int
@@ -81,39 +65,27 @@ def im2col_conv(x, w2, kh, kw, strides, pads, out_hw, backend, scale=None, shift
         Strides, and rows and columns of zeros before the input.
     out_hw : (int, int)
     backend : {"cython", "numpy"}
-    scale, shift : ndarray of shape (Cout,), optional
-        Each product tile then becomes tile * scale + shift (a batch norm) or tile + shift (a
-        bias), as ``matmul`` applies them.
-    bounds : (float, float)
-        The result clamped to [low, high] (a ReLU); UNCLAMPED: not clamped.
 
     Returns
     -------
     ndarray of shape (N*Ho*Wo, Cout), a new array.
     """
-    n, _, _, c = x.shape
+    n = x.shape[0]
     ho, wo = out_hw
-    tail = {"scale": scale, "shift": shift, "bounds": bounds, "backend": backend}
-    if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
-        return matmul(np.ascontiguousarray(x).reshape(n * ho * wo, c), w2, **tail)
-    x = np.ascontiguousarray(x)
-    k = kh * kw * c
     out = np.empty((n * ho * wo, w2.shape[1]), dtype=x.dtype)
-    for start, stop in _row_blocks(n * ho, wo, k, x.dtype.itemsize):
-        rows = (stop - start) * wo
-        cols = workspace(rows * k, x.dtype).reshape(rows, k)
-        kernels(backend).im2col(x, kh, kw, *strides, *pads, ho, wo, start, cols)
-        matmul(cols, w2, out[start * wo:stop * wo], **tail)
+    for start, stop in _row_blocks(n * ho, wo, w2.shape[0], x.dtype.itemsize):
+        cols = _column_block(x, kh, kw, strides, pads, out_hw, start, stop, backend)
+        out[start * wo:stop * wo] = matmul(cols, w2, backend)
     return out
 
 
 @implements("claim4.propagation")
 def im2col_weight_grad(x, g2, kh, kw, strides, pads, out_hw, backend) -> np.ndarray:
-    """Kernel gradient of a convolution of x: the sum over blocks of cols_block^T @ g2_block.
+    """Kernel gradient of a convolution of x: cols^T @ g2, block by block.
 
     Parameters
     ----------
-    x : ndarray of shape (N, H, W, C)
+    x : ndarray of shape (N, H, W, C), C-contiguous
         The convolution's input.
     g2 : ndarray of shape (N*Ho*Wo, Cout)
         The gradient of its output.
@@ -122,20 +94,15 @@ def im2col_weight_grad(x, g2, kh, kw, strides, pads, out_hw, backend) -> np.ndar
 
     Returns
     -------
-    ndarray of shape (kh*kw*C, Cout), a new array.
+    ndarray of shape (kh*kw*C, Cout), a new array: the blocks' products added in block order.
     """
-    n, _, _, c = x.shape
+    n = x.shape[0]
     ho, wo = out_hw
-    if _pointwise(kh, kw, strides, pads, x.shape[1:3], out_hw):
-        return matmul(np.ascontiguousarray(x).reshape(n * ho * wo, c).T, g2, backend=backend)
-    x = np.ascontiguousarray(x)
-    k = kh * kw * c
-    dw = np.empty((k, g2.shape[1]), dtype=x.dtype)
-    for start, stop in _row_blocks(n * ho, wo, k, x.dtype.itemsize):
-        rows = (stop - start) * wo
-        cols = workspace(rows * k, x.dtype).reshape(rows, k)
-        kernels(backend).im2col(x, kh, kw, *strides, *pads, ho, wo, start, cols)
-        matmul(cols.T, g2[start * wo:stop * wo], dw, accumulate=start > 0, backend=backend)
+    dw = None
+    for start, stop in _row_blocks(n * ho, wo, kh * kw * x.shape[3], x.dtype.itemsize):
+        cols = _column_block(x, kh, kw, strides, pads, out_hw, start, stop, backend)
+        part = matmul(cols.T, g2[start * wo:stop * wo], backend)
+        dw = part if dw is None else np.add(dw, part, out=dw)
     return dw
 
 
@@ -156,14 +123,13 @@ def im2col_input_grad(g2, w2, x_shape, kh, kw, strides, pads, out_hw, backend) -
     -------
     ndarray of shape x_shape, a new array.
     """
-    cols = matmul(g2, w2.T, backend=backend)
-    return _col2im(cols, x_shape, kh, kw, strides, pads, out_hw, backend)
+    return _col2im(matmul(g2, w2.T, backend), x_shape, kh, kw, strides, pads, out_hw, backend)
 
 
 @implements("claim2.fusion", "claim4.propagation")
 def im2col_transposed_conv(x, w, strides, pads, out_hw, backend) -> np.ndarray:
     """Transposed convolution of x (no bias): the input gradient of the convolution it is the
-    adjoint of.
+    adjoint of, col2im of x2 @ w2^T.
 
     Parameters
     ----------
@@ -178,28 +144,10 @@ def im2col_transposed_conv(x, w, strides, pads, out_hw, backend) -> np.ndarray:
     Returns
     -------
     ndarray of shape (N, Ho, Wo, Cout), a new array.
-
-    Notes
-    -----
-    Up to ``TRANSPOSED_COLUMNS_MAX_ROWS`` input pixels the column matrix is computed
-    kernel-first, w2 @ x2^T (one column per input pixel), and scattered by
-    col2im_transposed; above it input-first, x2 @ w2^T, and scattered by col2im. For a
-    pointwise window the column matrix is the output itself, and is computed outside the
-    workspace, which the next convolution overwrites.
     """
     n, h, wd, cin = x.shape
     kh, kw, cout, _ = w.shape
-    x2, w2 = x.reshape(n * h * wd, cin), w.reshape(kh * kw * cout, cin)
-    rows, columns = n * h * wd, kh * kw * cout
-    if _pointwise(kh, kw, strides, pads, (h, wd), out_hw):
-        return matmul(x2, w2.T, backend=backend).reshape(n, *out_hw, cout)
-    scratch = workspace(rows * columns, x.dtype)
-    if transposed_columns(rows) == "kernel-first":
-        cols_t = matmul(w2, x2.T, scratch.reshape(columns, rows), backend=backend)
-        out = np.empty((n, *out_hw, cout), dtype=x.dtype)
-        kernels(backend).col2im_transposed(cols_t, kh, kw, *strides, *pads, h, wd, out)
-        return out
-    cols = matmul(x2, w2.T, scratch.reshape(rows, columns), backend=backend)
+    cols = matmul(x.reshape(n * h * wd, cin), w.reshape(kh * kw * cout, cin).T, backend)
     return _col2im(cols, (n, *out_hw, cout), kh, kw, strides, pads, (h, wd), backend)
 
 
@@ -213,7 +161,7 @@ def im2col_transposed_backward(x2, w, grad, x_shape, strides, pads, needs_dx, ba
     x2 : ndarray of shape (N*H*W, Cin)
         Its input, one row per pixel.
     w : ndarray of shape (kh, kw, Cout, Cin)
-    grad : ndarray of shape (N, Ho, Wo, Cout)
+    grad : ndarray of shape (N, Ho, Wo, Cout), C-contiguous
         The gradient of its output.
     x_shape : (N, H, W, Cin)
     strides, pads : (int, int)
@@ -227,8 +175,9 @@ def im2col_transposed_backward(x2, w, grad, x_shape, strides, pads, needs_dx, ba
     (dx of shape x_shape or None, dw of shape w.shape)
     """
     kh, kw, cout, cin = w.shape
-    gcols = _columns(grad, kh, kw, strides, pads, x_shape[1:3], backend)
-    w2 = w.reshape(kh * kw * cout, cin)
-    dx = matmul(gcols, w2, backend=backend).reshape(x_shape) if needs_dx else None
-    dw = matmul(gcols.T, x2, backend=backend).reshape(w.shape)
+    n, h, wd, _ = x_shape
+    gcols = _column_block(grad, kh, kw, strides, pads, (h, wd), 0, n * h, backend)
+    dx = matmul(gcols, w.reshape(kh * kw * cout, cin), backend).reshape(x_shape) \
+        if needs_dx else None
+    dw = matmul(gcols.T, x2, backend).reshape(w.shape)
     return dx, dw

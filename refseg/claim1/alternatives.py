@@ -28,7 +28,8 @@ from refseg.claim1 import operators as ops
 from refseg.claim1 import preprocess
 from refseg.claim1 import weighting
 from refseg.claim1.operators import OPERATORS
-from refseg.claim1.parameters import DEFAULT_SIGMA, KEEP, MIN_SIZE
+from refseg.claim1.parameters import DEFAULT_SIGMA, KEEP
+from refseg.vocabulary import MIN_SIZE
 from refseg.errors import InputError, as_float_image
 
 INFRASTRUCTURE = "alternatives to the claim-1 readings, for the sensitivity audit"

@@ -1,7 +1,9 @@
 """Claim 1, step 2 end to end: from an RGB image to the binary feature-region image.
 
-``extract`` chains the public steps of ``preprocess``, ``operators`` and ``weighting`` and keeps
-every intermediate, with the parameters and thresholds used, so that each step can be shown,
+``extract`` is the composition of the public steps of ``preprocess`` (to_gray, gaussian_blur),
+``operators`` (sobel, canny, prewitt, laplacian_of_gaussian) and ``weighting``
+(edge_statistics, coefficients_of_variation, operator_weights, vote), and keeps every
+intermediate, with the parameters and thresholds used, so that each step can be shown,
 audited and compared against another implementation.
 
 References: [0075]-[0119], [0203]-[0214]; claim 1.
@@ -146,34 +148,6 @@ def _check_pair(pair, name):
     return low, high
 
 
-def _operator_maps(blurred, plane, canny_pair, thresholds, backend, keep_responses):
-    """Each operator's EdgeResult, its map written into its ``plane``; without
-    ``keep_responses`` each response is dropped as soon as its map and thresholds are made, so
-    that at most the blurred image and one response are held (gx and gy never are)."""
-    low, high = canny_pair
-
-    def done(result):
-        return result if keep_responses else replace(result, response=None)
-
-    magnitude = ops._magnitude(blurred, ops.SOBEL_SMOOTH, backend)
-    # Canny's automatic low threshold is the Sobel magnitude's Otsu threshold, as is Sobel's
-    # own: computed once for both
-    sobel_otsu = (ops._otsu(magnitude, ops.OTSU_BINS, backend)
-                  if thresholds["sobel"] is None or (low is None and high is None) else None)
-    results = {
-        "canny": done(ops._canny_from_blurred(blurred, magnitude, low, high, backend,
-                                              sobel_otsu, out=plane["canny"])),
-        "sobel": done(ops._threshold_magnitude("sobel", magnitude, thresholds["sobel"], backend,
-                                               sobel_otsu, out=plane["sobel"])),
-    }
-    del magnitude
-    results["prewitt"] = done(ops._threshold_magnitude(
-        "prewitt", ops._magnitude(blurred, ops.PREWITT_SMOOTH, backend), thresholds["prewitt"],
-        backend, out=plane["prewitt"]))
-    results["log"] = done(ops._log(blurred, thresholds["log"], backend, out=plane["log"]))
-    return results
-
-
 @implements("claim1.step2.extract")
 def extract(rgb, *, sigma: float = DEFAULT_SIGMA,
             canny_thresholds: tuple[float, float] | None = None,
@@ -232,22 +206,28 @@ def extract(rgb, *, sigma: float = DEFAULT_SIGMA,
     keep_all = keep == "all"
     low, high = _check_pair(canny_thresholds, "canny_thresholds")
     gray = preprocess.to_gray(rgb, backend=backend)
-    # blurred is validated float64 from here on: the private paths skip re-validation
     blurred = preprocess.gaussian_blur(gray, sigma, backend=backend)
     if not keep_all:
-        gray = None
+        gray = None  # each float plane is dropped as soon as it has been used
     # each operator writes its map into one plane of the stack the vote reads
     stack = np.empty((len(OPERATORS),) + blurred.shape, dtype=np.uint8)
-    plane = {k: stack[i] for i, k in enumerate(OPERATORS)}
-    results = _operator_maps(blurred, plane, (low, high),
-                             {"sobel": sobel_threshold, "prewitt": prewitt_threshold,
-                              "log": log_threshold}, backend, keep_all)
+    plane = dict(zip(OPERATORS, stack))
+    sobel = ops.sobel(blurred, sobel_threshold, backend=backend, out=plane["sobel"])
+    # Canny's gradient and automatic low threshold are Sobel's
+    canny = ops.canny(blurred, low, high, backend=backend, sobel_result=sobel,
+                      out=plane["canny"])
+    results = {"canny": _kept(canny, keep_all), "sobel": _kept(sobel, keep_all)}
+    del canny, sobel
+    results["prewitt"] = _kept(ops.prewitt(blurred, prewitt_threshold, backend=backend,
+                                           out=plane["prewitt"]), keep_all)
+    results["log"] = _kept(ops.laplacian_of_gaussian(blurred, log_threshold, backend=backend,
+                                                     out=plane["log"]), keep_all)
     if not keep_all:
         blurred = None
-    mean_img, std, mean = weighting._binary_statistics(stack, backend)
+    mean_img, std, mean = weighting.edge_statistics(stack, backend=backend)
     cv = weighting.coefficients_of_variation(std, mean)
     weights = weighting.operator_weights(cv)
-    final, feature_map = _vote(stack, weights, backend, keep_all)
+    final, feature_map = weighting.vote(stack, weights, keep_final=keep_all, backend=backend)
     return FeatureResult(
         gray=gray, blurred=blurred,
         responses={k: results[k].response for k in OPERATORS} if keep_all else None,
@@ -260,13 +240,9 @@ def extract(rgb, *, sigma: float = DEFAULT_SIGMA,
     )
 
 
-def _vote(stack, weights, backend, keep_final):
-    """The final weight F (None without ``keep_final``: the decision is then taken a block of
-    rows at a time, without a whole float plane) and the feature map."""
-    if not keep_final:
-        return None, weighting._vote_decision(stack, weights, backend)
-    final = weighting._vote(stack, weights, backend)
-    return final, weighting._decide(final)
+def _kept(result, keep_response):
+    """An operator's result, its response dropped unless ``keep_response``."""
+    return result if keep_response else replace(result, response=None)
 
 
 def _parameters(sigma, results, backend) -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 
 from refseg.backend import kernels
 from refseg.errors import InputError, as_float_image, check_threshold
-from refseg.claim1.parameters import MIN_SIZE
+from refseg.vocabulary import MIN_SIZE
 from refseg.cite import implements
 
 #: 1-D smoothing and derivative parts of the 3x3 kernels, combined by outer products. The
@@ -159,9 +159,23 @@ def _otsu(v, bins, backend, absolute=False):
     return float(centres[int(np.argmax(between))])
 
 
-def _binary_gradient(name, blurred, smooth, threshold, backend):
-    magnitude = _magnitude(_blurred(blurred), smooth, backend)
-    return _threshold_magnitude(name, magnitude, threshold, backend)
+def _binary_gradient(name, blurred, smooth, threshold, backend, out):
+    g = _blurred(blurred)
+    out = _checked_out(out, g.shape)
+    return _threshold_magnitude(name, _magnitude(g, smooth, backend), threshold, backend,
+                                out=out)
+
+
+def _checked_out(out, shape):
+    """``out`` checked to be a writeable C-contiguous uint8 array of ``shape`` (or None)."""
+    if out is None:
+        return None
+    if not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.shape == shape
+            and out.flags.c_contiguous and out.flags.writeable):
+        raise InputError(f"out: expected a writeable C-contiguous uint8 array of shape {shape}, "
+                         f"got {getattr(out, 'dtype', type(out).__name__)} "
+                         f"{getattr(out, 'shape', '')}")
+    return out
 
 
 def _edge_map(shape, out):
@@ -276,7 +290,8 @@ def prewitt_gradient(blurred, *, backend: str = "cython") -> tuple[np.ndarray, n
 
 
 @implements("claim1.step2.edges.sobel")
-def sobel(blurred, threshold: float | None = None, *, backend: str = "cython") -> EdgeResult:
+def sobel(blurred, threshold: float | None = None, *, backend: str = "cython",
+          out=None) -> EdgeResult:
     """Sobel operator: gradient magnitude and its thresholded edge map.
 
     Parameters
@@ -286,6 +301,9 @@ def sobel(blurred, threshold: float | None = None, *, backend: str = "cython") -
     threshold : float or None
         Magnitude threshold; None selects Otsu's threshold of the magnitude (:func:`otsu_threshold`).
     backend : {"cython", "numpy"}
+    out : ndarray of shape (M, N), uint8, C-contiguous, optional
+        Where to write the edge map (a plane of the caller's stack of maps); default: a new
+        array.
 
     Returns
     -------
@@ -319,11 +337,12 @@ def sobel(blurred, threshold: float | None = None, *, backend: str = "cython") -
     ----------
     [0082]-[0083], [0212]; spec ``R-binary``.
     """
-    return _binary_gradient("sobel", blurred, SOBEL_SMOOTH, threshold, backend)
+    return _binary_gradient("sobel", blurred, SOBEL_SMOOTH, threshold, backend, out)
 
 
 @implements("claim1.step2.edges.prewitt")
-def prewitt(blurred, threshold: float | None = None, *, backend: str = "cython") -> EdgeResult:
+def prewitt(blurred, threshold: float | None = None, *, backend: str = "cython",
+            out=None) -> EdgeResult:
     """Prewitt operator: gradient magnitude and its thresholded edge map.
 
     Parameters
@@ -333,6 +352,9 @@ def prewitt(blurred, threshold: float | None = None, *, backend: str = "cython")
     threshold : float or None
         Magnitude threshold; None selects Otsu's threshold of the magnitude (:func:`otsu_threshold`).
     backend : {"cython", "numpy"}
+    out : ndarray of shape (M, N), uint8, C-contiguous, optional
+        Where to write the edge map (a plane of the caller's stack of maps); default: a new
+        array.
 
     Returns
     -------
@@ -357,12 +379,12 @@ def prewitt(blurred, threshold: float | None = None, *, backend: str = "cython")
     ----------
     [0082]-[0083], [0212]; spec ``R-binary``.
     """
-    return _binary_gradient("prewitt", blurred, PREWITT_SMOOTH, threshold, backend)
+    return _binary_gradient("prewitt", blurred, PREWITT_SMOOTH, threshold, backend, out)
 
 
 @implements("claim1.step2.edges.log")
 def laplacian_of_gaussian(blurred, threshold: float | None = None, *,
-                          backend: str = "cython") -> EdgeResult:
+                          backend: str = "cython", out=None) -> EdgeResult:
     """LoG operator: Laplacian of the Gaussian-filtered image and its zero crossings.
 
     Parameters
@@ -372,6 +394,9 @@ def laplacian_of_gaussian(blurred, threshold: float | None = None, *,
     threshold : float or None
         Minimum jump across a zero crossing; None selects 2 * Otsu(|response|).
     backend : {"cython", "numpy"}
+    out : ndarray of shape (M, N), uint8, C-contiguous, optional
+        Where to write the edge map (a plane of the caller's stack of maps); default: a new
+        array.
 
     Returns
     -------
@@ -407,7 +432,8 @@ def laplacian_of_gaussian(blurred, threshold: float | None = None, *,
     ----------
     [0082]-[0083], [0212]; spec ``R-log``, ``R-binary``.
     """
-    return _log(_blurred(blurred), threshold, backend)
+    g = _blurred(blurred)
+    return _log(g, threshold, backend, out=_checked_out(out, g.shape))
 
 
 def _log(g, threshold, backend, out=None):
@@ -506,7 +532,8 @@ def _canny_from_blurred(blurred, magnitude, low, high, backend, otsu=None,
 
 @implements("claim1.step2.edges.canny")
 def canny(blurred, low: float | None = None, high: float | None = None, *,
-          backend: str = "cython") -> EdgeResult:
+          backend: str = "cython", sobel_result: EdgeResult | None = None,
+          out=None) -> EdgeResult:
     """Canny operator on the Gaussian-filtered image.
 
     Parameters
@@ -518,6 +545,13 @@ def canny(blurred, low: float | None = None, high: float | None = None, *,
         Hysteresis thresholds on the gradient magnitude; both None selects the automatic
         pair of :func:`canny_thresholds`.
     backend : {"cython", "numpy"}
+    sobel_result : EdgeResult or None
+        :func:`sobel` of the same ``blurred``: its magnitude is step 1's, and, when its
+        threshold was automatic, the Otsu threshold of the automatic pair; neither is
+        computed again. None: both are computed here.
+    out : ndarray of shape (M, N), uint8, C-contiguous, optional
+        Where to write the edge map (a plane of the caller's stack of maps); default: a new
+        array.
 
     Returns
     -------
@@ -551,4 +585,14 @@ def canny(blurred, low: float | None = None, high: float | None = None, *,
     [0082]-[0083], [0212]-[0214]; spec ``R-canny``, ``R-binary``.
     """
     g = _blurred(blurred)
-    return _canny_from_blurred(g, _magnitude(g, SOBEL_SMOOTH, backend), low, high, backend)
+    out = _checked_out(out, g.shape)
+    if sobel_result is None:
+        return _canny_from_blurred(g, _magnitude(g, SOBEL_SMOOTH, backend), low, high,
+                                   backend, out=out)
+    if not (isinstance(sobel_result, EdgeResult) and sobel_result.name == "sobel"
+            and isinstance(sobel_result.response, np.ndarray)
+            and sobel_result.response.shape == g.shape):
+        raise InputError("sobel_result: expected the EdgeResult of sobel() on the same image, "
+                         "with its response")
+    otsu = sobel_result.thresholds["magnitude"] if sobel_result.automatic else None
+    return _canny_from_blurred(g, sobel_result.response, low, high, backend, otsu, out=out)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import allocator, publish
+from refseg import memory, publish
 from refseg.images import MAX_PIXELS, RAISE_HINT, check_max_pixels, read_image
 from refseg.vocabulary import EDGES_MEMORY
 from refseg._version import __version__
@@ -220,7 +220,7 @@ def write_edge_outputs(images: list[Path], out: Path, sigma: float | None = None
         kwargs["sigma"] = sigma
     # a few whole-image arrays, each made once: freed memory goes back at once, so that the
     # decoder's and each operator's do not add to the next step's peak
-    with allocator.return_freed_memory():
+    with memory.return_freed_memory():
         loaded = [read_image(p, limit, f"{RAISE_HINT}; {EDGES_MEMORY}") for p in images]
         with publish.staged_folders(out) as staging:
             for stem, img in zip(stems, loaded):

@@ -11,17 +11,12 @@ import base64
 import html
 import io
 import itertools
-from typing import TYPE_CHECKING
-
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from refseg.claim1 import weighting
 from refseg.claim1.operators import OPERATOR_NAMES, OPERATORS
 from refseg.cite import infrastructure
-
-if TYPE_CHECKING:
-    from refseg.claim1.features import FeatureResult
 
 #: Tiles of the panel are scaled so that their width falls in this range (pixels).
 PANEL_TILE_WIDTH = (360, 720)

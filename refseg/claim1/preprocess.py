@@ -10,7 +10,8 @@ import math
 import numpy as np
 
 from refseg.backend import kernels
-from refseg.claim1.parameters import DEFAULT_SIGMA, MIN_SIZE
+from refseg.claim1.parameters import DEFAULT_SIGMA
+from refseg.vocabulary import MIN_SIZE
 from refseg.errors import InputError, as_float_image
 from refseg.cite import implements
 

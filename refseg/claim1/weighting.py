@@ -347,6 +347,79 @@ def _binary_statistics(stack, backend):
     return mean_img, std, mean
 
 
+def _checked_stack(stack) -> np.ndarray:
+    """A (4, M, N) C-contiguous uint8 stack of 0/1 maps, or InputError."""
+    if not (isinstance(stack, np.ndarray) and stack.dtype == np.uint8 and stack.ndim == 3
+            and stack.shape[0] == len(OPERATORS) and stack.flags.c_contiguous):
+        raise InputError(f"stack: expected a C-contiguous uint8 array of shape (4, M, N), got "
+                         f"{getattr(stack, 'dtype', type(stack).__name__)} "
+                         f"{getattr(stack, 'shape', '')}")
+    if stack.size and stack.max() > 1:
+        raise InputError("stack: the maps must hold 0 and 1 only (binary_stack makes them)")
+    return stack
+
+
+@implements("claim1.step2.mean_image", "claim1.step2.std", "claim1.step2.cv")
+def edge_statistics(stack, *, backend: str = "cython"):
+    """The gray-mean image, each map's standard deviation about it and its pixel mean, in one
+    pass over the binary maps.
+
+    Parameters
+    ----------
+    stack : ndarray of shape (4, M, N), uint8
+        The four binary maps in :data:`OPERATORS` order (:func:`binary_stack`).
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    mean_img : ndarray of shape (M, N), float64
+    std, mean : dict of str to float
+
+    Notes
+    -----
+    Equal to :func:`mean_image`, :func:`standard_deviations` and :func:`pixel_means` of the
+    maps (exact arithmetic for 0/1 maps), without their float copies of the maps.
+
+    References
+    ----------
+    [0086]-[0094].
+    """
+    return _binary_statistics(_checked_stack(stack), backend)
+
+
+@implements("claim1.step2.final_weight", "claim1.step2.decision", "claim1.step2.traverse")
+def vote(stack, weights: Mapping, *, keep_final: bool = True, backend: str = "cython"):
+    """The weighted vote over every pixel: the final weight F and the feature map.
+
+    Parameters
+    ----------
+    stack : ndarray of shape (4, M, N), uint8
+        The four binary maps in :data:`OPERATORS` order (:func:`binary_stack`).
+    weights : mapping of str to float
+        :func:`operator_weights`.
+    keep_final : bool
+        Return F; False: None instead, and the decision is taken a block of rows at a time
+        without a whole float plane (the same map).
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    final : ndarray of shape (M, N), float64, or None
+        :func:`final_weight` of the maps.
+    feature_map : ndarray of shape (M, N), uint8
+        :func:`decide` of F.
+
+    References
+    ----------
+    [0104]-[0119]; spec ``R-final``.
+    """
+    stack, weights = _checked_stack(stack), _per_operator(weights, "weights")
+    if not keep_final:
+        return None, _vote_decision(stack, weights, backend)
+    final = _vote(stack, weights, backend)
+    return final, _decide(final)
+
+
 @implements("claim1.step2.decision", "claim1.step2.traverse")
 def decide(final) -> np.ndarray:
     """Per-pixel decision: 1 where ``F >= 0``, 0 where ``F < 0``.

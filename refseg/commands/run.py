@@ -53,13 +53,15 @@ def _demo(args) -> str:
         count=args.count, test_count=args.test_count, epochs=args.epochs,
         input_hw=input_size(args.input_size), seed=args.seed, jobs=args.jobs,
         train_backbone=args.train_backbone, keep_checkpoints=args.keep_checkpoints)
+    from refseg.report.chart import write_demo_pages
+
     if args.seeds is not None:
         from refseg.run.seeds import run_demo_seeds
 
-        return str(run_demo_seeds(args.out, settings, args.seeds))
+        return str(run_demo_seeds(args.out, settings, args.seeds, pages=write_demo_pages))
     from refseg.run.demo import run_demo
 
-    return str(run_demo(args.out, settings))
+    return str(run_demo(args.out, settings, pages=write_demo_pages))
 
 
 def _report_arguments(parser):

@@ -40,7 +40,7 @@ from refseg.engine.runtime import (ALGORITHMS, AffineStep, ConvStep, DepthwiseSt
 from refseg.cite import implements, infrastructure
 from refseg.errors import InputError
 from refseg.models.graph import INPUT
-from refseg.threads import sized_to_load
+from refseg.engine.training.threads import sized_to_load
 
 #: Calls of each loop order timed per convolution in ``mode="measure"``.
 MEASURE_REPEATS = 3
@@ -294,7 +294,7 @@ class Plan:
         with ``keep_all`` every step's value by name (tests compare them layer by layer)."""
         values = {INPUT: self._check(x)}
         # beside busy neighbours two threads that take turns with them lose to one: the
-        # count follows the load, as the reference's graph runs do (refseg.threads)
+        # count follows the load, as the reference's graph runs do (refseg.engine.training.threads)
         with sized_to_load(("engine plan", id(self), values[INPUT].shape)):
             return self._run(values, keep_all)
 

@@ -207,17 +207,15 @@ NETWORK_NOTES = {
     "precision": "computed in float64 from the float32 weights and input (weights cast "
                  "up, Adam's state in float64), stored rounded to float32: the reference "
                  "is the float32-rounded exact result, independent of any one float32 "
-                 "summation order. refseg's own float32 path differs from it by <= 8e-7 "
-                 "(forward) and <= 2e-6 (gradients) of the largest value with 2 BLAS "
-                 "threads; with 1 BLAS thread its float32 decoder gradients of the "
-                 "ResNet50V2 branch move by 1-2 %: with random weights and zero biases "
-                 "many ReLU inputs are mathematically 0, and float32 rounding of a "
-                 "different summation order gives them either sign, flipping ReLU masks "
-                 "(diagnosed: the forward pass decides it, the backward pass does not); "
-                 "a float32 reference would bake one summation order in",
-    "threads": "the network part runs with BLAS and OpenMP pinned to 1 thread "
-               "(threadpoolctl) so that the bundle is byte-identical whatever "
-               "OMP_NUM_THREADS / OPENBLAS_NUM_THREADS say",
+                 "summation order. refseg's own float32 paths differ from it by rounding, "
+                 "within the tolerances of each array; "
+                 "with random weights and zero biases many ReLU inputs are mathematically 0, "
+                 "and float32 rounding of another summation order gives them either sign, "
+                 "flipping ReLU masks (diagnosed: the forward pass decides it, the backward "
+                 "pass does not): a float32 reference would bake one summation order in",
+    "threads": "the network part takes the reference route: every product sums in a fixed "
+               "order, so the bundle is byte-identical whatever OMP_NUM_THREADS / "
+               "OPENBLAS_NUM_THREADS say",
 }
 
 

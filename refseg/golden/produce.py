@@ -16,6 +16,7 @@ import sysconfig
 import numpy as np
 
 from refseg._version import __version__
+from refseg.autograd.seam import reference_ops
 from refseg.errors import InputError
 from refseg.golden.bundle_images import (PHOTOS, WELD_FUNCTION, WELD_SEEDS, shipped_photos,
                                          synthetic_welds)
@@ -27,7 +28,6 @@ from refseg.golden.format import (ARRAYS, FORMAT, FORMAT_MINOR, FORMAT_VERSION, 
 from refseg.golden.network_arrays import ADAM_STEPS, NET_HW, add_network
 from refseg.golden.ops_arrays import add_ops
 from refseg.golden.schema import SCHEMA, schema
-from refseg.threads import limit_threads
 
 INFRASTRUCTURE = "golden files: producing a bundle"
 
@@ -84,14 +84,11 @@ def _manifest(bundle: BundleBuilder, provenance: dict, network: dict,
     }
 
 
-def build_bundle(network_threads: int | None = 1, keep=(),
-                 extra: dict | None = None) -> tuple[dict, dict, dict]:
+def build_bundle(keep=(), extra: dict | None = None) -> tuple[dict, dict, dict]:
     """Compute every golden array and the manifest, in memory.
 
     Parameters
     ----------
-    network_threads : int or None
-        Threads for BLAS and OpenMP while the network part runs (None: leave as they are).
     keep : sequence of str
         Shell patterns: copies of the matching arrays stored as slices are returned whole
         (for checking refseg against its own bundle).
@@ -128,7 +125,9 @@ def build_bundle(network_threads: int | None = 1, keep=(),
     5. The flagged vectors of every alternative reading on every image
        (:func:`refseg.golden.flagged.flagged_section`).
 
-    Entries are in pipeline order; each names the arrays it is computed from.
+    Entries are in pipeline order; each names the arrays it is computed from. Steps 3 and 4
+    take the reference route (``refseg.autograd.seam.reference_ops``) whatever the caller
+    installed.
 
     References
     ----------
@@ -141,11 +140,9 @@ def build_bundle(network_threads: int | None = 1, keep=(),
         add_claim1(bundle, name, rgb)
     flagged_table, flagged_members = flagged_section(images)
     bundle.arrays.update(flagged_members)
-    if network_threads is None:
+    # the reference route even inside a block that installed a faster one: its products sum
+    # in a fixed order, so the bytes follow neither the thread count nor the CPU
+    with reference_ops():
         network = add_network(bundle, welds)
-    else:
-        with limit_threads(network_threads):
-            network = add_network(bundle, welds)
-    network["network_threads"] = network_threads
-    add_ops(bundle)
+        add_ops(bundle)
     return _manifest(bundle, provenance, network, flagged_table), bundle.arrays, bundle.kept

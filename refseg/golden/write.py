@@ -63,8 +63,7 @@ def readings_text(ids) -> str:
 
 
 
-def write_bundle(folder, network_threads: int | None = 1, keep=(),
-                 with_weights: bool = False, images=(),
+def write_bundle(folder, keep=(), with_weights: bool = False, images=(),
                  max_pixels: int | None = None) -> WriteResult:
     """Write a golden bundle (``manifest.json``, ``manifest.schema.json``, ``arrays.npz``,
     ``readings.md``, and with ``with_weights`` ``weights.npz``) into ``folder``.
@@ -74,7 +73,7 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
     folder : str or Path
         Created, or replaced when it holds an earlier bundle; a folder with other files in it
         is refused.
-    network_threads, keep
+    keep
         See :func:`refseg.golden.produce.build_bundle`.
     with_weights : bool
         Also write the network's weights (``weights.npz``, about 195 MB).
@@ -94,7 +93,8 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
     The folder is staged beside its destination and swapped into place in one step when
     every file is complete: an earlier bundle stays whole until then. The same refseg on the
     same machine writes byte-identical files, with or without the weights (the manifest holds
-    their hash either way).
+    their hash either way), on any thread count: the network part takes the reference route,
+    whose sums run in a fixed order.
 
     References
     ----------
@@ -114,7 +114,7 @@ def write_bundle(folder, network_threads: int | None = 1, keep=(),
                              "folder")
     extra = read_user_images(images, max_pixels) if images else None
     # looked up at call time: a stand-in computation can replace it (tests of the writing)
-    manifest, arrays, kept = produce.build_bundle(network_threads, keep, extra)
+    manifest, arrays, kept = produce.build_bundle(keep=keep, extra=extra)
     readings = readings_text(r for e in manifest["arrays"].values() for r in e["readings"])
     weights = (ResMobileNet(tuple(manifest["network"]["input_hw"]),
                             seed=manifest["network"]["seed"]).weights()

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from refseg.autograd.tensor import Tensor, grad_enabled
 from refseg.errors import InputError
-from refseg.threads import sized_to_load
 from refseg.autograd.layers import BatchNormalization, Conv2D, Layer, ReLU
 from refseg.cite import implements
 
@@ -91,13 +90,8 @@ class Graph:
 
     def run(self, given: dict[str, Tensor], outputs) -> dict[str, Tensor]:
         """Evaluate ``outputs`` (names) from the ``given`` values ({INPUT: images}, or the taps
-        by name to run only what follows them), on as many threads as the machine's load
-        leaves free (``refseg.threads.sized_to_load``)."""
-        outputs = list(outputs)
-        kind = ("graph run", id(self), tuple((name, given[name].shape) for name in sorted(given)),
-                tuple(outputs), grad_enabled())
-        with sized_to_load(kind):
-            return self._run(given, outputs)
+        by name to run only what follows them)."""
+        return self._run(given, list(outputs))
 
     def _run(self, given, outputs):
         order = self.required(outputs, provided=given)

@@ -41,8 +41,9 @@ from refseg.cite import infrastructure
 from refseg.errors import InputError, reason
 from refseg.report import claim1_evidence, sections
 from refseg.report import html as h
-from refseg.report.folder import Source, machine
-from refseg.report.results import count
+from refseg.report.folder import Source
+from refseg.report.results import count, write_index
+from refseg.run.records import machine
 
 #: The chart's file name in the folder it reports on.
 CHART = "index.html"
@@ -335,3 +336,12 @@ def _claims_section(registry) -> str:
     return ('<section id="claims"><h2>The claims in Chinese</h2><details><summary>Claims 1-6 '
             "as published (the text shipped in refseg's spec, <code>claims_zh.txt</code>)"
             f'</summary><div lang="zh-Hans" class="zh">{paragraphs}</div></details></section>')
+
+
+@infrastructure("the demo's pages: how a demo folder is shown")
+def write_demo_pages(folder, shown_as=None) -> None:
+    """A demo folder's pages: ``index.md`` (:func:`refseg.report.results.write_index`) and the
+    claim chart ``index.html`` (:func:`write_chart`), naming the folder ``shown_as`` (where a
+    staged demo will be)."""
+    write_index(folder, shown_as=shown_as)
+    write_chart(folder, shown_as=shown_as)

@@ -5,25 +5,13 @@ made on.
 """
 from __future__ import annotations
 
-import os
-import platform
 from pathlib import Path
 
 import numpy as np
 
-from refseg.backend import cpu_model
-from refseg.cite import infrastructure
 from refseg.errors import InputError
 from refseg.images import read_image
 from refseg.run import records
-
-
-@infrastructure("the record of the machine a report was made on")
-def machine() -> dict:
-    """The machine, as a report's header states it: CPU model, cores, system, Python, NumPy."""
-    cpu = cpu_model() or platform.processor() or platform.machine()
-    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
-            "python": platform.python_version(), "numpy": np.__version__}
 
 
 class Source:

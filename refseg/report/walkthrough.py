@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import allocator, images, publish
+from refseg import images, memory, publish
 from refseg._version import __version__
 from refseg.claim1 import alternatives, features
 from refseg.claim1.degenerate import DEGENERATE_SHARE, degenerate_thresholds
@@ -84,7 +84,7 @@ def write_walkthrough(image, out, *, max_pixels: int | None = None) -> Path:
     publish.check_output_folder(out)
     # freed arrays go back to the system at once, so that the decoder's and the extraction's
     # do not stay beside the alternative readings' (as in refseg edges)
-    with allocator.return_freed_memory():
+    with memory.return_freed_memory():
         loaded = images.read_image(image, limit, f"{images.RAISE_HINT}; {EXPLAIN_MEMORY}")
         page = render_walkthrough(loaded)
     with publish.staged_folders(out) as staging:

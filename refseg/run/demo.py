@@ -31,11 +31,10 @@ from refseg.models import ResMobileNet
 from refseg.models.mobilenetv2 import TAPS as MOBILENET_TAPS
 from refseg.models.resnet50v2 import TAPS as RESNET_TAPS
 from refseg.models.summary import summarize
-from refseg.report import chart, results
-from refseg.report.folder import machine
 from refseg.run.config import DemoSettings, TrainConfig
 from refseg.run.evaluation import comparison_panel, evaluate_runs
 from refseg.run.metrics import contour_coverage
+from refseg.run.records import machine
 from refseg.run.training import PRUNED_RECORD, remove_cache, train
 from refseg.cite import implements
 
@@ -60,12 +59,14 @@ def _contour_coverage(data_dir) -> float:
 
 @implements("claim1.step1.acquire", "claim1.step3.train", "claim1.step4.predict",
             "claim5.output_module")
-def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
+def run_demo(out, settings: DemoSettings = DemoSettings(), log=None, pages=None) -> Path:
     """Run the demo into the folder ``out``; returns ``out / "index.html"``, the claim chart.
 
     Outputs are staged in a hidden folder and renamed into place at the end: an interrupted
     demo leaves nothing half-written, and the log (default: ``sys.stderr``) names the folders
-    where they end up.
+    where they end up. ``pages(folder, shown_as)`` writes the pages that show the staged
+    folder (``refseg.report.chart.write_demo_pages``, which the command passes), before it is
+    renamed into place; None: no pages.
 
     Notes
     -----
@@ -74,7 +75,7 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
     3. Train each run of ``settings.runs`` ([0122], [0215], [0256]).
     4. Score every run on the test set ([0257]-[0260]); remove the weights of the runs other
        than the patent's network and the best one, unless ``keep_checkpoints``; write
-       ``demo.json``, ``index.md`` and ``index.html``.
+       ``demo.json``, and the pages (``index.md`` and ``index.html``).
 
     References
     ----------
@@ -131,8 +132,8 @@ def run_demo(out, settings: DemoSettings = DemoSettings(), log=None) -> Path:
         record = _record(settings, out, clock, time.perf_counter() - started, shown, coverage,
                          timings, kept, summary)
         publish.write_json(root / RECORD, record)
-        results.write_index(root, shown_as=out)
-        chart.write_chart(root, shown_as=out)
+        if pages is not None:
+            pages(root, out)
     print(f"demo done in {time.perf_counter() - started:.0f} s: {out / 'index.html'} "
           f"(the claim chart; open it in a browser), {out / 'index.md'}", file=log)
     return out / "index.html"

@@ -61,6 +61,8 @@ def predict_image(model, config, rgb: np.ndarray) -> Prediction:
     1. The network input: claim-1 feature image (or gray), resized to the input size ([0196]).
     2. The network's softmax probabilities (H, W, 3).
     3. Resized back to (M, N), bilinear; the class of highest probability ([0197]).
+    ``model`` is what :func:`refseg.engine.predictor` returns: the engine's plan or the
+    reference's model.
     """
     start = time.perf_counter()
     x = network_input(rgb, config.input_hw, config.input_kind, config.feature_reading)

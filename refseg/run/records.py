@@ -3,14 +3,21 @@ ranges) before anything uses them: a damaged or hand-edited file ends with one l
 never with a traceback halfway through a report.
 
 The records: a run's ``metrics.jsonl`` (one object per epoch), a demo's ``scores.json`` (one
-object per run) and ``demo.json``; a run's ``config.json`` is ``TrainConfig``'s to check.
+object per run) and ``demo.json``; a run's ``config.json`` is ``TrainConfig``'s to check. And
+``machine``: the machine a record was made on.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 from pathlib import Path
 
+import numpy as np
+
+from refseg.backend import cpu_model
+from refseg.cite import infrastructure
 from refseg.errors import InputError, kind_of, reason
 from refseg.jsontext import bracket_depth
 from refseg.run.config import TrainConfig
@@ -150,3 +157,11 @@ def read_run_config(path: Path) -> TrainConfig:
         raise InputError(f"{path}: not the settings of a refseg run "
                          f"({reason(exc)})") from None
     return config
+
+
+@infrastructure("the record of the machine a report was made on")
+def machine() -> dict:
+    """The machine, as a report's header states it: CPU model, cores, system, Python, NumPy."""
+    cpu = cpu_model() or platform.processor() or platform.machine()
+    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(),
+            "python": platform.python_version(), "numpy": np.__version__}

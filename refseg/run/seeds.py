@@ -34,13 +34,13 @@ MAX_SEEDS = 100
 
 
 @infrastructure("the demo over several seeds (no claim element: its statistics)")
-def run_demo_seeds(out, settings, seeds: int, log=None) -> Path:
+def run_demo_seeds(out, settings, seeds: int, log=None, pages=None) -> Path:
     """Run the demo with ``settings`` for seeds ``settings.seed`` .. ``+ seeds - 1`` into
-    ``out/seed-<s>/``, then write ``out/seeds.md`` and ``out/seeds.json``; returns the table's
-    path. A seed's folder that already holds a finished demo (its ``scores.json``) is kept,
-    so that an interrupted series continues where it stopped. ``out`` must be new, empty or a
-    folder refseg published (:func:`refseg.publish.check_output_folder`); it is locked while
-    the series runs."""
+    ``out/seed-<s>/`` (each with ``pages``, as ``run_demo``), then write ``out/seeds.md`` and
+    ``out/seeds.json``; returns the table's path. A seed's folder that already holds a finished
+    demo (its ``scores.json``) is kept, so that an interrupted series continues where it
+    stopped. ``out`` must be new, empty or a folder refseg published
+    (:func:`refseg.publish.check_output_folder`); it is locked while the series runs."""
     from refseg.run.demo import run_demo
 
     log = sys.stderr if log is None else log
@@ -57,7 +57,7 @@ def run_demo_seeds(out, settings, seeds: int, log=None) -> Path:
             folder = out / f"seed-{seed}"
             if not (folder / "scores.json").is_file():
                 print(f"seed {seed} ({seed - settings.seed + 1}/{seeds}): {folder}", file=log)
-                run_demo(folder, dataclasses.replace(settings, seed=seed), log=log)
+                run_demo(folder, dataclasses.replace(settings, seed=seed), log=log, pages=pages)
             folders.append(folder)
         return write_seed_table(out, folders)
 

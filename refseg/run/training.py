@@ -55,7 +55,8 @@ from refseg.run.storage import (AGAINST_START_KEY, MODEL_PREFIX, OPTIMIZER_PREFI
                                 load_starting_weights, pack_against_start,
                                 unpack_against_start, write_starting_weights)
 from refseg.cite import implements, infrastructure
-from refseg.threads import bits_independent_of_load, sized_to_load
+from refseg.engine.training import training_engine
+from refseg.engine.training.threads import bits_independent_of_load, sized_to_load
 
 #: Images per batch when computing taps and validation predictions (memory, not results).
 INFERENCE_BATCH = 8
@@ -97,7 +98,9 @@ def _cache_taps(model, x, y, folder: Path, split: str) -> dict:
                 with naming(path):
                     np.lib.format.write_array_header_1_0(f, header)
             for start in range(0, len(x), INFERENCE_BATCH):
-                taps = model.taps(x[start:start + INFERENCE_BATCH])
+                batch = x[start:start + INFERENCE_BATCH]
+                with sized_to_load(("taps", id(model), len(batch))):
+                    taps = model.taps(batch)
                 for name, path, f in zip(names, paths, files):
                     with naming(path):
                         f.write(np.ascontiguousarray(taps[name], dtype=np.float32).data)
@@ -243,8 +246,8 @@ def training_step(model, optimizer, source, index, labels):
     3. Backward; Adam's update of every trainable parameter; the gradients zeroed
        ([0246]-[0255]).
     The step runs on as many threads as the machine's load leaves free
-    (``refseg.threads.sized_to_load``, timed per batch size); inside
-    ``refseg.threads.bits_independent_of_load`` its results are the same on any of them.
+    (``refseg.engine.training.threads.sized_to_load``, timed per batch size); inside
+    ``refseg.engine.training.threads.bits_independent_of_load`` its results are the same on any of them.
 
     References
     ----------
@@ -265,7 +268,8 @@ def _evaluate(model, source, labels) -> dict:
     with ag.no_grad():
         for start in range(0, len(labels), INFERENCE_BATCH):
             batch = slice(start, start + INFERENCE_BATCH)
-            p = _run(model, source, batch)
+            with sized_to_load(("validation", id(model), len(labels[batch]))):
+                p = _run(model, source, batch)
             y = labels[batch]
             total += float(ag.categorical_crossentropy(p, y).data) * y.size
             cm += metrics.confusion_matrix(y, p.data.argmax(axis=-1))
@@ -283,9 +287,9 @@ def _duration(seconds: float) -> str:
 @implements("claim1.step3.train", "claim4.propagation", "claim4.update",
             "claim5.training_module")
 def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=None,
-          stop_after_epoch: int | None = None, log=None,
-          shown_as=None, keep_optimizer_state: bool = False,
-          keep_cache: bool = False, checkpoint_every_epoch: bool = True) -> list[dict]:
+          stop_after_epoch: int | None = None, log=None, shown_as=None,
+          keep_optimizer_state: bool = False, keep_cache: bool = False,
+          checkpoint_every_epoch: bool = True) -> list[dict]:
     """Train the fusion network on a data set folder; returns the metrics history.
 
     Parameters
@@ -300,58 +304,41 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
     jobs : int or None
         Processes for the claim-1 extraction (default: all cores).
     stop_after_epoch : int or None
-        Stop (as if killed) after this epoch's checkpoint; for tests of resuming.
+        Stop (as if killed) after this epoch's checkpoint (tests of resuming).
     log : file or None
-        Progress, a line rewritten in place on a terminal, whole lines otherwise (None: the
-        ``sys.stderr`` of the moment of the call).
+        Progress, rewritten in place on a terminal (None: ``sys.stderr`` at the call).
     shown_as : path or None
-        The run folder as the log names it (default ``run_dir``): where a staged run will be
-        once it is published.
+        The run folder as the log names it (default ``run_dir``).
     keep_optimizer_state : bool
-        Keep Adam's state in the last epoch's checkpoint (needed to train the run further
-        with ``resume``; dropped by default, two thirds of the checkpoint).
+        Keep Adam's state in the last checkpoint (needed to ``resume`` a finished run).
     keep_cache : bool
         Keep the tap cache when training ends (removed by default; rebuilt on demand).
     checkpoint_every_epoch : bool
-        Write the checkpoint after every epoch, what a killed run resumes from (the default).
-        False writes only the last epoch's (and the one ``stop_after_epoch`` stops at): for a
-        run nobody resumes, such as the demo's, whose staged folder an interruption removes.
-        Each earlier checkpoint holds Adam's two moments beside the trained arrays, three times
-        their size, rewritten every epoch.
+        Write the checkpoint (what a killed run resumes from) after every epoch; False: only
+        the last epoch's, for a run nobody resumes, such as the demo's.
 
     Returns
     -------
     list of dict
         One entry per epoch, as written to ``metrics.jsonl``.
 
-    Each step, and each run of the taps and of validation, takes as many threads as the
-    machine's load leaves free (``refseg.threads.sized_to_load``), while the whole run cuts its
-    matrix products for OpenMP's count at the start (``refseg.threads.bits_independent_of_load``):
-    a product's rounding may follow its tiles, and a run must end bit for bit where the same
-    run, resumed or not, beside other processes or none, does.
-
     Notes
     -----
-    1. Split the data set by seed; build the first data set: every image through claim-1
-       extraction, resized to the input size, in [-1, 1] ([0075], [0203]); labels resized by
-       nearest neighbour.
-    2. Build the network; load backbone weights if given, else calibrate the random backbones'
-       batch-norm statistics on training images (R-frozen); or, with ``init_from``, start from
-       another run's last checkpoint (backbones and decoder); freeze the backbones ([0143],
-       [0241]).
-    3. Compute every image's taps once (the backbones are frozen) and cache them. With
-       ``train_backbone`` (an extension, R-frozen) unfreeze the backbones instead: each step runs
-       them on the images, their batch norm on batch statistics, and each epoch ends by
-       recomputing their moving statistics for the epoch's final weights.
-    4. Each epoch: shuffle (by seed and epoch), and per batch: decoder forward, per-pixel
-       cross-entropy averaged over the image ([0242]-[0245], R-loss), backward, Adam
-       ([0246]-[0255]). Then validate, write ``metrics.jsonl``, the checkpoint and the curves.
+    1. Split by seed; claim-1 extraction of every image, resized, in [-1, 1] ([0075], [0203]).
+    2. Build the network: backbone weights loaded, or batch norms calibrated (R-frozen), or
+       ``init_from``'s run; backbones frozen ([0143], [0241]), their taps cached, unless
+       ``train_backbone`` (an extension, R-frozen).
+    3. Each epoch: shuffle by seed and epoch; per batch :func:`training_step` ([0242]-[0255]);
+       validate; write ``metrics.jsonl``, the checkpoint and the curves.
+    The convolutions run on training's engine (``refseg.engine.training``; the reference route
+    under ``refseg.engine.use_engine(False)``), each step on the threads the machine's load
+    leaves, the products cut for one count throughout: a run, resumed or not, ends bit for bit
+    where the same run does.
 
     References
     ----------
     [0122], [0129]-[0132], [0215], [0242]-[0257].
     """
-
     log = sys.stderr if log is None else log
     config.check()
     if jobs is not None:
@@ -367,19 +354,17 @@ def train(data_dir, run_dir, config: TrainConfig, *, resume: bool = False, jobs=
             check_resumable(run / "checkpoint.npz", config.epochs)
         tiles = recorded_tiles(run, log) if resume else None
         try:
-            with bits_independent_of_load(tiles) as count:
+            with training_engine(), bits_independent_of_load(tiles) as count:
                 if tiles is None:
                     write_json(run / THREADS_RECORD, {"tiling_threads": count})
                 return _train(data_dir, run, config, saved, resume=resume, jobs=jobs,
                               stop_after_epoch=stop_after_epoch, log=log, shown_as=shown_as,
-                              keep_optimizer_state=keep_optimizer_state,
-                              keep_cache=keep_cache,
+                              keep_optimizer_state=keep_optimizer_state, keep_cache=keep_cache,
                               checkpoint_every_epoch=checkpoint_every_epoch)
         except Exception:
             if not resume and not (run / "checkpoint.npz").exists():
                 clear_new_run(run, fresh)  # nothing to resume: the folder as it was
             raise
-
 
 
 def _network_and_inputs(data_dir, run: Path, config: TrainConfig, *, resume, jobs, log):

@@ -14,7 +14,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from refseg import autograd as ag
-from refseg.autograd.conv_routes import conv_route, forced_route
+from refseg.engine.training.conv import forced_route
+from refseg.engine.training.conv_routes import conv_route
 from refseg.autograd.geometry import conv_output
 from refseg.autograd.gradcheck import check_gradients
 from refseg.backend import BACKENDS
@@ -50,20 +51,24 @@ def test_conv2d_gradients(backend, case, cout, bias):
 
 @contextlib.contextmanager
 def column_layout(layout):
-    """Strided transposed convolutions inside compute their column matrix input-first
-    (input x kernel^T, then col2im) or kernel-first (kernel x input^T, then
-    col2im_transposed), whatever their size. ``MonkeyPatch.context`` rather than the fixture:
-    the test that uses it draws its examples with hypothesis."""
-    from refseg.autograd import conv_routes
+    """Strided transposed convolutions inside take the training engine's route and compute
+    their column matrix input-first (input x kernel^T, then col2im) or kernel-first (kernel x
+    input^T, then col2im_transposed), whatever their size; "reference": the reference route.
+    ``MonkeyPatch.context`` rather than the fixture: the test that uses it draws its examples
+    with hypothesis."""
+    from refseg.engine.training import conv_routes
 
+    if layout == "reference":
+        yield
+        return
     limit = {"input-first": -1, "kernel-first": 1 << 62}[layout]
-    with pytest.MonkeyPatch.context() as monkeypatch:
+    with pytest.MonkeyPatch.context() as monkeypatch, forced_route(None):
         monkeypatch.setattr(conv_routes, "TRANSPOSED_COLUMNS_MAX_ROWS", limit)
         yield
 
 
 @pytest.mark.claim("claim2.fusion")
-@pytest.mark.parametrize("layout", ["input-first", "kernel-first"])
+@pytest.mark.parametrize("layout", ["reference", "input-first", "kernel-first"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @given(case=window_cases(transposed=True), cout=st.integers(1, 3), bias=st.booleans())
 def test_conv2d_transpose_gradients(backend, layout, case, cout, bias):
@@ -504,7 +509,7 @@ def test_blocked_convolution_matches_one_block(monkeypatch, strides):
     """Forward, kernel gradient and input gradient with the column matrix built in blocks of
     a few rows equal the single-block result (to float64 rounding: BLAS adds in other orders),
     and pass the gradient check."""
-    from refseg.autograd import conv_im2col
+    from refseg.engine.training import conv_im2col
 
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal((2, 9, 7, 3)), rng.standard_normal((3, 3, 3, 4))
@@ -589,16 +594,20 @@ def test_inference_paths_equal_the_recording_paths(backend, case):
 @pytest.mark.claim("claim4.propagation")
 def test_pointwise_transposed_conv_output_survives_the_next_convolution():
     """A 1x1 stride-1 transposed convolution's output is its column matrix; it must not be a
-    view of the shared im2col workspace that the next convolution overwrites."""
+    view of the training engine's shared im2col workspace that the next convolution
+    overwrites."""
+    from refseg.engine.training import training_engine
+
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 8, 8, 20)).astype(np.float32)
     w = rng.standard_normal((1, 1, 24, 20)).astype(np.float32)
-    first = ag.conv2d_transpose(x, w, padding="same").data
-    kept = first.copy()
-    # a smaller column matrix than the first op's: it reuses the same workspace buffer
-    # (and enough products per pixel to take the im2col route, not the direct kernels)
-    ag.conv2d(rng.standard_normal((1, 4, 4, 4)).astype(np.float32),
-              rng.standard_normal((3, 3, 4, 8)).astype(np.float32), padding="same")
+    with training_engine():
+        first = ag.conv2d_transpose(x, w, padding="same").data
+        kept = first.copy()
+        # a smaller column matrix than the first op's: it reuses the same workspace buffer
+        # (and enough products per pixel to take the im2col route, not the direct kernels)
+        ag.conv2d(rng.standard_normal((1, 4, 4, 4)).astype(np.float32),
+                  rng.standard_normal((3, 3, 4, 8)).astype(np.float32), padding="same")
     np.testing.assert_array_equal(first, kept)
     np.testing.assert_allclose(first, np.einsum("nhwc,oc->nhwo", x, w[0, 0]), rtol=1e-5,
                                atol=1e-5)
@@ -673,7 +682,7 @@ def test_winograd_float32_accuracy_against_im2col(shape, transposed, padding, ro
 def test_winograd_blocks_match_one_block(monkeypatch, route):
     """Forward and input gradient computed a few tiles at a time equal the single-block result
     (to float64 rounding: BLAS may add in another order for other row counts)."""
-    from refseg.autograd import conv_routes, conv_winograd
+    from refseg.engine.training import conv_routes, conv_winograd
 
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal((2, 9, 7, 3)), rng.standard_normal((3, 3, 3, 4)),

@@ -397,22 +397,26 @@ def test_pickled_or_unreadable_candidates(bundle, tmp_path, capsys):
 
 
 @pytest.mark.infrastructure
-def test_write_is_byte_identical_across_thread_counts_and_without_the_optional_libraries(
+def test_write_is_byte_identical_across_thread_counts_with_and_without_the_engine(
         bundle, tmp_path):
-    """Two more writes, side by side, give the bundle's bytes: one on 1 thread with
-    scikit-image and threadpoolctl made unimportable (the runtime dependencies are numpy, scipy
-    and pillow), one on 2 threads with both present."""
+    """Two more writes, side by side, nothing pinned, give the bundle's bytes: one on 1 thread
+    with the engine (``refseg.engine``), scikit-image and threadpoolctl made unimportable (the
+    runtime dependencies are numpy, scipy and pillow; the reference never imports the engine),
+    one on 2 threads with all present and training's engine installed around the write (the
+    bundle's network part takes the reference route whatever is installed)."""
     folder = bundle[0]  # written with --with-weights: the manifest is the same without
-    blocked = "sys.modules['skimage'] = None; sys.modules['threadpoolctl'] = None; "
+    write = "from refseg import cli; sys.exit(cli.main(['golden', 'write', {!r}]))"
+    blocked = ("import sys; sys.modules['refseg.engine'] = None; sys.modules['skimage'] = None; "
+               "sys.modules['threadpoolctl'] = None; " + write.format(str(tmp_path / "1")))
+    installed = ("import sys; from refseg.engine.training import training_engine\n"
+                 "with training_engine():\n    " + write.format(str(tmp_path / "2")))
     procs = []
-    for threads, block in (("1", blocked), ("2", "")):
-        code = (f"import sys; {block}from refseg import cli; "
-                f"sys.exit(cli.main(['golden', 'write', {str(tmp_path / threads)!r}]))")
+    for threads, code in (("1", blocked), ("2", installed)):
         env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
         procs.append(subprocess.Popen([sys.executable, "-P", "-c", code], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
-        out, err = p.communicate(timeout=300)
+        out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
     for threads in ("1", "2"):
         for name in ("arrays.npz", "manifest.json"):

@@ -180,7 +180,7 @@ def test_training_beside_a_busy_neighbour_sizes_its_steps_and_keeps_its_bits(
     """Other processes seem to keep a core busy: the steps, taps and validation of training run
     on 1 thread and on 2 (each kind timed on both, sized_to_load), and the run ends bit for
     bit where the same run did beside no one, its products cut for 2 threads throughout."""
-    from refseg import threads
+    from refseg.engine.training import threads
 
     before = threads.SIZINGS.copy()
     quiet_train(data, tmp_path / "loaded", TrainConfig(**SMALL), checkpoint_every_epoch=False)
@@ -199,6 +199,7 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
     its moving statistics are those of the final weights."""
     from refseg.data.inputs import prepare
     from refseg.data.dataset import load_dataset
+    from refseg.engine.training import training_engine
     from refseg.run.training import _evaluate, _pairs, _split
 
     config = TrainConfig(**SMALL, train_backbone=True)
@@ -221,12 +222,14 @@ def test_training_the_backbones_moves_them_resumes_exactly_and_reloads(tmp_path,
     model, _ = load_run(tmp_path / "whole")
     training, validation = _split(load_dataset(data), config)
     x_val, y_val = prepare(_pairs(validation), config.input_hw, config.input_kind, 1)
-    again = _evaluate(model, x_val, y_val)
-    # the checkpoint's moving statistics are those of the final weights on the calibration
-    # images (recomputed at the end of each epoch): recomputing them changes nothing
-    x_train, _ = prepare(_pairs(training), config.input_hw, config.input_kind, 1)
-    before = {k: v.copy() for k, v in model.weights().items() if "moving" in k}
-    model.calibrate_batch_norm(x_train[:config.calibration_images])
+    # on training's engine, as the run computed them (the reference route rounds otherwise)
+    with training_engine():
+        again = _evaluate(model, x_val, y_val)
+        # the checkpoint's moving statistics are those of the final weights on the calibration
+        # images (recomputed at the end of each epoch): recomputing them changes nothing
+        x_train, _ = prepare(_pairs(training), config.input_hw, config.input_kind, 1)
+        before = {k: v.copy() for k, v in model.weights().items() if "moving" in k}
+        model.calibrate_batch_norm(x_train[:config.calibration_images])
     for key, value in before.items():
         np.testing.assert_array_equal(model.weights()[key], value, err_msg=key)
     assert again["pixel_accuracy"] == whole[-1]["val_pixel_accuracy"]
@@ -384,7 +387,7 @@ def test_resume_on_another_thread_count_keeps_the_runs_tiles_and_its_bits(tmp_pa
                                                                            straight, stopped):
     """The run records the thread count its products are cut for; resumed on one thread, it
     cuts for that count again and ends bit for bit where the uninterrupted run did."""
-    from refseg.threads import limit_threads
+    from refseg.engine.training.threads import limit_threads
 
     recorded = json.loads((straight[0] / "threads.json").read_text())["tiling_threads"]
     run = linked_copy(stopped, tmp_path / "resumed")

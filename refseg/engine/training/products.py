@@ -3,18 +3,18 @@
 Every product of the network (im2col times kernel, the Winograd products, the kernel and bias
 gradients) runs here: the output is cut into tiles, each tile is one single-threaded call of
 SciPy's BLAS over the whole inner dimension, and refseg's OpenMP threads take the tiles as
-they come free (``autograd/_gemm.pxi``). There is then one pool of threads, libgomp's, instead
+they come free (``engine/training/_gemm.pxi``). There is then one pool of threads, libgomp's, instead
 of two (libgomp's for the kernels and OpenBLAS's for NumPy's products), and a thread that
 another process slows down does fewer tiles instead of holding up an even share.
 
 The tiles depend on the shapes and the thread count alone (``product_tiles``; one thread:
 one BLAS call per product), so results are reproducible at a given thread count
-(``refseg.threads.limit_threads``), and at any count inside
-``refseg.threads.bits_independent_of_load``, which cuts for one count whichever runs. The
+(``refseg.engine.training.threads.limit_threads``), and at any count inside
+``refseg.engine.training.threads.bits_independent_of_load``, which cuts for one count whichever runs. The
 twin (backend ``"numpy"``) makes the same calls one after another.
 
 SciPy's OpenBLAS is set back to one thread of its own before every product
-(``refseg.threads.single_threaded_blas``), which holds for the whole process; NumPy's BLAS, a
+(``refseg.engine.training.threads.single_threaded_blas``), which holds for the whole process; NumPy's BLAS, a
 separate library in NumPy's and SciPy's wheels, is left as it is.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from refseg.autograd.elementwise import UNCLAMPED
-from refseg.backend import kernels
+from refseg.engine.training.backend import engine_kernels as kernels
 from refseg.errors import InputError
-from refseg.threads import single_threaded_blas, tiling_threads
+from refseg.engine.training.threads import single_threaded_blas, tiling_threads
 from refseg.cite import implements, infrastructure
 
 #: Products with fewer multiply-adds than this are one BLAS call, on the calling thread:
@@ -137,11 +137,11 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
     Notes
     -----
     1. Tiles from ``product_tiles(P, m, n, k, threads)``, threads = OpenMP's current count,
-       or the count of an open ``refseg.threads.bits_independent_of_load`` block (for both
+       or the count of an open ``refseg.engine.training.threads.bits_independent_of_load`` block (for both
        backends).
     2. Each tile: one single-threaded BLAS call (sgemm or dgemm) over the whole of k. The
        cython backend's threads each make one small preparing product first, once per
-       thread, which OpenBLAS needs to leave a slow state (``autograd/_gemm.pxi``); it
+       thread, which OpenBLAS needs to leave a slow state (``engine/training/_gemm.pxi``); it
        changes no result.
     3. The cython backend hands the tiles of all planes to the OpenMP threads as they come
        free; products below PARALLEL_MIN_MACS stay on the calling thread.

@@ -12,10 +12,11 @@ A stride-1 convolution has four routes that give the same values to rounding:
 convolution on the im2col route also chooses the layout of its column matrix
 (``transposed_columns``). The thresholds are where one route overtook the other on the
 decoder's and the backbones' layers, on 2 cores; the measurements behind each are in
-``docs/performance.md`` ("The convolution routes and their thresholds").
+``docs/performance.md`` ("How the engine works and where its time goes").
 
-``forced_route`` makes every stride-1 convolution inside a ``with`` block take one route, so
-that the routes can be held to each other.
+``conv.forced_route`` makes every stride-1 convolution inside a ``with`` block take one route
+(the engine's convolutions installed for the block, ``forcing`` the route), so that the routes
+can be held to each other and to the reference.
 """
 from __future__ import annotations
 
@@ -85,8 +86,9 @@ _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("refseg_for
 
 
 @contextlib.contextmanager
-def forced_route(route: str | None):
-    """Inside the block every stride-1 convolution of this thread takes ``route``.
+def forcing(route: str | None):
+    """Inside the block ``conv_route`` answers ``route`` for every stride-1 convolution of this
+    thread (``conv.forced_route`` also installs the engine's convolutions, which ask it).
 
     Parameters
     ----------
@@ -96,7 +98,7 @@ def forced_route(route: str | None):
 
     Examples
     --------
-    >>> with forced_route("im2col"):
+    >>> with forcing("im2col"):
     ...     conv_route((3, 3, 3, 3), (1, 1))
     'im2col'
     >>> conv_route((3, 3, 3, 3), (1, 1))
@@ -135,7 +137,7 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=Fals
         WINOGRAD_DTYPES, "winograd4" (F(4x4, 3x3)) with at least WINOGRAD4_MIN_TILES 4x4
         output tiles, else "winograd" (F(2x2, 3x3)) with at least WINOGRAD_MIN_TILES 2x2 tiles
         or WINOGRAD_MIN_IMAGE_TILES per image (or when out_shape is None); "im2col"
-        otherwise. An enclosing ``forced_route`` block overrides the choice.
+        otherwise. An enclosing ``forcing`` block overrides the choice.
     """
     kh, kw, cin, cout = w_shape
     if strides != (1, 1):

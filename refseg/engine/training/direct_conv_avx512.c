@@ -1,5 +1,5 @@
 /* The AVX-512 float32 row loops of the direct kernels; what they compute, and how their results
-   compare with the plain loops' of autograd/_direct_conv.pxi, is in direct_conv_avx512.h. Only
+   compare with the plain loops' of engine/training/_direct_conv.pxi, is in direct_conv_avx512.h. Only
    these functions carry the avx512f target: the rest of the extension stays plain x86-64, and
    the Cython side calls them only where refseg_has_avx512() says the CPU can run them. */
 #include <string.h>

@@ -1,7 +1,7 @@
 """Stride-1 convolutions with few channels by the compiled direct kernels (route "direct").
 
 When kh*kw*Cin*Cout is small (the 3 -> 3 prediction layer), im2col + GEMM is mostly copying:
-``conv_small_forward`` and ``conv_small_weight`` (``autograd/_direct_conv.pxi``) sum the
+``conv_small_forward`` and ``conv_small_weight`` (``engine/training/_direct_conv.pxi``) sum the
 products in place instead. The input gradient is the convolution of the output gradient with
 the flipped kernel, by the same forward kernel.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from refseg.autograd.geometry import flipped_kernel
-from refseg.backend import kernels
+from refseg.engine.training.backend import engine_kernels as kernels
 from refseg.cite import implements
 
 

@@ -5,7 +5,7 @@ Each output tile of tile x tile pixels is computed from its (tile + 2)^2 input w
 A^T [(G g G^T) * (B^T d B)] A: the products of a tile become P = (tile + 2)^2 element-wise
 products in the transformed domain, which over all tiles and channel pairs are P matrix
 products (``products.matmul_stack``) between the compiled transforms
-(``autograd/_winograd.pxi``). F(2x2, 3x3) multiplies 2.25 times less than direct summation,
+(``engine/training/_winograd.pxi``). F(2x2, 3x3) multiplies 2.25 times less than direct summation,
 F(4x4, 3x3) 4 times less. The forward, the input gradient (the adjoint convolution, through the
 same transformed kernel, or for F(4x4, 3x3) the transformed flipped kernel) and the stride-1
 transposed convolution take these routes; kernel gradients take F(2x2, 3x3)'s adjoint
@@ -20,9 +20,9 @@ import numpy as np
 
 from refseg.autograd.elementwise import UNCLAMPED
 from refseg.autograd.geometry import flipped_kernel
-from refseg.autograd.products import matmul_stack
-from refseg.autograd.workspace import workspace
-from refseg.backend import kernels
+from refseg.engine.training.products import matmul_stack
+from refseg.engine.training.workspace import workspace
+from refseg.engine.training.backend import engine_kernels as kernels
 from refseg.cite import implements
 
 #: Bytes of the transformed tiles held at a time, input (P x tiles x Cin) and products

@@ -1,5 +1,5 @@
 /* The per-tile loops of Winograd F(2x2, 3x3) and of its adjoints (the matrices and the layout of
-   the transformed arrays are in autograd/_winograd.pxi), one body for float and double through
+   the transformed arrays are in engine/training/_winograd.pxi), one body for float and double through
    a macro: every source and destination row is a restrict pointer, which Cython cannot
    declare, and without it the compiler does not vectorise a loop over channels that reads 16
    rows and writes 16 (it would need run-time overlap checks between all of them). Only adds,

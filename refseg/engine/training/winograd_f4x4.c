@@ -1,4 +1,4 @@
-/* The per-tile loops of Winograd F(4x4, 3x3) (the matrices are in autograd/_winograd.pxi), one
+/* The per-tile loops of Winograd F(4x4, 3x3) (the matrices are in engine/training/_winograd.pxi), one
    body for float and double through a macro. Each transform works on a block of channels at a
    time: the first pass reads the tile's rows (or planes) and writes into arrays on the stack,
    the second reads those and writes the result, both through helpers whose restrict parameters

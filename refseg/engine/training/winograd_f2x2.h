@@ -1,5 +1,5 @@
 /* Winograd F(2x2, 3x3): the per-tile transforms and their adjoints, for float (_f) and double
-   (_d), called by autograd/_winograd.pxi. A transformed array is 16 planes, entry k of a tile
+   (_d), called by engine/training/_winograd.pxi. A transformed array is 16 planes, entry k of a tile
    in plane k (k*stride + c). Counts and strides are ptrdiff_t, the width of the Py_ssize_t
    values the Cython side passes, so that this C needs no Python header. */
 #ifndef REFSEG_WINOGRAD_F2X2_H

@@ -1,5 +1,5 @@
 /* Winograd F(4x4, 3x3): the per-tile transforms, for float (_f) and double (_d), called by
-   autograd/_winograd.pxi. A transformed array is 36 planes, entry k of a tile in plane k
+   engine/training/_winograd.pxi. A transformed array is 36 planes, entry k of a tile in plane k
    (k*stride + c). Counts and strides are ptrdiff_t, the width of the Py_ssize_t values the
    Cython side passes, so that this C needs no Python header. */
 #ifndef REFSEG_WINOGRAD_F4X4_H

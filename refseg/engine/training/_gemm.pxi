@@ -1,6 +1,6 @@
 # Matrix products on refseg's one thread pool, included by refseg/_kernels.pyx, which holds the
 # cimports and the fused type real. NumPy twin: autograd/_twins.py (gemm_stack). The Python
-# side, with the validation and the tile rule, is autograd/products.py.
+# side, with the validation and the tile rule, is engine/training/products.py.
 #
 # OpenBLAS runs its own thread pool beside libgomp's. Two pools on two cores take turns badly:
 # each spins or sleeps on its own schedule, and a product split evenly over two threads waits
@@ -147,6 +147,6 @@ def openmp_threads():
 
 def set_openmp_threads(int threads):
     """The number of threads of the parallel loops that the calling thread starts from now on
-    (OpenMP's ``omp_set_num_threads``; ``refseg.threads.sized_to_load`` sets and restores
+    (OpenMP's ``omp_set_num_threads``; ``refseg.engine.training.threads.sized_to_load`` sets and restores
     it)."""
     openmp.omp_set_num_threads(threads)

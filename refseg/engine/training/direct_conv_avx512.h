@@ -1,4 +1,4 @@
-/* The float32 row loops of the direct kernels (autograd/_direct_conv.pxi), also compiled for
+/* The float32 row loops of the direct kernels (engine/training/_direct_conv.pxi), also compiled for
    AVX-512 (GCC target attribute and vector types) and chosen at run time where the CPU has it:
    64 pixels per block in four 16-wide accumulators (a last block of at most 32 pixels in two).
    The plain build targets x86-64 (SSE2), where 16 pixels in four 4-wide accumulators already

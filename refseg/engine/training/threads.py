@@ -2,7 +2,7 @@
 
 refseg's parallel work runs on one pool, OpenMP's (libgomp): its compiled kernels, and the
 network's matrix products, which are tiles of single-threaded calls of SciPy's OpenBLAS handed
-out to the OpenMP threads (``refseg.autograd.products``; ``single_threaded_blas`` keeps that
+out to the OpenMP threads (``refseg.engine.training.products``; ``single_threaded_blas`` keeps that
 OpenBLAS at one thread of its own). NumPy's OpenBLAS, a separate library in the wheels, is left
 as it is. This module finds the libraries that the process has loaded (``/proc/self/maps``)
 and calls their own thread functions through ctypes, so that it needs nothing beyond the
@@ -181,7 +181,7 @@ def kernel_blas_pool() -> NativePool | None:
 
 def single_threaded_blas() -> None:
     """Keep the BLAS of refseg's products at one thread of its own: the products run on
-    OpenMP's threads (``refseg.autograd.products``), and a BLAS call that started threads of its
+    OpenMP's threads (``refseg.engine.training.products``), and a BLAS call that started threads of its
     own there would put two pools back on the cores. Called before every product (a read of
     one integer), so that a thread count set since (``limit_threads``, the user's own BLAS
     calls) is put back. Does nothing for a BLAS that is not OpenBLAS."""
@@ -343,7 +343,7 @@ def bits_independent_of_load(tiles: int | None = None):
 
 def tiling_threads() -> int:
     """The thread count that matrix products are cut into tiles for
-    (``refseg.autograd.products.product_tiles``): the count of the open
+    (``refseg.engine.training.products.product_tiles``): the count of the open
     ``bits_independent_of_load`` block, else OpenMP's current count."""
     if _TILING[0] is not None:
         return _TILING[0]

@@ -1,4 +1,4 @@
-"""The matrix products on refseg's one thread pool (``refseg.autograd.products``): the tile
+"""The matrix products on refseg's one thread pool (``refseg.engine.training.products``): the tile
 loop against its twin bit for bit, against NumPy's float64 products within rounding, the same
 bits at any thread count, and the BLAS it calls kept at one thread of its own."""
 import subprocess
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refseg.autograd.products import (PARALLEL_MIN_MACS, TILES_PER_THREAD, matmul,
+from refseg.engine.training.products import (PARALLEL_MIN_MACS, TILES_PER_THREAD, matmul,
                                       matmul_stack, product_tiles)
-from refseg.threads import kernel_blas_pool, limit_threads
+from refseg.engine.training.threads import kernel_blas_pool, limit_threads
 
 from anchors import require
 
@@ -80,7 +80,7 @@ def test_products_of_the_networks_shapes_depend_on_the_thread_count_alone(shape)
     """Which thread takes which tile cannot change a bit: two runs at two threads agree, and
     one thread makes one BLAS call per plane (the twin's call with a whole-plane tile). Shapes
     of ResNet50V2's 1x1 convolutions at 56x56 and 7x7, a Winograd stack, a bias gradient."""
-    from refseg import _twins
+    from refseg.engine.training import _twins
 
     planes, m, k, n = shape
     rng = np.random.default_rng(1)
@@ -105,7 +105,7 @@ def test_products_of_the_networks_shapes_depend_on_the_thread_count_alone(shape)
 def _one_thread_inside_the_block(a, b):
     """matmul_stack(a, b) on 1 OpenMP thread inside bits_independent_of_load opened at 2."""
     from refseg import _kernels
-    from refseg.threads import bits_independent_of_load
+    from refseg.engine.training.threads import bits_independent_of_load
 
     with limit_threads(2), bits_independent_of_load() as tiles:
         assert tiles == 2
@@ -280,8 +280,8 @@ def test_the_kernels_blas_is_put_back_to_one_thread_before_each_product():
 
 _FRESH_THREAD_SCRIPT = """
 import numpy as np
-from refseg.autograd.products import matmul_stack
-from refseg.threads import limit_threads
+from refseg.engine.training.products import matmul_stack
+from refseg.engine.training.threads import limit_threads
 
 rng = np.random.default_rng(5)
 for planes, m, k, n in ((1, 49, 4608, 512), (4, 784, 256, 96)):
@@ -299,7 +299,7 @@ for planes, m, k, n in ((1, 49, 4608, 512), (4, 784, 256, 96)):
 @pytest.mark.infrastructure
 def test_a_threads_first_product_gives_the_bits_of_a_prepared_thread(tmp_path):
     """The tile loop makes one preparing product on each thread before its first tile (SciPy's
-    OpenBLAS runs slowly on a thread until then, ``autograd/_gemm.pxi``). In a fresh process,
+    OpenBLAS runs slowly on a thread until then, ``engine/training/_gemm.pxi``). In a fresh process,
     products made on a thread that has not been prepared (the twin's, first) and after it must
     agree bit for bit with the tile loop's."""
     run = subprocess.run([sys.executable, "-c", _FRESH_THREAD_SCRIPT], cwd=tmp_path,

@@ -1,0 +1,92 @@
+"""glibc's allocator while a job makes a few whole-image arrays once each: memory that follows
+the arrays alive.
+
+``refseg edges`` peaks at a few whole-image arrays, each made once. With glibc's defaults, the
+threshold above which a block is mapped on its own rises to the size of the last mapped block
+freed (up to 32 MiB), and the heap keeps what is freed below it: the decoder's and each
+operator's freed memory then add up to about a byte per pixel beside the extraction's peak.
+``return_freed_memory`` fixes both thresholds at glibc's start-up values for the length of a
+``with`` block, so that every block above 128 KiB is mapped on its own and unmapped when freed,
+and hands back what the heap holds on entry.
+
+The user's own settings (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
+``glibc.malloc`` tunables in ``GLIBC_TUNABLES``) stand: the block then changes nothing. On a C
+library without ``mallopt`` (musl, macOS) it does nothing. A part of the program that fixed
+thresholds of its own (the engine's ``keep_freed_memory``) registers them with
+``thresholds_after_blocks``, and they are put back when a block ends.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+
+INFRASTRUCTURE = "the C allocator's thresholds: memory only, no claim element"
+
+#: ``mallopt`` parameters (glibc's malloc.h).
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+
+#: glibc's start-up values of both thresholds (malloc.h's DEFAULT_MMAP_THRESHOLD_MIN and
+#: DEFAULT_TRIM_THRESHOLD), which ``return_freed_memory`` fixes for a while.
+GLIBC_MMAP_THRESHOLD = 128 << 10
+GLIBC_TRIM_THRESHOLD = 128 << 10
+
+#: Environment variables through which glibc takes these settings at start-up.
+USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+# (mmap, trim) thresholds to put back after a block, or None: glibc's start-up values stay
+_AFTER: list = [None]
+
+
+def user_has_chosen(environ=None) -> bool:
+    """Whether the environment sets glibc's thresholds (then refseg leaves them alone)."""
+    environ = os.environ if environ is None else environ
+    return (any(name in environ for name in USER_SETTINGS)
+            or "glibc.malloc" in environ.get("GLIBC_TUNABLES", ""))
+
+
+def c_function(name, argtypes):
+    """The C library's function ``name`` (returning int), or None where it has none."""
+    try:
+        function = getattr(ctypes.CDLL(None), name)
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    return function
+
+
+def set_thresholds(mmap_threshold: int, trim_threshold: int) -> bool:
+    """Fix glibc's mmap and trim thresholds; whether both were set."""
+    mallopt = c_function("mallopt", (ctypes.c_int, ctypes.c_int))
+    return mallopt is not None and bool(mallopt(M_MMAP_THRESHOLD, mmap_threshold)
+                                        and mallopt(M_TRIM_THRESHOLD, trim_threshold))
+
+
+def thresholds_after_blocks(mmap_threshold: int, trim_threshold: int) -> None:
+    """The thresholds that ``return_freed_memory`` puts back when a block ends."""
+    _AFTER[0] = (mmap_threshold, trim_threshold)
+
+
+@contextlib.contextmanager
+def return_freed_memory():
+    """Within the block, glibc's start-up thresholds, fixed: each block above 128 KiB is mapped
+    on its own and unmapped when freed, and free memory at the top of the heap is handed back.
+
+    On entry the free memory the heap already holds is handed back too (``malloc_trim``); on
+    exit the thresholds registered with :func:`thresholds_after_blocks` are set again (none
+    registered: the start-up values stay). With the user's own settings the block runs
+    unchanged.
+    """
+    if user_has_chosen() or not set_thresholds(GLIBC_MMAP_THRESHOLD, GLIBC_TRIM_THRESHOLD):
+        yield
+        return
+    trim = c_function("malloc_trim", (ctypes.c_size_t,))
+    if trim is not None:
+        trim(0)
+    try:
+        yield
+    finally:
+        if _AFTER[0] is not None:
+            set_thresholds(*_AFTER[0])
