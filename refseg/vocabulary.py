@@ -12,6 +12,7 @@ import them from here, so each is typed once.
   :mod:`refseg.workers`, ``refseg.run.config.RANGES``);
 - :data:`MIN_SIZE`: the smallest image side, which :mod:`refseg.images` checks on reading and
   claim 1's 3x3 operators need;
+- :data:`ROUTES`, :data:`DEFAULT_ROUTE`: the routes of a prediction (``--route``);
 - :data:`GOLDEN_PARTS`: the parts of a golden bundle, :data:`refseg.golden.format.PARTS`
   (``golden check --part``).
 """
@@ -35,6 +36,11 @@ MAX_PIXELS_CEILING = 10 ** 10
 MAX_JOBS = 1024
 #: Smallest image side the 3x3 operators of claim 1 accept (R-border).
 MIN_SIZE = 3
+#: The two routes of a prediction: the engine's plan, or the reference's layer graph
+#: (``refseg predict --route``, :func:`refseg.engine.predictor`).
+ROUTES = ("engine", "reference")
+#: The route ``refseg predict``, ``refseg evaluate`` and the demo's evaluation take.
+DEFAULT_ROUTE = "engine"
 #: The parts of a golden bundle, in pipeline order: claim 1's arrays, the network's, the
 #: autograd ops'.
 GOLDEN_PARTS = ("claim1", "net", "ops")

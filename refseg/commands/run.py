@@ -13,7 +13,7 @@ from pathlib import Path
 from refseg.commands.verb import (Verb, add_jobs, add_max_pixels, input_size, optional_path,
                                   size_text)
 from refseg.data.kinds import INPUT_KINDS
-from refseg.engine import DEFAULT_ROUTE, ROUTES
+from refseg.vocabulary import DEFAULT_ROUTE, ROUTES
 from refseg.run.config import BRANCHES, DemoSettings, TrainConfig
 from refseg.data.synthetic_options import WELD_SHAPE
 

@@ -30,13 +30,10 @@ products tiled over the threads), its thread sizing and allocator settings, inst
 autograd through ``refseg.autograd.seam``.
 """
 from refseg.engine.switch import engine_enabled, use_engine
+from refseg.vocabulary import DEFAULT_ROUTE, ROUTES
 
 INFRASTRUCTURE = "the choice between the engine and the reference route"
 
-#: The two routes of a prediction: the engine's plan, or the reference's layer graph.
-ROUTES = ("engine", "reference")
-#: The route ``refseg predict``, ``refseg evaluate`` and the demo's evaluation take.
-DEFAULT_ROUTE = "engine"
 
 # Imported on first use, not here: the planner imports the models and the autograd.
 _LAZY = {"Plan": "refseg.engine.planner", "plan": "refseg.engine.planner",

@@ -134,7 +134,8 @@ def _fake_training(monkeypatch, accuracies):
                                          "class_iou": np.array([0.01, np.nan, 0.3]),
                                          "mean_iou": 0.2, "boundary_f1": 0.4})()
 
-    def fake_evaluate(test, runs):
+    def fake_evaluate(test, runs, route):
+        assert route == "reference"  # the downstream scores are the reference route's
         c = seen[-1]
         return [Row(accuracies[(c.seed, c.input_kind, c.feature_reading)])], None, None
 
