@@ -247,6 +247,15 @@ class VariantResult:
     feature_image : ndarray of shape (M, N), float32 in [0, 1]
         What a network gets: the feature map, or for "continuous-graded" the weighted
         response sum_i w_i E_i (= F + offset - 1) before the decision.
+    responses : dict of str to ndarray of shape (M, N), float64
+        Each operator's raw response (gradient magnitude; the signed Laplacian), keys as
+        :data:`OPERATORS`.
+    thresholds : dict of str to dict of str to float
+        The thresholds each binary map was cut at (as :func:`features.extract`'s); empty
+        for the continuous kinds.
+    statistics : dict of str to ndarray
+        ``mean_image``, ``std``, ``mean``, ``cv`` and ``intermediate_cv`` of the edge images,
+        as :func:`features.extract` gives them.
     """
 
     gray: np.ndarray
@@ -256,6 +265,9 @@ class VariantResult:
     final_weight: np.ndarray
     feature_map: np.ndarray
     feature_image: np.ndarray
+    responses: dict = field(default_factory=dict)
+    thresholds: dict = field(default_factory=dict)
+    statistics: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------- pre-processing
@@ -328,8 +340,9 @@ def _normalised(response):
 
 
 def _canny(gx, gy, m, v, backend):
+    """(edge image, thresholds)."""
     if v.edge_kind != "binary":
-        return _normalised(np.where(_nms(gx, gy, m, 0.0, 0.0, backend) > 0, m, 0.0))
+        return _normalised(np.where(_nms(gx, gy, m, 0.0, 0.0, backend) > 0, m, 0.0)), {}
     if v.thresholds == "matlab":
         high = float(np.quantile(m, MATLAB_CANNY_QUANTILE))
         low = MATLAB_CANNY_LOW_RATIO * high
@@ -337,24 +350,26 @@ def _canny(gx, gy, m, v, backend):
         otsu = ops._otsu(m, ops.OTSU_BINS, backend)
         low, high = ((otsu, v.canny_ratio * otsu) if v.canny_otsu == "low"
                      else (otsu / v.canny_ratio, otsu))
+    thresholds = {"low": low, "high": high}
     if v.canny_connectivity == 8:
-        return ops._canny_from_gradient(gx, gy, m, low, high, backend).edges
+        return ops._canny_from_gradient(gx, gy, m, low, high, backend).edges, thresholds
     candidates = _nms(gx, gy, m, low, high, backend)
     labels, _ = ndimage.label(candidates > 0)  # SciPy's default structure: 4-neighbours
     strong = np.unique(labels[candidates == 2])
-    return np.isin(labels, strong[strong > 0]).astype(np.uint8)
+    return np.isin(labels, strong[strong > 0]).astype(np.uint8), thresholds
 
 
 def _gradient_edges(name, gx, gy, m, v, backend):
+    """(edge image, thresholds)."""
     if v.edge_kind != "binary":
-        return _normalised(m)
+        return _normalised(m), {}
     if v.thresholds == "matlab":
         t = math.sqrt(MATLAB_GRADIENT_SCALE * float(np.mean(m * m)))
     else:
         t = ops._otsu(m, ops.OTSU_BINS, backend)
     if v.thin_gradients:
-        return (_nms(gx, gy, m, t, t, backend) > 0).astype(np.uint8)
-    return ops._threshold_magnitude(name, m, t, backend).edges
+        return (_nms(gx, gy, m, t, t, backend) > 0).astype(np.uint8), {"magnitude": t}
+    return ops._threshold_magnitude(name, m, t, backend).edges, {"magnitude": t}
 
 
 def _jump_strength(response):
@@ -380,35 +395,41 @@ def _jump_strength(response):
 
 
 def _log_edges(blurred, v, backend):
+    """(edge image, the signed response, thresholds)."""
     default_response = v.log_kernel == "laplace4" and v.border == "reflect101"
     if (default_response and v.edge_kind == "binary" and v.thresholds == "otsu"
             and v.log_ratio == ops.LOG_JUMP_RATIO and v.log_side == "negative"):
-        return ops._log(blurred, None, backend).edges
+        r = ops._log(blurred, None, backend)
+        return r.edges, r.response, r.thresholds
     if v.log_kernel == "log13":
         response = ndimage.correlate(blurred, log13_kernel(), mode=BORDERS[v.border][1])
     else:
         kernel = ops.LAPLACE_4 if v.log_kernel == "laplace4" else LAPLACE_8
         response = _correlate(blurred, kernel, v.border, backend)
+    signed = response
     response = np.ascontiguousarray(response if v.log_side == "negative" else -response)
     if v.edge_kind != "binary":
-        return _normalised(_jump_strength(response))
+        return _normalised(_jump_strength(response)), signed, {}
     if v.thresholds == "matlab":
         t = MATLAB_LOG_SCALE * float(np.mean(np.abs(response)))
     else:
         t = v.log_ratio * ops._otsu(response, ops.OTSU_BINS, backend, absolute=True)
     edges = np.empty(response.shape, dtype=np.uint8)
     kernels(backend).zero_crossings(response, t, edges)
-    return edges
+    return edges, signed, {"slope": t}
 
 
 # ------------------------------------------------------------------------ weights, vote
 def _statistics(edges, v, backend):
-    """Weights of the four maps under the variant's R-mean, R-std, R-cv, R-empty and
-    R-weights choices; the chosen ones take :func:`features.extract`'s own path."""
+    """(weights, statistics) of the four maps under the variant's R-mean, R-std, R-cv,
+    R-empty and R-weights choices; the chosen ones take :func:`features.extract`'s own path.
+    ``statistics``: ``mean_image`` (M, N), ``std``, ``mean`` and ``cv`` (length 4, operator
+    order) and ``intermediate_cv``, as the golden bundle names them."""
     stats_default = (v.map_scale == 1.0 and v.std_about == "mean_image" and v.std_ddof == 0
                      and v.cv_mean == "own" and v.edge_kind == "binary")
     if stats_default:
-        _, std, mean = weighting._binary_statistics(weighting.binary_stack(edges), backend)
+        mean_img, std, mean = weighting._binary_statistics(weighting.binary_stack(edges),
+                                                           backend)
     else:
         maps = {k: np.asarray(edges[k], dtype=np.float64) * v.map_scale for k in OPERATORS}
         mean_img = weighting.mean_image(maps)
@@ -423,14 +444,18 @@ def _statistics(edges, v, backend):
         if v.cv_mean == "mean_image":
             mean = dict.fromkeys(OPERATORS, float(np.mean(mean_img)))
     cv = weighting.coefficients_of_variation(std, mean)
+    stats = {"mean_image": mean_img, "std": np.array([std[k] for k in OPERATORS]),
+             "mean": np.array([mean[k] for k in OPERATORS]),
+             "cv": np.array([cv[k] for k in OPERATORS]),
+             "intermediate_cv": np.float64(weighting.intermediate_cv(cv))}
     empty = [k for k in OPERATORS if mean[k] == 0]
     if v.empty == "takes_all" and empty and len(empty) < len(OPERATORS):
-        return {k: (1.0 / len(empty) if k in empty else 0.0) for k in OPERATORS}
+        return {k: (1.0 / len(empty) if k in empty else 0.0) for k in OPERATORS}, stats
     if v.weights == "equal":
-        return dict.fromkeys(OPERATORS, 1.0 / len(OPERATORS))
+        return dict.fromkeys(OPERATORS, 1.0 / len(OPERATORS)), stats
     if v.weights == "inverse":
         cv = {k: (1.0 / c if c > 0 else 0.0) for k, c in cv.items()}
-    return weighting.operator_weights(cv)
+    return weighting.operator_weights(cv), stats
 
 
 def vote(edges, weights, variant: Variant = Variant(), *, backend: str = "cython"):
@@ -516,17 +541,25 @@ def extract_variant(rgb, variant: Variant = Variant(), *,
     blurred = _correlate(g, kernel, v.border, backend)
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
     px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
-    edges = {"canny": _canny(gx, gy, magnitude, v, backend),
-             "sobel": _gradient_edges("sobel", gx, gy, magnitude, v, backend),
-             "prewitt": _gradient_edges("prewitt", px, py, prewitt, v, backend),
-             "log": _log_edges(blurred, v, backend)}
-    weights = _statistics(edges, v, backend)
+    made = {"canny": _canny(gx, gy, magnitude, v, backend),
+            "sobel": _gradient_edges("sobel", gx, gy, magnitude, v, backend),
+            "prewitt": _gradient_edges("prewitt", px, py, prewitt, v, backend)}
+    log_edges, log_response, log_thresholds = _log_edges(blurred, v, backend)
+    edges = {k: e for k, (e, _) in made.items()}
+    edges["log"] = log_edges
+    thresholds = {k: t for k, (_, t) in made.items() if t}
+    if log_thresholds:
+        thresholds["log"] = log_thresholds
+    responses = {"canny": magnitude, "sobel": magnitude, "prewitt": prewitt,
+                 "log": log_response}
+    weights, statistics = _statistics(edges, v, backend)
     final, feature_map = vote(edges, weights, v, backend=backend)
     if v.edge_kind == "continuous-graded":
         image = np.clip(final + (v.offset - 1.0), 0.0, 1.0).astype(np.float32)
     else:
         image = feature_map.astype(np.float32)
-    return VariantResult(gray, blurred, edges, weights, final, feature_map, image)
+    return VariantResult(gray, blurred, edges, weights, final, feature_map, image, responses,
+                         thresholds, statistics)
 
 
 def feature_image(rgb, name: str | None = None) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 
 from refseg import publish
 from refseg.errors import InputError
-from refseg.golden.flagged import diagnose, diagnosis_lines
+from refseg.golden.diagnosis import diagnosis_lines, explain
 from refseg.golden.format import (PARTS, array_sha256, block_sums, chosen_parts, part_of,
                                   read_bundle, read_npz, summary_statistics)
 
@@ -396,8 +396,9 @@ def check_bundle(folder, candidate, select=None, parts=None,
         One row per checked array, in the manifest's (pipeline) order, then one per
         unexpected key (a key of a part not checked is not one); ``passed`` is False on any
         failure, missing output or (unless ``allow_extra``) unexpected key; ``diagnosis``:
-        the alternative readings the failing claim-1 arrays match
-        (:func:`refseg.golden.flagged.diagnose`).
+        an entry per root cause (the alternative reading that explains it, or "no known
+        reading", with the shape of the difference) and the agreements not claimed
+        (:func:`refseg.golden.diagnosis.explain`).
 
     Notes
     -----
@@ -430,9 +431,7 @@ def check_bundle(folder, candidate, select=None, parts=None,
             continue
         rows.append(check_array(name, entry, stored, values[name]))
     link_causes(rows, entries)
-    flagged = manifest.get("flagged")
-    diagnosis = (diagnose(flagged["vectors"], flagged["notes"], stored, rows, values, entries)
-                 if flagged else [])
+    diagnosis = explain(manifest, stored, rows, values)
     # keys of parts not checked are another check's business
     unexpected = sorted(k for k in set(values) - set(entries)
                         if part_of(k) in parts or part_of(k) not in PARTS)

@@ -32,8 +32,17 @@ from refseg.registry import load_registry
 
 INFRASTRUCTURE = "golden files: flagged vectors of the alternative readings"
 
-#: The claim-1 steps an alternative's arrays are compared at, in pipeline order.
-STEPS = ("gray", "blurred", *(f"edges/{op}" for op in OPERATORS), "weights", "final_weight",
+#: The thresholds of each operator, as the bundle names them (``threshold/<op>/<key>``).
+THRESHOLD_KEYS = {"canny": ("low", "high"), "sobel": ("magnitude",),
+                  "prewitt": ("magnitude",), "log": ("slope",)}
+#: The claim-1 steps an alternative's arrays are compared at, in pipeline order: every
+#: claim-1 array of the bundle, so that a failing array upstream of a match is either one the
+#: alternative changes as well or one that contradicts it.
+STEPS = ("gray", "blurred",
+         *(s for op in OPERATORS for s in (f"response/{op}",
+                                           *(f"threshold/{op}/{k}" for k in THRESHOLD_KEYS[op]),
+                                           f"edges/{op}")),
+         "mean_image", "std", "mean", "cv", "intermediate_cv", "weights", "final_weight",
          "feature_map")
 #: Positions of a float image stored in its fingerprint, and its blocks.
 FINGERPRINT_SAMPLE = 256
@@ -71,7 +80,9 @@ RESULTS = {
 
 
 def step_tolerance(step: str) -> str:
-    """The tolerance kind of a claim-1 step: ``exact`` for the binary maps, else ``float64``."""
+    """The tolerance kind of a claim-1 step: ``exact`` for the binary maps, else ``float64``
+    (a continuous edge image in place of a binary map is matched as ``float64`` too,
+    :func:`match_kind`)."""
     return "exact" if step.startswith("edges/") or step == "feature_map" else "float64"
 
 
@@ -83,10 +94,16 @@ def result_of(name: str) -> tuple[str, str]:
 
 
 def variant_arrays(rgb, variant=None) -> dict[str, np.ndarray]:
-    """The arrays of :data:`STEPS` for one image under a variant (None: refseg's readings)."""
+    """The arrays of :data:`STEPS` for one image under a variant (None: refseg's readings);
+    a variant without thresholds (the continuous edge kinds) has no ``threshold/*`` arrays."""
     r = alternatives.extract_variant(rgb, variant or alternatives.Variant())
     out = {"gray": r.gray, "blurred": r.blurred}
-    out.update({f"edges/{op}": np.asarray(r.edges[op]) for op in OPERATORS})
+    for op in OPERATORS:
+        out[f"response/{op}"] = r.responses[op]
+        for key, value in r.thresholds.get(op, {}).items():
+            out[f"threshold/{op}/{key}"] = np.float64(value)
+        out[f"edges/{op}"] = np.asarray(r.edges[op])
+    out.update(r.statistics)
     out["weights"] = np.array([r.weights[op] for op in OPERATORS], dtype=np.float64)
     out.update(final_weight=r.final_weight, feature_map=r.feature_map)
     return out
@@ -128,7 +145,8 @@ class _Store:
         key = f"flagged/{digest[:20]}"
         entry = {"sha256": digest, "shape": list(array.shape), "dtype": array.dtype.str}
         if array.dtype.kind in "ub" or array.ndim < 2:
-            self.members.setdefault(key, np.ascontiguousarray(array))
+            # np.ascontiguousarray would make a threshold's 0-d array 1-d
+            self.members.setdefault(key, np.array(array, order="C"))
             return {**entry, "storage": "full", "member": key}
         index_key = f"flagged@index/{name}"
         if index_key not in self.members:
@@ -162,7 +180,7 @@ def compute_changes(images: dict) -> dict:
         for name, rgb in images.items():
             arrays = variant_arrays(rgb, alt.variant)
             changed = {}
-            for step in STEPS:
+            for step in (s for s in STEPS if s in arrays):
                 count, units = difference(arrays[step], base[name][step], step_tolerance(step))
                 if count or arrays[step].dtype != base[name][step].dtype:
                     changed[step] = (arrays[step], count, units)
@@ -312,12 +330,28 @@ def vector_matches(entry: dict, members: dict, value, kind: str,
     return 0 if ok else None
 
 
-def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict) -> list:
+def ancestors(name: str, entries: dict) -> list[str]:
+    """Every array ``name`` is computed from, transitively (the manifest's
+    ``computed_from``), in pipeline order."""
+    order = {n: i for i, n in enumerate(entries)}
+    seen, todo = set(), list(entries[name]["computed_from"])
+    while todo:
+        source = todo.pop()
+        if source in entries and source not in seen:
+            seen.add(source)
+            todo += entries[source]["computed_from"]
+    return sorted(seen, key=order.__getitem__)
+
+
+def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict,
+             unclaimed: bool = False) -> list:
     """The alternatives a candidate matches, root cause first.
 
     An alternative matches an image when the first of its arrays that the candidate gives
-    fails the bundle and matches the alternative's (:func:`vector_matches`), and no earlier
-    claim-1 step of that image fails.
+    fails the bundle and matches the alternative's (:func:`vector_matches`), and no array that
+    one is computed from fails: every failing array upstream of it is one the alternative
+    leaves as refseg's, so the candidate contradicts the alternative there and the agreement
+    downstream is another cause's effect.
 
     Parameters
     ----------
@@ -332,18 +366,22 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     values : dict of str to ndarray
         The candidate's arrays.
     entries : dict
-        The manifest's array entries, in pipeline order (their tolerances).
+        The manifest's array entries, in pipeline order (their tolerances, ``computed_from``).
+    unclaimed : bool
+        Also return the agreements downstream of a failing array (``verdict`` "not
+        claimed", with ``contradicted_by``: the failing upstream root causes).
 
     Returns
     -------
     list of dict
-        Per matched (alternative, image): ``array`` (the earliest failing array of the
-        alternative's, where it matches), ``reading``, ``alternative``, ``result``, ``image``,
-        ``does``, ``apart`` and ``from_golden`` (elements from the alternative's array and
-        from refseg's; ``apart`` is 0 for a match within the tolerance), ``root_cause`` (whether that array is a root cause of the check),
-        ``also_matches`` (later failing arrays that match too) and ``differs_at`` (arrays
-        the alternative changes where the candidate does not follow it), ordered by the
-        array's place in the pipeline.
+        Per matched (alternative, image): ``verdict`` ("matches"), ``array`` (the earliest
+        failing array of the alternative's, where it matches), ``reading``, ``alternative``,
+        ``result``, ``image``, ``does``, ``apart`` and ``from_golden`` (elements from the
+        alternative's array and from refseg's; ``apart`` is 0 for a match within the
+        tolerance), ``root_cause`` (always True for a match), ``also_matches`` (later
+        failing arrays that match too) and ``differs_at`` (arrays the alternative changes
+        where the candidate does not follow it), ordered by the array's place in the
+        pipeline.
     """
     order = {name: i for i, name in enumerate(entries)}
     status = {r.name: r for r in rows}
@@ -354,10 +392,6 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
         failing = [n for n in supplied if status[n].status == "fail"]
         if not failing or failing[0] != supplied[0]:
             continue  # the candidate does not follow the alternative at its first step
-        steps = (f"claim1/{vector['image']}/{step}" for step in STEPS)
-        if any(status[n].status == "fail" for n in steps
-               if n in status and order[n] < order[failing[0]]):
-            continue  # an earlier step fails that the alternative leaves as it is
 
         def apart(name):
             kind = entries[name]["tolerance"]["name"]
@@ -367,15 +401,21 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
         first = apart(failing[0])
         if first is None:
             continue
+        upstream = [n for n in ancestors(failing[0], entries)
+                    if n in status and status[n].status == "fail"]
+        if upstream and not unclaimed:
+            continue
         also = [n for n in failing[1:] if apart(n) is not None]
         reading, name = vector["flags"]
-        found.append({"array": failing[0], "reading": reading, "alternative": name,
-                      "result": vector["result"], "image": vector["image"],
-                      "does": notes[name]["does"], "apart": first,
-                      "from_golden": status[failing[0]].count,
-                      "root_cause": status[failing[0]].root_cause, "also_matches": also,
-                      "differs_at": [n for n in supplied if n not in also
-                                     and n != failing[0]]})
+        entry = {"verdict": "not claimed" if upstream else "matches", "array": failing[0],
+                 "reading": reading, "alternative": name, "result": vector["result"],
+                 "image": vector["image"], "does": notes[name]["does"], "apart": first,
+                 "from_golden": status[failing[0]].count, "root_cause": not upstream,
+                 "also_matches": also,
+                 "differs_at": [n for n in supplied if n not in also and n != failing[0]]}
+        if upstream:
+            entry["contradicted_by"] = status[failing[0]].follows or upstream
+        found.append(entry)
     # of the alternatives matching one array, the closest (a sparse map is near several), and
     # of those the ones the candidate follows furthest (continuous-literal and -graded share
     # their edge maps and part at the vote)
@@ -384,8 +424,9 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
 
     closest = {}
     for d in found:
-        closest[d["array"]] = min(closest.get(d["array"], rank(d)), rank(d))
-    found = [d for d in found if rank(d) == closest[d["array"]]]
+        key = d["array"], d["verdict"]
+        closest[key] = min(closest.get(key, rank(d)), rank(d))
+    found = [d for d in found if rank(d) == closest[d["array"], d["verdict"]]]
     found.sort(key=lambda d: (not d["root_cause"], order[d["array"]]))
     return found
 
@@ -412,22 +453,3 @@ def image_vectors(image: str, rgb) -> tuple[list, dict, dict]:
                         "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
                         "arrays": arrays})
     return vectors, notes, members
-
-
-def diagnosis_lines(diagnosis: list, rows) -> list[str]:
-    """``diagnosis:`` lines: one per match, then one per image whose root cause no known
-    reading matches."""
-    lines = [f"diagnosis: {d['array']}: matches {d['reading']} {d['alternative']} "
-             f"({d['does']}; {d['result']}"
-             + (f"; {d['apart']} elements apart, {d['from_golden']} from refseg's"
-                if d["apart"] else "") + ")" for d in diagnosis]
-    matched = {d["image"] for d in diagnosis}
-    roots: dict[str, list] = {}
-    for r in rows:
-        if r.root_cause and r.part == "claim1":
-            roots.setdefault(r.group, []).append(r.name)
-    for group, names in roots.items():
-        if group.split("/", 1)[-1] not in matched:
-            lines.append(f"diagnosis: {group}: no known reading matches (root cause "
-                         f"{', '.join(names)})")
-    return lines
