@@ -64,8 +64,10 @@ def test_an_outside_alternative_is_diagnosed_by_name_on_every_image(
     folder, manifest = golden_bundle[:2]
     status, report, text = _outside_candidate(example, folder, tmp_path, alternative, capsys)
     assert status == 1 and not report["passed"]
-    found = report["diagnosis"]
+    found = [d for d in report["diagnosis"] if d["verdict"] == "matches"]
     assert {(d["reading"], d["alternative"]) for d in found} == {(reading, alternative)}
+    # every root cause is explained by the match: nothing is left undiagnosed
+    assert all(d["verdict"] in ("matches", "not claimed") for d in report["diagnosis"])
     assert sorted(d["image"] for d in found) == sorted(_images(manifest))
     for d in found:
         line = (f"diagnosis: {d['array']}: matches {reading} {alternative} "
@@ -83,7 +85,12 @@ def test_a_misreading_no_alternative_covers_matches_no_known_reading(golden_bund
     matches, and the check says so image by image."""
     folder, manifest = golden_bundle[:2]
     status, report, text = _outside_candidate(example, folder, tmp_path, "gray-bgr", capsys)
-    assert status == 1 and report["diagnosis"] == []
+    assert status == 1
+    # one entry per root cause, "no known reading" (not an empty list, which would say
+    # nothing was diagnosed)
+    assert sorted(d["array"] for d in report["diagnosis"]) == sorted(
+        f"claim1/{image}/gray" for image in _images(manifest))
+    assert {d["verdict"] for d in report["diagnosis"]} == {"no known reading"}
     for image in _images(manifest):
         assert (f"diagnosis: claim1/{image}: no known reading matches (root cause "
                 f"claim1/{image}/gray)") in text
@@ -106,7 +113,13 @@ def test_flagged_vectors_carry_results_flags_notes_and_the_indistinguishable(gol
     assert flagged["notes"]["offset-1.45"]["result"] == "acceptable"
     assert flagged["notes"]["gray-average"]["paragraphs"].startswith("[00")
     silent = next(g for g in flagged["indistinguishable"] if g["from"] == "refseg's reading")
-    assert sorted(silent["alternatives"]) == ["empty-takes-all", "mean-255", "std-ddof-1"]
+    # mean-255 and std-ddof-1 leave the weights as they are but change the statistics,
+    # which the flagged vectors cover as every other claim-1 array
+    assert sorted(silent["alternatives"]) == ["empty-takes-all"]
+    assert flagged["notes"]["mean-255"]["effect"]["coffee"]["first_array"] == \
+        "claim1/coffee/mean_image"
+    assert flagged["notes"]["std-ddof-1"]["effect"]["coffee"]["first_array"] == \
+        "claim1/coffee/std"
     for vector in flagged["vectors"]:
         reading, name = vector["flags"]
         assert BY_NAME[name].reading == reading and vector["result"] in ("acceptable",
