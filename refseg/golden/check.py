@@ -24,6 +24,7 @@ import numpy as np
 from refseg import publish
 from refseg.errors import InputError
 from refseg.golden.diagnosis import diagnosis_lines, explain
+from refseg.golden.rounding import apply_rounding
 from refseg.golden.format import (PARTS, array_sha256, block_sums, chosen_parts, part_of,
                                   read_bundle, read_npz, summary_statistics)
 
@@ -53,6 +54,10 @@ class CheckRow:
     count: int | None = None
     positions: list = field(default_factory=list)
     follows: list = field(default_factory=list)
+    #: a pass by the rounding rule (refseg.golden.rounding): the rounding-level pixels that
+    #: differ from refseg's map, or -1 for an array that agrees with the values recomputed
+    #: from the candidate's own rounding-level maps; 0 otherwise
+    rounding: int = 0
 
     @property
     def part(self) -> str:
@@ -82,7 +87,7 @@ class CheckRow:
                 "identical": self.identical, "count": self.count,
                 "positions": [list(p) for p in self.positions], "part": self.part,
                 "group": self.group, "root_cause": self.root_cause,
-                "follows": list(self.follows)}
+                "follows": list(self.follows), "rounding": self.rounding}
 
 
 @dataclass
@@ -197,7 +202,12 @@ def _pos(p) -> str:
 def _row_line(r: CheckRow, width: int) -> str:
     errors = ("" if r.max_abs is None else
               f"abs {r.max_abs:.3e}  rel {r.max_rel:.3e}  ")
-    if r.status == "pass":
+    if r.status == "pass" and r.rounding:
+        note = (f"{r.rounding} rounding-level pixels differ (decisions within the float "
+                "tolerance of a tie or threshold; the manifest's rule on the candidate's own "
+                "arrays)" if r.rounding > 0 else "agrees with the values recomputed from the "
+                "candidate's rounding-level maps")
+    elif r.status == "pass":
         note = "bit-identical" if r.identical else (
             f"first difference at {_pos(r.position)}" if r.position is not None else "")
     else:
@@ -430,6 +440,7 @@ def check_bundle(folder, candidate, select=None, parts=None,
                 rows.append(CheckRow(name, "missing", "not in the candidate"))
             continue
         rows.append(check_array(name, entry, stored, values[name]))
+    apply_rounding(rows, entries, stored, values)
     link_causes(rows, entries)
     diagnosis = explain(manifest, stored, rows, values)
     # keys of parts not checked are another check's business

@@ -70,7 +70,34 @@ ACCEPTABLE = {
     "offset-1.45": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
     "offset-1.55": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
     "offset-1.6": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
+    "skimage.filters.sobel": "the text fixes no scale of the gradient; Otsu's threshold "
+                             "follows the scale",
+    "skimage.filters.threshold_otsu": "the text gives no threshold; Otsu's binning is open",
+    "cv2.Canny-L2": "the text names Canny only; the precision of its gradients is open",
+    "cv2.Canny-L1": "the text names Canny only; its gradient norm is open",
+    "cv2.Laplacian-ksize3": "the text gives no Laplacian kernel",
 }
+#: The library calls (with their defaults) that give an alternative of the readings exactly,
+#: for the notes: the diagnosis then names the call an engineer wrote.
+LIBRARY_CALLS = {
+    "border-replicate": ["scipy.ndimage.correlate / convolve / sobel / prewitt / laplace "
+                         "(default mode 'reflect', the same as replicate for a 3x3 kernel)",
+                         "a 3x3 filter in mode 'nearest' (skimage.filters.gaussian's default "
+                         "mode)",
+                         "cv2 borderType=BORDER_REPLICATE"],
+    "border-zero": ["scipy.signal.convolve2d / correlate2d (default boundary 'fill')",
+                    "cv2 borderType=BORDER_CONSTANT"],
+    "gauss-binomial": ["cv2.GaussianBlur(gray, (3, 3), 0)"],
+    "canny-4-connected": ["skimage.filters.apply_hysteresis_threshold (labels through 4 "
+                          "neighbours)"],
+    "binary-matlab": ["MATLAB edge(I, 'canny' | 'sobel' | 'prewitt' | 'log') defaults"],
+    "log-laplace8": ["a 3x3 all-ones Laplacian (e.g. scipy.ndimage.generic_laplace with "
+                     "diagonals)"],
+    "log-13x13": ["MATLAB fspecial('log', 13, 2)"],
+}
+#: Every alternative a bundle carries flagged vectors of: the readings' alternatives, then
+#: the libraries' defaults.
+FLAGGED = (*alternatives.ALTERNATIVES, *alternatives.LIBRARY_DEFAULTS)
 #: What each result means, for the manifest.
 RESULTS = {
     "valid": "refseg's reading: the bundle's own arrays (manifest 'arrays')",
@@ -176,7 +203,7 @@ def compute_changes(images: dict) -> dict:
     ``None``."""
     base = {name: variant_arrays(rgb) for name, rgb in images.items()}
     out = {None: base}
-    for alt in alternatives.ALTERNATIVES:
+    for alt in FLAGGED:
         for name, rgb in images.items():
             arrays = variant_arrays(rgb, alt.variant)
             changed = {}
@@ -197,7 +224,7 @@ def _same(a: dict, b: dict) -> bool:
 
 
 def _indistinguishable(changes: dict, images) -> list[dict]:
-    names = [a.name for a in alternatives.ALTERNATIVES]
+    names = [a.name for a in FLAGGED]
     silent = [n for n in names if not any((n, i) in changes for i in images)]
     groups = []
     if silent:
@@ -239,7 +266,7 @@ def flagged_section(images: dict) -> tuple[dict, dict]:
     changes = compute_changes(images)
     store = _Store()
     notes, vectors = {}, []
-    for alt in alternatives.ALTERNATIVES:
+    for alt in FLAGGED:
         result, why = result_of(alt.name)
         effect = {}
         for image in images:
@@ -261,12 +288,20 @@ def flagged_section(images: dict) -> tuple[dict, dict]:
                             "flags": [alt.reading, alt.name], "arrays": arrays})
         notes[alt.name] = {"reading": alt.reading, "alternative": alt.name, "does": alt.text,
                            "result": result, "why": why,
-                           "paragraphs": reading_paragraphs(alt.reading), "effect": effect}
+                           "paragraphs": reading_paragraphs(alt.reading), "effect": effect,
+                           "calls": LIBRARY_CALLS.get(alt.name, [])}
     section = {
         "about": "the claim-1 arrays of each alternative reading (refseg/claim1/"
-                 "alternatives.py, spec/sensitivity.md) that differ from refseg's beyond "
-                 "their tolerance, per image; 'golden check' compares a failing candidate "
-                 "array with them and names the alternatives it matches",
+                 "alternatives.py, spec/sensitivity.md) and of each library default (named "
+                 "after the call: skimage.filters.sobel, cv2.Canny-L1, ...) that differ from "
+                 "refseg's beyond their tolerance, per image; 'golden check' compares a "
+                 "failing candidate array with them and names the alternatives it matches",
+        "diagnosis": "an alternative matches an image where the candidate fails the first "
+                     "array the alternative changes, agrees with the alternative's array "
+                     "there, and fails no array that one is computed from (computed_from, "
+                     "transitively); an agreement below a failing array the alternative "
+                     "leaves as refseg's is reported as 'not claimed' with that array; a "
+                     "root cause no alternative explains is reported as 'no known reading'",
         "storage": {"full": "member: the array itself",
                     "fingerprint": f"sample.value: the values at the {FINGERPRINT_SAMPLE} "
                                    "C-order positions of sample.index (uint32, shared by "
@@ -437,7 +472,7 @@ def image_vectors(image: str, rgb) -> tuple[list, dict, dict]:
     bundle)."""
     changes = compute_changes({image: rgb})
     vectors, members, notes = [], {}, {}
-    for alt in alternatives.ALTERNATIVES:
+    for alt in FLAGGED:
         notes[alt.name] = {"does": alt.text}
         changed = changes.get((alt.name, image))
         if not changed:

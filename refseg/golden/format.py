@@ -55,7 +55,7 @@ FORMAT = "refseg-golden"
 #: The major version (changes when a reader of the previous one could misread a bundle) and
 #: the minor one (additions a reader may ignore); see ``manifest.schema.json``.
 FORMAT_VERSION = 3
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 READINGS = "readings.md"
@@ -386,6 +386,13 @@ def read_bundle(folder) -> tuple[dict, dict]:
                              f"{MANIFEST} records; the bundle was changed after it was written")
         if entry["storage"] == "summary":
             _check_summary_members(name, entry, arrays, arrays_path)
+        rounding = entry.get("rounding")
+        if rounding is not None:
+            mask = arrays.get(rounding["member"])
+            if not (isinstance(mask, np.ndarray) and list(mask.shape) == entry["shape"]
+                    and mask.dtype == np.uint8):
+                raise InputError(f"{arrays_path}: the rounding-level mask of {name!r} is "
+                                 "missing or does not fit it")
     _check_flagged_members(manifest["flagged"], arrays, arrays_path)
     return manifest, arrays
 
