@@ -203,10 +203,13 @@ def _row_line(r: CheckRow, width: int) -> str:
     errors = ("" if r.max_abs is None else
               f"abs {r.max_abs:.3e}  rel {r.max_rel:.3e}  ")
     if r.status == "pass" and r.rounding:
-        note = (f"{r.rounding} rounding-level pixels differ (decisions within the float "
-                "tolerance of a tie or threshold; the manifest's rule on the candidate's own "
-                "arrays)" if r.rounding > 0 else "agrees with the values recomputed from the "
-                "candidate's rounding-level maps")
+        note = {-1: "agrees with the values recomputed from the candidate's rounding-level "
+                    "maps",
+                -2: "rounding-level: the manifest's Otsu rule on the candidate's own response "
+                    "(a value on a bin edge binned by rounding)"}.get(
+            r.rounding, f"{r.rounding} rounding-level pixels differ (decisions within the "
+                        "float tolerance of a tie or threshold; the manifest's rule on the "
+                        "candidate's own arrays)")
     elif r.status == "pass":
         note = "bit-identical" if r.identical else (
             f"first difference at {_pos(r.position)}" if r.position is not None else "")

@@ -160,15 +160,68 @@ def consistent_downstream(prefix: str, values: dict) -> dict:
             "final_weight": final}
 
 
+def own_threshold(name: str, values: dict):
+    """The automatic threshold ``claim1/<image>/threshold/<op>/<key>`` that the manifest's
+    rule gives on the candidate's own response, or None."""
+    prefix, (_, op, key) = "/".join(name.split("/")[:2]), name.split("/")[2:]
+    response = _given(values, f"{prefix}/response/{op}")
+    if response is None or response.dtype != np.float64 or response.ndim != 2:
+        return None
+    response = np.ascontiguousarray(response)
+    otsu = ops._otsu(response, ops.OTSU_BINS, "cython", absolute=op == "log")
+    return {"low": otsu, "high": ops.CANNY_HIGH_RATIO * otsu, "magnitude": otsu,
+            "slope": ops.LOG_JUMP_RATIO * otsu}[key]
+
+
+def _rounding_thresholds(rows, status, entries, values) -> dict:
+    """Failing automatic thresholds whose response passes and that equal (within their
+    tolerance) the manifest's rule on the candidate's own response: a value of the response
+    on an Otsu bin edge, binned by rounding. They pass (``rounding`` -2); returns {image
+    prefix: {op: (refseg's threshold, the candidate's) per key}}."""
+    moved: dict = {}
+    for r in rows:
+        parts = r.name.split("/")
+        if r.status != "fail" or len(parts) != 5 or parts[2] != "threshold":
+            continue
+        source = status.get(f"{'/'.join(parts[:2])}/response/{parts[3]}")
+        value = _given(values, r.name)
+        if source is None or source.status != "pass" or value is None or value.ndim:
+            continue
+        own = own_threshold(r.name, values)
+        if own is None or abs(float(value) - own) > _tol(own):
+            continue
+        r.status, r.reason, r.rounding = "pass", "", -2
+        moved.setdefault("/".join(parts[:2]), {}).setdefault(parts[3], []).append(
+            float(value))
+    return moved
+
+
+def _moved_mask(op, reference_response, reference_thresholds, moved):
+    """Pixels whose decision lies between refseg's threshold and the candidate's moved one."""
+    m = np.abs(reference_response) if op == "log" else reference_response
+    if op == "log":
+        # a jump is a difference of neighbours: any pixel next to a value in the band
+        lo, hi = sorted((reference_thresholds[0], moved[0]))
+        band = (m >= lo / 2 - _tol(m)) & (m <= hi + _tol(m))
+        return ndimage.binary_dilation(band, structure=ndimage.generate_binary_structure(2, 1))
+    mask = np.zeros(m.shape, bool)
+    for ref, new in zip(reference_thresholds, moved):
+        lo, hi = sorted((ref, new))
+        mask |= (m >= lo - _tol(m)) & (m <= hi + _tol(m))
+    return mask
+
+
 def apply_rounding(rows, entries: dict, stored: dict, values: dict) -> None:
-    """Turn the failing binary maps whose differences are all rounding-level (and that follow
-    the manifest's rule on the candidate's own arrays) into passes with ``rounding`` set to
-    the pixels that differ; then compare the failing downstream arrays of such an image with
-    the candidate-consistent reference (passing with ``rounding`` -1 where they agree)."""
+    """Turn the failing automatic thresholds and binary maps whose differences are all
+    rounding-level (and that follow the manifest's rule on the candidate's own arrays) into
+    passes with ``rounding`` set (the pixels of a map that differ; -2 for a threshold); then
+    compare the failing downstream arrays of such an image with the candidate-consistent
+    reference (passing with ``rounding`` -1 where they agree)."""
     from refseg.golden.check import check_array
 
     status = {r.name: r for r in rows}
-    touched = set()
+    moved = _rounding_thresholds(rows, status, entries, values)
+    touched = set(moved)
     for r in rows:
         entry = entries[r.name]
         mask_key = (entry.get("rounding") or {}).get("member")
@@ -177,13 +230,20 @@ def apply_rounding(rows, entries: dict, stored: dict, values: dict) -> None:
                 or value.shape != tuple(entry["shape"]) or value.dtype != np.uint8):
             continue
         prefix, step = "/".join(r.name.split("/")[:2]), "/".join(r.name.split("/")[2:])
-        sources = [status.get(s) for s in entry["computed_from"]]
+        sources = [status.get(s) for s in entry["computed_from"]]  # thresholds included
         if any(s is not None and s.status == "fail" for s in sources):
             continue
         differ = value != stored[r.name]
-        if np.any(differ & ~stored[mask_key].astype(bool)):
-            r.reason += (f"; {int((differ & stored[mask_key].astype(bool)).sum())} of them "
-                         "rounding-level")
+        allowed = stored[mask_key].astype(bool)
+        op = step.split("/", 1)[-1]
+        if op in moved.get(prefix, {}):
+            keys = {"canny": ("low", "high"), "log": ("slope",)}.get(op, ("magnitude",))
+            allowed = allowed | _moved_mask(
+                op, stored[f"{prefix}/response/{op}"],
+                [float(stored[f"{prefix}/threshold/{op}/{k}"]) for k in keys],
+                [float(values[f"{prefix}/threshold/{op}/{k}"]) for k in keys])
+        if np.any(differ & ~allowed):
+            r.reason += f"; {int((differ & allowed).sum())} of them rounding-level"
             continue
         own = candidate_map(step, prefix, values)
         if own is None or not np.array_equal(own, value):
