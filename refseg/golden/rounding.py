@@ -233,8 +233,11 @@ def apply_rounding(rows, entries: dict, stored: dict, values: dict) -> None:
         sources = [status.get(s) for s in entry["computed_from"]]  # thresholds included
         if any(s is not None and s.status == "fail" for s in sources):
             continue
+        mask = stored.get(mask_key)
+        if not isinstance(mask, np.ndarray) or mask.shape != value.shape:
+            continue
         differ = value != stored[r.name]
-        allowed = stored[mask_key].astype(bool)
+        allowed = mask.astype(bool)
         op = step.split("/", 1)[-1]
         if op in moved.get(prefix, {}):
             keys = {"canny": ("low", "high"), "log": ("slope",)}.get(op, ("magnitude",))

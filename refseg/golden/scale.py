@@ -30,6 +30,7 @@ from refseg.golden.flagged import diagnose, image_vectors
 from refseg.golden.format import BundleBuilder, array_sha256, read_npz
 from refseg.golden.own import as_rgb, image_name
 from refseg.golden.claim1_arrays import add_claim1, add_input
+from refseg.golden.rounding import apply_rounding
 
 INFRASTRUCTURE = "golden files: folder-to-folder comparison"
 
@@ -59,6 +60,8 @@ def reference_arrays(name: str, rgb: np.ndarray, provenance: dict | None = None)
     add_input(bundle, name, rgb, "refseg.images.read_image", provenance or {})
     add_claim1(bundle, name, rgb)
     arrays = {n: bundle.arrays.get(n) for n in bundle.entries}
+    # the rounding-level masks of the binary maps (refseg.golden.rounding)
+    arrays.update({n: a for n, a in bundle.arrays.items() if n.endswith("@rounding")})
     return arrays, bundle.entries
 
 
@@ -84,6 +87,10 @@ def _entries_for(name: str, arrays: dict) -> dict:
             out[new] = {**entry, "shape": list(a.shape), "dtype": a.dtype.str,
                         "sha256": array_sha256(a), "storage": "full",
                         "computed_from": [rename(s) for s in entry["computed_from"]]}
+            out[new].pop("rounding", None)
+            if f"{new}@rounding" in arrays:  # reference files of earlier versions have none
+                out[new]["rounding"] = {"member": f"{new}@rounding",
+                                        "count": int(arrays[f"{new}@rounding"].sum())}
     return out
 
 
@@ -132,6 +139,7 @@ def compare_image(reference, candidate) -> dict:
             rows.append(check_array(key, entry, stored, values[key]))
         elif entry["role"] == "output":
             rows.append(CheckRow(key, "missing", "not in the candidate"))
+    apply_rounding(rows, entries, stored, values)
     link_causes(rows, entries)
     failed = [r for r in rows if r.status != "pass"]
     out.update(checked=len(rows), failed=len(failed),

@@ -139,3 +139,24 @@ def test_the_standard_bundle_fails_a_log_without_the_exact_zero_rule(golden_bund
     photos = [r for r in report.rows if r.status == "fail"
               and r.group.split("/")[1] in ("astronaut", "coffee", "chelsea", "weld0", "weld1")]
     assert photos == []
+
+
+def test_golden_compare_applies_the_rounding_rule_per_image(tmp_path):
+    """The per-image reference files carry the masks: the separable blur passes `golden
+    compare` on the tie image, and the candidate without the exact-zero rule fails it."""
+    from refseg.golden.edge_cases import edge_case_images
+    from PIL import Image
+
+    from refseg.golden.scale import compare_image, generate_reference
+
+    rgb = edge_case_images()[0]["edge-ties"]
+    image = tmp_path / "ties.png"
+    Image.fromarray(rgb).save(image)
+    (tmp_path / "ref").mkdir()
+    name = generate_reference(image, tmp_path / "ref")
+    reference = tmp_path / "ref" / f"{name}.npz"
+    for zero_rule, status in ((True, "pass"), (False, "fail")):
+        candidate = tmp_path / f"cand-{zero_rule}.npz"
+        np.savez(candidate, **{f"claim1/{name}/{k}": v
+                               for k, v in _separable(rgb, zero_rule).items()})
+        assert compare_image(reference, candidate)["status"] == status
