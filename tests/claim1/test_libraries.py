@@ -10,20 +10,13 @@ from refseg.claim1 import alternatives as al
 from refseg.claim1 import features, libraries, operators as ops
 from refseg.data.synthetic import weld_image
 from refseg.golden.bundle_images import shipped_photos
+from refseg.golden.edge_cases import edge_case_images
 
 pytestmark = pytest.mark.infrastructure
 
 
-def _few_levels():
-    """Three grey levels in blocks and stripes: magnitudes that sit on Otsu's bin edges."""
-    g = np.zeros((40, 48), np.uint8)
-    g[:, 16:32], g[:, 32:] = 100, 200
-    g[10:14, :] = 100
-    return np.repeat(g[:, :, None], 3, axis=2)
-
-
 IMAGES = {"photo": shipped_photos()[0]["coffee"], "weld": weld_image(2, (48, 96)).rgb,
-          "few-levels": _few_levels()}
+          "few-levels": edge_case_images()[0]["few-levels"]}
 #: float64 agreement with the real call, relative to the largest value: sums in another order.
 RTOL = 1e-12
 
@@ -85,9 +78,13 @@ def test_threshold_otsu_binning(image):
 
 
 def test_threshold_otsu_binning_differs_from_the_manifest_s_on_few_grey_levels():
+    """A Prewitt magnitude of the few-levels image sits exactly on a bin edge (half the
+    largest): np.histogram puts it in the upper bin, the manifest's truncation in the lower,
+    and the threshold moves by one bin."""
     filters = require("skimage.filters")
-    m = features.extract(IMAGES["few-levels"]).responses["sobel"]
-    assert filters.threshold_otsu(m) != ops.otsu_threshold(m)
+    m = features.extract(IMAGES["few-levels"]).responses["prewitt"]
+    width = (m.max() - m.min()) / 256
+    assert filters.threshold_otsu(m) - ops.otsu_threshold(m) == pytest.approx(width, rel=1e-9)
 
 
 @pytest.mark.parametrize("image", IMAGES)
@@ -99,7 +96,7 @@ def test_cv2_canny_on_int16_gradients(image, norm):
     dx, dy = (np.round(g * 32).astype(np.int16) for g in (gx, gy))
     low, high = r.thresholds["canny"]["low"], r.thresholds["canny"]["high"]
     real = cv2.Canny(dx, dy, low * 32, high * 32, L2gradient=norm == "L2") > 0
-    assert real.any()
+    assert real.any() or image == "few-levels"  # no Canny edge there, in refseg's map either
     np.testing.assert_array_equal(r.edges["canny"], real.astype(np.uint8))
 
 
