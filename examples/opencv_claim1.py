@@ -3,8 +3,7 @@
 
 Follows the readings of refseg's spec/readings.md: gray (299 R + 587 G + 114 B) / 1000;
 3x3 Gaussian, sigma 0.8, border reflect-101; Sobel and Prewitt magnitudes > Otsu (the
-manifest's binning: bin = floor((v - min) * (256 / (max - min))), centres, splits after
-occupied bins only); Canny on the float
+manifest's binning: bin = floor((v - min) * (256 / (max - min))), bin centres); Canny on the float
 Sobel gradients with low = Otsu(Sobel magnitude), high = 2 low (the manifest's non-maximum
 suppression, hysteresis through 8 neighbours); LoG = 4-neighbour Laplacian, zero crossings
 whose jump exceeds 2 Otsu(|LoG|); mean image, RMS deviation from it, CV = std / mean,
@@ -80,8 +79,6 @@ def otsu(values, bins=256, rule="manifest"):
         m0 = np.cumsum(counts * centres)[:-1] / w0
         m1 = (np.cumsum((counts * centres)[::-1]) / np.cumsum(counts[::-1]))[::-1][1:]
         between = w0 * w1 * (m0 - m1) ** 2
-    if rule != "numpy":  # the manifest's: only the splits after an occupied bin
-        between[counts[:-1] == 0] = -np.inf
     return float(centres[np.argmax(between)])
 
 

@@ -114,12 +114,10 @@ def otsu_threshold(values, *, bins: int = OTSU_BINS, backend: str = "cython") ->
     Notes
     -----
     1. Bin k holds the values v with ``min(int((v - min) * bins / (max - min)), bins - 1) == k``.
-    2. For each split after an occupied bin k (a split after an empty bin gives the same
-       classes as the split after the occupied bin before it), between-class variance
-       ``w0 w1 (m0 - m1)^2`` with class weights (counts) and means computed from bin centres.
+    2. For each split after bin k, between-class variance ``w0 w1 (m0 - m1)^2`` with class
+       weights (counts) and means computed from bin centres.
     3. The first k of largest variance wins; its bin centre is the threshold (the convention
-       of ``skimage.filters.threshold_otsu``, which also weighs the splits after empty bins,
-       whose equal variances rounding then orders).
+       of ``skimage.filters.threshold_otsu``).
 
     Examples
     --------
@@ -158,10 +156,6 @@ def _otsu(v, bins, backend, absolute=False):
     m0 = np.cumsum(mass)[:-1] / w0[:-1]
     m1 = np.cumsum(mass[::-1])[::-1][1:] / w1[1:]
     between = w0[:-1] * w1[1:] * (m0 - m1) ** 2
-    # a split after an empty bin makes the same two classes as the split after the last
-    # occupied bin before it: only those are candidates, so that rounding cannot pick a bin
-    # inside a run of equal variances
-    between[counts[:-1] == 0] = -np.inf
     return float(centres[int(np.argmax(between))])
 
 

@@ -40,11 +40,9 @@ OTSU_RULE = {
     "bin_of_value": "k = int((v - min) * (bins / (max - min))), clamped to [0, bins - 1] "
                     "(int truncates; the factor bins / (max - min) is computed first)",
     "bin_centre": "min + (k + 0.5) * ((max - min) / bins)",
-    "criterion": "for each split after an occupied bin k (k = 0 .. bins - 2, count of bin "
-                 "k > 0; a split after an empty bin gives the same classes as one after the "
-                 "last occupied bin before it, and rounding would order their equal "
-                 "values): w0 * w1 * (m0 - m1)^2, w0, w1 the value counts below and above "
-                 "the split, m0, m1 their means taken from the bin centres",
+    "criterion": "for each split after bin k (k = 0 .. bins - 2): w0 * w1 * (m0 - m1)^2, w0, "
+                 "w1 the value counts below and above the split, m0, m1 their means taken "
+                 "from the bin centres",
     "ties": "the first k of largest criterion",
     "threshold": "the centre of bin k",
 }
