@@ -2,10 +2,14 @@
 ``refseg golden check``.
 
 Follows the readings of refseg's spec/readings.md: gray (299 R + 587 G + 114 B) / 1000;
-3x3 Gaussian, sigma 0.8, border reflect-101; Sobel and Prewitt magnitudes > Otsu; Canny
-(cv2.Canny) with low = Otsu(Sobel magnitude), high = 2 low; LoG = 4-neighbour Laplacian, zero
-crossings whose jump exceeds 2 Otsu(|LoG|); mean image, RMS deviation from it, CV = std / mean,
+3x3 Gaussian, sigma 0.8, border reflect-101; Sobel and Prewitt magnitudes > Otsu (the
+manifest's binning: bin = floor((v - min) * (256 / (max - min))), bin centres); Canny on the float
+Sobel gradients with low = Otsu(Sobel magnitude), high = 2 low (the manifest's non-maximum
+suppression, hysteresis through 8 neighbours); LoG = 4-neighbour Laplacian, zero crossings
+whose jump exceeds 2 Otsu(|LoG|); mean image, RMS deviation from it, CV = std / mean,
 weights = CV / sum(CV); F = sum w X - 1.5 with X = 2 on an edge, 1 elsewhere; feature = F >= 0.
+``--reading cv2-canny`` uses cv2.Canny on int16 gradients instead, ``--reading otsu-numpy``
+np.histogram's bins (scikit-image's threshold_otsu): library defaults the bundle flags.
 
 ``--reading NAME`` implements one alternative reading instead (the names of refseg's
 spec/sensitivity.md, e.g. gray-average), or ``gray-bgr``, a misreading no alternative covers
@@ -45,26 +49,62 @@ READINGS = {
     "weights-equal": {"weights": "equal"}, "weights-inverse": {"weights": "inverse"},
     "offset-1.45": {"offset": 1.45}, "offset-1.6": {"offset": 1.6},
     "offset-1.7": {"offset": 1.7},
+    "cv2-canny": {"canny": "cv2"}, "otsu-numpy": {"otsu": "numpy"},
 }
 DEFAULTS = {"gray": "bt601", "border": "reflect101", "sigma": 0.8, "canny_ratio": 2.0,
             "canny_otsu": "low", "log_ratio": 2.0, "laplacian": None, "log_side": "negative",
-            "std": "mean_image", "cv": "own", "weights": "share", "offset": 1.5}
+            "std": "mean_image", "cv": "own", "weights": "share", "offset": 1.5,
+            "canny": "float", "otsu": "manifest"}
 GRAY_WEIGHTS = {"bt601": [0.299, 0.587, 0.114], "bt709": [0.2126, 0.7152, 0.0722],
                 "bgr": [0.114, 0.587, 0.299]}
 
 
-def otsu(values, bins=256):
-    """Otsu's threshold of float values: 256 equal bins over [min, max], bin centres."""
+def otsu(values, bins=256, rule="manifest"):
+    """Otsu's threshold of float values: 256 equal bins over [min, max], bin centres; a value's
+    bin is floor((v - min) * (bins / (max - min))), the last bin holding max (the manifest's
+    rule), or np.histogram's (rule "numpy")."""
     lo, hi = float(values.min()), float(values.max())
     if lo == hi:
         return lo
-    counts, edges = np.histogram(values, bins=bins, range=(lo, hi))
-    centres = (edges[:-1] + edges[1:]) / 2
+    if rule == "numpy":
+        counts, edges = np.histogram(values, bins=bins, range=(lo, hi))
+        centres = (edges[:-1] + edges[1:]) / 2
+    else:
+        index = np.minimum((values - lo) * (bins / (hi - lo)), bins - 1).astype(np.intp)
+        counts = np.bincount(index.ravel(), minlength=bins)
+        centres = lo + (np.arange(bins) + 0.5) * ((hi - lo) / bins)
     w0 = np.cumsum(counts)[:-1].astype(np.float64)
     w1 = np.cumsum(counts[::-1])[::-1][1:].astype(np.float64)
-    m0 = np.cumsum(counts * centres)[:-1] / w0
-    m1 = (np.cumsum((counts * centres)[::-1]) / np.cumsum(counts[::-1]))[::-1][1:]
-    return float(centres[np.argmax(w0 * w1 * (m0 - m1) ** 2)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m0 = np.cumsum(counts * centres)[:-1] / w0
+        m1 = (np.cumsum((counts * centres)[::-1]) / np.cumsum(counts[::-1]))[::-1][1:]
+        between = w0 * w1 * (m0 - m1) ** 2
+    return float(centres[np.argmax(between)])
+
+
+def canny(gx, gy, mag, low, high):
+    """Non-maximum suppression in four sectors (tan 22.5 and tan 67.5 degrees): along an
+    axis > the neighbour before and >= the one after, diagonally > both, magnitudes outside
+    the image 0; kept where > low; the 8-connected chains holding a pixel > high."""
+    z = np.pad(mag, 1)
+    rows, cols = mag.shape
+
+    def at(dr, dc):
+        return z[1 + dr:1 + dr + rows, 1 + dc:1 + dc + cols]
+
+    ax, ay = np.abs(gx), np.abs(gy)
+    tan_lo, tan_hi = np.sqrt(2.0) - 1.0, np.sqrt(2.0) + 1.0
+    horizontal = ay < tan_lo * ax
+    vertical = ~horizontal & (ay > tan_hi * ax)
+    falling = ~horizontal & ~vertical & ((gx < 0) == (gy < 0))
+    rising = ~horizontal & ~vertical & ~falling
+    keep = ((horizontal & (mag > at(0, -1)) & (mag >= at(0, 1)))
+            | (vertical & (mag > at(-1, 0)) & (mag >= at(1, 0)))
+            | (falling & (mag > at(-1, -1)) & (mag > at(1, 1)))
+            | (rising & (mag > at(-1, 1)) & (mag > at(1, -1)))) & (mag > low)
+    _, labels = cv2.connectedComponents(keep.astype(np.uint8), connectivity=8)
+    strong = np.unique(labels[keep & (mag > high)])
+    return np.isin(labels, strong[strong > 0])
 
 
 def zero_crossings(r, t):
@@ -121,17 +161,19 @@ def claim1(rgb, reading="refseg"):
         lap = cv2.Laplacian(blurred, cv2.CV_64F, ksize=1, borderType=B)
     else:
         lap = cv2.filter2D(blurred, cv2.CV_64F, c["laplacian"], borderType=B)
-    otsu_sobel = otsu(sob)
+    rule = c["otsu"]
+    otsu_sobel = otsu(sob, rule=rule)
     low, high = ((otsu_sobel, c["canny_ratio"] * otsu_sobel) if c["canny_otsu"] == "low"
                  else (otsu_sobel / c["canny_ratio"], otsu_sobel))
-    # cv2.Canny takes int16 gradients: scale by 32 (|gx| <= 1020 * 32 fits) and the thresholds too
-    dx, dy = (np.round(g * 32).astype(np.int16) for g in (gx, gy))
-    edges = {
-        "canny": (cv2.Canny(dx, dy, low * 32, high * 32, L2gradient=True) > 0),
-        "sobel": sob > otsu_sobel,
-        "prewitt": pre > otsu(pre),
-    }
-    slope = c["log_ratio"] * otsu(np.abs(lap))
+    if c["canny"] == "cv2":
+        # cv2.Canny takes int16 gradients: scale by 32 (|gx| <= 1020 * 32 fits), thresholds too
+        dx, dy = (np.round(g * 32).astype(np.int16) for g in (gx, gy))
+        canny_map = cv2.Canny(dx, dy, low * 32, high * 32, L2gradient=True) > 0
+    else:
+        canny_map = canny(gx, gy, sob, low, high)
+    otsu_prewitt = otsu(pre, rule=rule)
+    edges = {"canny": canny_map, "sobel": sob > otsu_sobel, "prewitt": pre > otsu_prewitt}
+    slope = c["log_ratio"] * otsu(np.abs(lap), rule=rule)
     edges = {k: v.astype(np.uint8) for k, v in edges.items()}
     edges["log"] = zero_crossings(lap if c["log_side"] == "negative" else -lap, slope)
     stack = np.stack([edges[k] for k in OPS]).astype(np.float64)
@@ -152,7 +194,7 @@ def claim1(rgb, reading="refseg"):
     out.update({f"edges/{k}": edges[k] for k in OPS})
     out.update({"threshold/canny/low": np.float64(low), "threshold/canny/high": np.float64(high),
                 "threshold/sobel/magnitude": np.float64(otsu_sobel),
-                "threshold/prewitt/magnitude": np.float64(otsu(pre)),
+                "threshold/prewitt/magnitude": np.float64(otsu_prewitt),
                 "threshold/log/slope": np.float64(slope)})
     return out
 

@@ -24,6 +24,7 @@ import numpy as np
 from scipy import ndimage
 
 from refseg.backend import kernels
+from refseg.claim1 import libraries
 from refseg.claim1 import operators as ops
 from refseg.claim1 import preprocess
 from refseg.claim1 import weighting
@@ -38,7 +39,7 @@ INFRASTRUCTURE = "alternatives to the claim-1 readings, for the sensitivity audi
 GRAY_RULES = {"bt601": (*preprocess.GRAY_WEIGHTS_PER_MILLE, preprocess.GRAY_SCALE),
               "average": (1.0, 1.0, 1.0, 3.0),
               "bt709": (2126.0, 7152.0, 722.0, 10000.0),
-              "maximum": None, "green": None, "rounded": None}
+              "maximum": None, "green": None, "rounded": None, "skimage": None}
 #: The 3x3 binomial table [1, 2, 1]/4 x [1, 2, 1]/4 that OpenCV's ``getGaussianKernel(3, 0)``
 #: returns (R-gauss).
 BINOMIAL_3X3 = np.outer([0.25, 0.5, 0.25], [0.25, 0.5, 0.25])
@@ -114,6 +115,20 @@ class Variant:
         "equal": 1/4 each.
     offset : float
         F = sum w_i X_i - offset (R-final).
+    blur : str
+        "refseg" (the 3x3 template), or the whole Gaussian of "skimage"
+        (``skimage.filters.gaussian``) or "scipy" (``scipy.ndimage.gaussian_filter``) with
+        their default truncate and border (:func:`~refseg.claim1.libraries.gaussian`).
+    gradient_scale : str
+        "refseg", or "skimage": Sobel's and Prewitt's responses as ``skimage.filters.sobel``
+        / ``prewitt`` give them (:func:`~refseg.claim1.libraries.skimage_magnitude`).
+    otsu_binning : str
+        "refseg" (the manifest's truncation rule), or "numpy": ``skimage.filters.
+        threshold_otsu``'s ``np.histogram`` bins (:func:`~refseg.claim1.libraries.
+        numpy_otsu`) for every automatic threshold.
+    canny_library : str
+        "refseg", or "opencv-l2" / "opencv-l1": ``cv2.Canny`` on the int16 gradients (x 32)
+        with L2gradient True / False (:func:`~refseg.claim1.libraries.opencv_canny`).
     """
 
     gray: str = "bt601"
@@ -135,6 +150,10 @@ class Variant:
     empty: str = "zero"
     weights: str = "share"
     offset: float = weighting.VOTE_OFFSET
+    blur: str = "refseg"
+    gradient_scale: str = "refseg"
+    otsu_binning: str = "refseg"
+    canny_library: str = "refseg"
 
     def changes(self) -> dict:
         """The fields that differ from refseg's readings, {name: value}."""
@@ -147,7 +166,11 @@ class Variant:
         allowed = {"gray": tuple(GRAY_RULES), "border": tuple(BORDERS),
                    "edge_kind": EDGE_KINDS, "thresholds": THRESHOLD_RULES,
                    "canny_otsu": ("low", "high"), "canny_connectivity": (4, 8),
-                   "log_kernel": ("laplace4", "laplace8", "log13"),
+                   "log_kernel": ("laplace4", "laplace8", "log13", "cv2-ksize3"),
+                   "blur": ("refseg", "skimage", "scipy"),
+                   "gradient_scale": ("refseg", "skimage"),
+                   "otsu_binning": ("refseg", "numpy"),
+                   "canny_library": ("refseg", "opencv-l2", "opencv-l1"),
                    "log_side": ("negative", "positive"), "std_about": ("mean_image", "own_mean"),
                    "std_ddof": (0, 1), "cv_mean": ("own", "mean_image"),
                    "empty": ("zero", "takes_all"), "weights": ("share", "inverse", "equal")}
@@ -230,6 +253,28 @@ ALTERNATIVES = tuple(_alt(*a[:3], **a[3]) for a in (
 ))
 #: The alternatives by name.
 BY_NAME = {a.name: a for a in ALTERNATIVES}
+#: The libraries' own defaults, named after the call an engineer writes: flagged vectors of
+#: the golden bundle (not alternatives the sensitivity audit measures). Where a call gives
+#: one of :data:`ALTERNATIVES` exactly, that alternative names it instead (``golden.flagged.
+#: LIBRARY_CALLS``).
+LIBRARY_DEFAULTS = tuple(_alt(*a[:3], **a[3]) for a in (
+    ("skimage.color.rgb2gray", "R-gray", "skimage.color.rgb2gray: 0.2125 R + 0.7154 G + "
+     "0.0721 B on the [0, 1] scale", {"gray": "skimage"}),
+    ("skimage.filters.gaussian", "R-gauss", "skimage.filters.gaussian(gray, 0.8): truncate=4 "
+     "(7x7), mode 'nearest'", {"blur": "skimage"}),
+    ("scipy.ndimage.gaussian_filter", "R-gauss", "scipy.ndimage.gaussian_filter(gray, 0.8): "
+     "truncate=4 (7x7), mode 'reflect'", {"blur": "scipy"}),
+    ("skimage.filters.sobel", "R-binary", "skimage.filters.sobel / prewitt: normalised "
+     "kernels, magnitude / sqrt(2), mode 'reflect'", {"gradient_scale": "skimage"}),
+    ("skimage.filters.threshold_otsu", "R-binary", "skimage.filters.threshold_otsu: "
+     "np.histogram's bins for every Otsu threshold", {"otsu_binning": "numpy"}),
+    ("cv2.Canny-L2", "R-canny", "cv2.Canny(dx, dy, L2gradient=True) on int16 gradients "
+     "(x 32)", {"canny_library": "opencv-l2"}),
+    ("cv2.Canny-L1", "R-canny", "cv2.Canny(dx, dy) on int16 gradients (x 32), its default "
+     "L1 norm |dx| + |dy|", {"canny_library": "opencv-l1"}),
+    ("cv2.Laplacian-ksize3", "R-log", "cv2.Laplacian(ksize=3): [[2, 0, 2], [0, -8, 0], "
+     "[2, 0, 2]]", {"log_kernel": "cv2-ksize3"}),
+))
 
 
 @dataclass(frozen=True)
@@ -248,11 +293,20 @@ class VariantResult:
     feature_image : ndarray of shape (M, N), float32 in [0, 1]
         What a network gets: the feature map, or for "continuous-graded" the weighted
         response sum_i w_i E_i (= F + offset - 1) before the decision.
+    responses : dict of str to ndarray of shape (M, N), float64
+        Each operator's raw response (gradient magnitude; the signed Laplacian), keys as
+        :data:`OPERATORS`.
+    thresholds : dict of str to dict of str to float
+        The thresholds each binary map was cut at (as :func:`features.extract`'s); empty
+        for the continuous kinds.
+    statistics : dict of str to ndarray
+        ``mean_image``, ``std``, ``mean``, ``cv`` and ``intermediate_cv`` of the edge images,
+        as :func:`features.extract` gives them.
 
     Notes
     -----
     From ``extract_variant(..., keep="maps")`` ``gray``, ``blurred``, ``final_weight`` and
-    ``feature_image`` are None.
+    ``feature_image`` are None, and ``responses``, ``thresholds`` and ``statistics`` empty.
     """
 
     gray: np.ndarray
@@ -262,6 +316,9 @@ class VariantResult:
     final_weight: np.ndarray
     feature_map: np.ndarray
     feature_image: np.ndarray
+    responses: dict = field(default_factory=dict)
+    thresholds: dict = field(default_factory=dict)
+    statistics: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------- pre-processing
@@ -274,6 +331,9 @@ def _gray(rgb, rule, backend):
     if rule == "rounded":
         return np.floor(preprocess.to_gray(rgb, backend=backend) + 0.5)
     preprocess.to_gray(a[:1, :1], backend="numpy")  # to_gray's shape and dtype checks
+    if rule == "skimage":
+        return (libraries.skimage_gray(a) if a.dtype == np.uint8
+                else a.astype(np.float64) @ np.array(libraries.SKIMAGE_GRAY_WEIGHTS))
     if rule == "maximum":
         return a.max(axis=2).astype(np.float64)
     if rule == "green":
@@ -320,6 +380,13 @@ def log13_kernel() -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- operators
+def _otsu(values, v, backend, absolute=False):
+    """Otsu's threshold under the variant's binning."""
+    if v.otsu_binning == "numpy":
+        return libraries.numpy_otsu(values, ops.OTSU_BINS, absolute)
+    return ops._otsu(values, ops.OTSU_BINS, backend, absolute=absolute)
+
+
 def _nms(gx, gy, m, low, high, backend):
     """Canny's non-maximum suppression: 0 suppressed, 1 above low, 2 above high."""
     out = np.empty(m.shape, dtype=np.uint8)
@@ -334,33 +401,41 @@ def _normalised(response):
 
 
 def _canny(gx, gy, m, v, backend):
+    """(edge image, thresholds)."""
     if v.edge_kind != "binary":
-        return _normalised(np.where(_nms(gx, gy, m, 0.0, 0.0, backend) > 0, m, 0.0))
+        return _normalised(np.where(_nms(gx, gy, m, 0.0, 0.0, backend) > 0, m, 0.0)), {}
     if v.thresholds == "matlab":
         high = float(np.quantile(m, MATLAB_CANNY_QUANTILE))
         low = MATLAB_CANNY_LOW_RATIO * high
     else:
-        otsu = ops._otsu(m, ops.OTSU_BINS, backend)
+        otsu = _otsu(m, v, backend)
         low, high = ((otsu, v.canny_ratio * otsu) if v.canny_otsu == "low"
                      else (otsu / v.canny_ratio, otsu))
+    thresholds = {"low": low, "high": high}
+    if v.canny_library != "refseg":
+        scale = libraries.CV2_GRADIENT_SCALE
+        dx, dy = libraries.int16_gradients(gx, gy, scale)
+        return libraries.opencv_canny(dx, dy, low * scale, high * scale,
+                                      v.canny_library == "opencv-l2"), thresholds
     if v.canny_connectivity == 8:
-        return ops._canny_from_gradient(gx, gy, m, low, high, backend).edges
+        return ops._canny_from_gradient(gx, gy, m, low, high, backend).edges, thresholds
     candidates = _nms(gx, gy, m, low, high, backend)
     labels, _ = ndimage.label(candidates > 0)  # SciPy's default structure: 4-neighbours
     strong = np.unique(labels[candidates == 2])
-    return np.isin(labels, strong[strong > 0]).astype(np.uint8)
+    return np.isin(labels, strong[strong > 0]).astype(np.uint8), thresholds
 
 
 def _gradient_edges(name, gx, gy, m, v, backend):
+    """(edge image, thresholds)."""
     if v.edge_kind != "binary":
-        return _normalised(m)
+        return _normalised(m), {}
     if v.thresholds == "matlab":
         t = math.sqrt(MATLAB_GRADIENT_SCALE * float(np.mean(m * m)))
     else:
-        t = ops._otsu(m, ops.OTSU_BINS, backend)
+        t = _otsu(m, v, backend)
     if v.thin_gradients:
-        return (_nms(gx, gy, m, t, t, backend) > 0).astype(np.uint8)
-    return ops._threshold_magnitude(name, m, t, backend).edges
+        return (_nms(gx, gy, m, t, t, backend) > 0).astype(np.uint8), {"magnitude": t}
+    return ops._threshold_magnitude(name, m, t, backend).edges, {"magnitude": t}
 
 
 def _jump_strength(response):
@@ -391,35 +466,43 @@ def _jump_strength(response):
 
 
 def _log_edges(blurred, v, backend):
+    """(edge image, the signed response, thresholds)."""
     default_response = v.log_kernel == "laplace4" and v.border == "reflect101"
     if (default_response and v.edge_kind == "binary" and v.thresholds == "otsu"
-            and v.log_ratio == ops.LOG_JUMP_RATIO and v.log_side == "negative"):
-        return ops._log(blurred, None, backend).edges
+            and v.log_ratio == ops.LOG_JUMP_RATIO and v.log_side == "negative"
+            and v.otsu_binning == "refseg"):
+        r = ops._log(blurred, None, backend)
+        return r.edges, r.response, r.thresholds
     if v.log_kernel == "log13":
         response = ndimage.correlate(blurred, log13_kernel(), mode=BORDERS[v.border][1])
     else:
-        kernel = ops.LAPLACE_4 if v.log_kernel == "laplace4" else LAPLACE_8
+        kernel = {"laplace4": ops.LAPLACE_4, "laplace8": LAPLACE_8,
+                  "cv2-ksize3": libraries.CV2_LAPLACIAN_KSIZE3}[v.log_kernel]
         response = _correlate(blurred, kernel, v.border, backend)
+    signed = response
     response = np.ascontiguousarray(response if v.log_side == "negative" else -response)
     if v.edge_kind != "binary":
-        return _normalised(_jump_strength(response))
+        return _normalised(_jump_strength(response)), signed, {}
     if v.thresholds == "matlab":
         t = MATLAB_LOG_SCALE * float(np.mean(np.abs(response)))
     else:
-        t = v.log_ratio * ops._otsu(response, ops.OTSU_BINS, backend, absolute=True)
+        t = v.log_ratio * _otsu(response, v, backend, absolute=True)
     edges = np.empty(response.shape, dtype=np.uint8)
     kernels(backend).zero_crossings(response, t, edges)
-    return edges
+    return edges, signed, {"slope": t}
 
 
 # ------------------------------------------------------------------------ weights, vote
 def _statistics(edges, v, backend):
-    """Weights of the four maps under the variant's R-mean, R-std, R-cv, R-empty and
-    R-weights choices; the chosen ones take :func:`features.extract`'s own path."""
+    """(weights, statistics) of the four maps under the variant's R-mean, R-std, R-cv,
+    R-empty and R-weights choices; the chosen ones take :func:`features.extract`'s own path.
+    ``statistics``: ``mean_image`` (M, N), ``std``, ``mean`` and ``cv`` (length 4, operator
+    order) and ``intermediate_cv``, as the golden bundle names them."""
     stats_default = (v.map_scale == 1.0 and v.std_about == "mean_image" and v.std_ddof == 0
                      and v.cv_mean == "own" and v.edge_kind == "binary")
     if stats_default:
-        _, std, mean = weighting._binary_statistics(weighting.binary_stack(edges), backend)
+        mean_img, std, mean = weighting._binary_statistics(weighting.binary_stack(edges),
+                                                           backend)
     else:
         maps = {k: _scaled(edges[k], v.map_scale) for k in OPERATORS}
         mean_img = weighting.mean_image(maps)
@@ -434,14 +517,18 @@ def _statistics(edges, v, backend):
         if v.cv_mean == "mean_image":
             mean = dict.fromkeys(OPERATORS, float(np.mean(mean_img)))
     cv = weighting.coefficients_of_variation(std, mean)
+    stats = {"mean_image": mean_img, "std": np.array([std[k] for k in OPERATORS]),
+             "mean": np.array([mean[k] for k in OPERATORS]),
+             "cv": np.array([cv[k] for k in OPERATORS]),
+             "intermediate_cv": np.float64(weighting.intermediate_cv(cv))}
     empty = [k for k in OPERATORS if mean[k] == 0]
     if v.empty == "takes_all" and empty and len(empty) < len(OPERATORS):
-        return {k: (1.0 / len(empty) if k in empty else 0.0) for k in OPERATORS}
+        return {k: (1.0 / len(empty) if k in empty else 0.0) for k in OPERATORS}, stats
     if v.weights == "equal":
-        return dict.fromkeys(OPERATORS, 1.0 / len(OPERATORS))
+        return dict.fromkeys(OPERATORS, 1.0 / len(OPERATORS)), stats
     if v.weights == "inverse":
         cv = {k: (1.0 / c if c > 0 else 0.0) for k, c in cv.items()}
-    return weighting.operator_weights(cv)
+    return weighting.operator_weights(cv), stats
 
 
 def _scaled(edges, scale):
@@ -542,26 +629,48 @@ def extract_variant(rgb, variant: Variant = Variant(), *, backend: str = "cython
     keep_all = keep == "all"
     gray = _gray(rgb, v.gray, backend)
     g = as_float_image(gray, "gray", min_size=MIN_SIZE)
-    kernel = BINOMIAL_3X3 if v.sigma is None else preprocess.gaussian_kernel(v.sigma)
-    blurred = _correlate(g, kernel, v.border, backend)
+    if v.blur == "refseg":
+        kernel = BINOMIAL_3X3 if v.sigma is None else preprocess.gaussian_kernel(v.sigma)
+        blurred = _correlate(g, kernel, v.border, backend)
+    else:
+        blurred = libraries.gaussian(g, v.sigma or DEFAULT_SIGMA, v.blur)
     del g
     if not keep_all:
         gray = None
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
-    edges = {"canny": _canny(gx, gy, magnitude, v, backend),
-             "sobel": _gradient_edges("sobel", gx, gy, magnitude, v, backend)}
-    del gx, gy, magnitude
+    sobel_m = magnitude
+    if v.gradient_scale == "skimage":
+        sobel_m = libraries.skimage_magnitude(blurred, "sobel")
+    made = {"canny": _canny(gx, gy, magnitude, v, backend),
+            "sobel": _gradient_edges("sobel", gx, gy, sobel_m, v, backend)}
+    del gx, gy
+    responses = {"canny": magnitude, "sobel": sobel_m} if keep_all else {}
+    del magnitude, sobel_m
     px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
-    edges["prewitt"] = _gradient_edges("prewitt", px, py, prewitt, v, backend)
-    del px, py, prewitt
-    edges["log"] = _log_edges(blurred, v, backend)
+    if v.gradient_scale == "skimage":
+        prewitt = libraries.skimage_magnitude(blurred, "prewitt")
+    made["prewitt"] = _gradient_edges("prewitt", px, py, prewitt, v, backend)
+    del px, py
+    if keep_all:
+        responses["prewitt"] = prewitt
+    del prewitt
+    log_edges, log_response, log_thresholds = _log_edges(blurred, v, backend)
+    edges = {k: e for k, (e, _) in made.items()}
+    edges["log"] = log_edges
     if not keep_all:
+        del log_response
         blurred = None
-    weights = _statistics(edges, v, backend)
-    if not keep_all and v.edge_kind != "continuous-graded":
-        stack = weighting.binary_stack(edges)
-        feature_map = weighting._vote_decision(stack, weights, backend, v.offset)
-        return VariantResult(None, None, edges, weights, None, feature_map, None)
+        if v.edge_kind != "continuous-graded":
+            weights, _ = _statistics(edges, v, backend)
+            stack = weighting.binary_stack(edges)
+            feature_map = weighting._vote_decision(stack, weights, backend, v.offset)
+            return VariantResult(None, None, edges, weights, None, feature_map, None)
+    else:
+        responses["log"] = log_response
+    thresholds = {k: t for k, (_, t) in made.items() if t}
+    if log_thresholds:
+        thresholds["log"] = log_thresholds
+    weights, statistics = _statistics(edges, v, backend)
     final, feature_map = vote(edges, weights, v, backend=backend)
     if not keep_all:
         return VariantResult(None, None, edges, weights, None, feature_map, None)
@@ -569,7 +678,8 @@ def extract_variant(rgb, variant: Variant = Variant(), *, backend: str = "cython
         image = np.clip(final + (v.offset - 1.0), 0.0, 1.0).astype(np.float32)
     else:
         image = feature_map.astype(np.float32)
-    return VariantResult(gray, blurred, edges, weights, final, feature_map, image)
+    return VariantResult(gray, blurred, edges, weights, final, feature_map, image, responses,
+                         thresholds, statistics)
 
 
 #: The :class:`Variant` fields read after the edge maps are made: a variant changing only
@@ -600,7 +710,7 @@ def revote(edges, variant: Variant, *, backend: str = "cython") -> np.ndarray:
     if others:
         raise ValueError(f"revote: the variant changes {', '.join(others)}, which the edge "
                          "maps depend on")
-    weights = _statistics(edges, v, backend)
+    weights, _ = _statistics(edges, v, backend)
     return weighting._vote_decision(weighting.binary_stack(edges), weights, backend, v.offset)
 
 

@@ -229,6 +229,14 @@ def apply_acceptances(acceptances, rows, entries: dict, values: dict, vectors, m
     for row in rows:
         inherited = list(dict.fromkeys(a for source in entries.get(row.name, {}).get(
             "computed_from", ()) for a in carried.get(source, ())))
+        if row.status == "pass" and row.name in values:
+            # an array an entry names that the reading leaves as refseg's (no vector array
+            # of its image) agrees with the reading: what it feeds is held to the reading too
+            inherited += [a for a in acceptances
+                          if a.reading is not None and a not in inherited
+                          and fnmatch.fnmatchcase(row.name, a.array)
+                          and (a.reading, _image(row.name)) in by_vector
+                          and row.name not in by_vector[a.reading, _image(row.name)]["arrays"]]
         carried[row.name] = inherited
         if row.status != "fail":
             continue

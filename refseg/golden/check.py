@@ -25,7 +25,8 @@ from refseg import publish
 from refseg.errors import InputError
 from refseg.golden.accepted import PASSING, accepted_lines, apply_acceptances, unused_entries
 from refseg.golden.causes import link_causes
-from refseg.golden.flagged import diagnose, diagnosis_lines
+from refseg.golden.diagnosis import diagnosis_lines, explain
+from refseg.golden.rounding import apply_rounding
 from refseg.golden.format import (PARTS, array_sha256, block_sums, chosen_parts, part_of,
                                   read_bundle, read_npz, summary_statistics)
 
@@ -55,6 +56,10 @@ class CheckRow:
     count: int | None = None
     positions: list = field(default_factory=list)
     follows: list = field(default_factory=list)
+    #: a pass by the rounding rule (refseg.golden.rounding): the rounding-level pixels that
+    #: differ from refseg's map, or -1 for an array that agrees with the values recomputed
+    #: from the candidate's own rounding-level maps; 0 otherwise
+    rounding: int = 0
 
     @property
     def part(self) -> str:
@@ -84,7 +89,7 @@ class CheckRow:
                 "identical": self.identical, "count": self.count,
                 "positions": [list(p) for p in self.positions], "part": self.part,
                 "group": self.group, "root_cause": self.root_cause,
-                "follows": list(self.follows)}
+                "follows": list(self.follows), "rounding": self.rounding}
 
 
 @dataclass
@@ -211,7 +216,15 @@ def _pos(p) -> str:
 def _row_line(r: CheckRow, width: int) -> str:
     errors = ("" if r.max_abs is None else
               f"abs {r.max_abs:.3e}  rel {r.max_rel:.3e}  ")
-    if r.status == "pass":
+    if r.status == "pass" and r.rounding:
+        note = {-1: "agrees with the values recomputed from the candidate's rounding-level "
+                    "maps",
+                -2: "rounding-level: the manifest's Otsu rule on the candidate's own response "
+                    "(a value on a bin edge binned by rounding)"}.get(
+            r.rounding, f"{r.rounding} rounding-level pixels differ (decisions within the "
+                        "float tolerance of a tie or threshold; the manifest's rule on the "
+                        "candidate's own arrays)")
+    elif r.status == "pass":
         note = "bit-identical" if r.identical else (
             f"first difference at {_pos(r.position)}" if r.position is not None else "")
     else:
@@ -398,8 +411,9 @@ def check_bundle(folder, candidate, select=None, parts=None,
         One row per checked array, in the manifest's (pipeline) order, then one per
         unexpected key (a key of a part not checked is not one); ``passed`` is False on any
         failure, missing output or (unless ``allow_extra``) unexpected key; ``diagnosis``:
-        the alternative readings the failing claim-1 arrays match
-        (:func:`refseg.golden.flagged.diagnose`).
+        an entry per root cause (the alternative reading that explains it, or "no known
+        reading", with the shape of the difference) and the agreements not claimed
+        (:func:`refseg.golden.diagnosis.explain`).
 
     Notes
     -----
@@ -431,13 +445,13 @@ def check_bundle(folder, candidate, select=None, parts=None,
                 rows.append(CheckRow(name, "missing", "not in the candidate"))
             continue
         rows.append(check_array(name, entry, stored, values[name]))
+    apply_rounding(rows, entries, stored, values)
     link_causes(rows, entries)
     flagged = manifest.get("flagged")
     accepted = (apply_acceptances(accept, rows, entries, values,
                                   flagged and flagged["vectors"], stored) if accept else [])
     unused = unused_entries(accept, [d["entry"] for d in accepted], [r.name for r in rows])
-    diagnosis = (diagnose(flagged["vectors"], flagged["notes"], stored, rows, values, entries)
-                 if flagged else [])
+    diagnosis = explain(manifest, stored, rows, values)
     # keys of parts not checked are another check's business
     unexpected = sorted(k for k in set(values) - set(entries)
                         if part_of(k) in parts or part_of(k) not in PARTS)

@@ -14,6 +14,7 @@ from refseg.claim1.operators import OPERATORS
 from refseg.golden.descriptions import (EDGE_MEANING, RESPONSE_MEANING, THRESHOLD_MEANING,
                                         claim1_params)
 from refseg.golden.format import BundleBuilder, tolerance
+from refseg.golden.rounding import rounding_masks
 
 INFRASTRUCTURE = "golden files: producing a bundle"
 
@@ -94,4 +95,9 @@ def add_claim1(bundle: BundleBuilder, name: str, rgb: np.ndarray) -> features.Fe
                computed_from=(f"{p}/final_weight",),
                meaning="the binary feature-region image: 1 where final_weight >= 0",
                also=("claim1.step2.traverse", "claim1.step2.extract", "claim5.feature_module"))
+    for step, mask in rounding_masks(r).items():
+        key = f"{p}/{step}@rounding"
+        bundle.arrays[key] = np.ascontiguousarray(mask, dtype=np.uint8)
+        bundle.entries[f"{p}/{step}"]["rounding"] = {"member": key,
+                                                     "count": int(mask.sum())}
     return r

@@ -32,8 +32,17 @@ from refseg.registry import load_registry
 
 INFRASTRUCTURE = "golden files: flagged vectors of the alternative readings"
 
-#: The claim-1 steps an alternative's arrays are compared at, in pipeline order.
-STEPS = ("gray", "blurred", *(f"edges/{op}" for op in OPERATORS), "weights", "final_weight",
+#: The thresholds of each operator, as the bundle names them (``threshold/<op>/<key>``).
+THRESHOLD_KEYS = {"canny": ("low", "high"), "sobel": ("magnitude",),
+                  "prewitt": ("magnitude",), "log": ("slope",)}
+#: The claim-1 steps an alternative's arrays are compared at, in pipeline order: every
+#: claim-1 array of the bundle, so that a failing array upstream of a match is either one the
+#: alternative changes as well or one that contradicts it.
+STEPS = ("gray", "blurred",
+         *(s for op in OPERATORS for s in (f"response/{op}",
+                                           *(f"threshold/{op}/{k}" for k in THRESHOLD_KEYS[op]),
+                                           f"edges/{op}")),
+         "mean_image", "std", "mean", "cv", "intermediate_cv", "weights", "final_weight",
          "feature_map")
 #: Positions of a float image stored in its fingerprint, and its blocks.
 FINGERPRINT_SAMPLE = 256
@@ -61,7 +70,34 @@ ACCEPTABLE = {
     "offset-1.45": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
     "offset-1.55": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
     "offset-1.6": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
+    "skimage.filters.sobel": "the text fixes no scale of the gradient; Otsu's threshold "
+                             "follows the scale",
+    "skimage.filters.threshold_otsu": "the text gives no threshold; Otsu's binning is open",
+    "cv2.Canny-L2": "the text names Canny only; the precision of its gradients is open",
+    "cv2.Canny-L1": "the text names Canny only; its gradient norm is open",
+    "cv2.Laplacian-ksize3": "the text gives no Laplacian kernel",
 }
+#: The library calls (with their defaults) that give an alternative of the readings exactly,
+#: for the notes: the diagnosis then names the call an engineer wrote.
+LIBRARY_CALLS = {
+    "border-replicate": ["scipy.ndimage.correlate / convolve / sobel / prewitt / laplace "
+                         "(default mode 'reflect', the same as replicate for a 3x3 kernel)",
+                         "a 3x3 filter in mode 'nearest' (skimage.filters.gaussian's default "
+                         "mode)",
+                         "cv2 borderType=BORDER_REPLICATE"],
+    "border-zero": ["scipy.signal.convolve2d / correlate2d (default boundary 'fill')",
+                    "cv2 borderType=BORDER_CONSTANT"],
+    "gauss-binomial": ["cv2.GaussianBlur(gray, (3, 3), 0)"],
+    "canny-4-connected": ["skimage.filters.apply_hysteresis_threshold (labels through 4 "
+                          "neighbours)"],
+    "binary-matlab": ["MATLAB edge(I, 'canny' | 'sobel' | 'prewitt' | 'log') defaults"],
+    "log-laplace8": ["a 3x3 all-ones Laplacian (e.g. scipy.ndimage.generic_laplace with "
+                     "diagonals)"],
+    "log-13x13": ["MATLAB fspecial('log', 13, 2)"],
+}
+#: Every alternative a bundle carries flagged vectors of: the readings' alternatives, then
+#: the libraries' defaults.
+FLAGGED = (*alternatives.ALTERNATIVES, *alternatives.LIBRARY_DEFAULTS)
 #: What each result means, for the manifest.
 RESULTS = {
     "valid": "refseg's reading: the bundle's own arrays (manifest 'arrays')",
@@ -71,7 +107,9 @@ RESULTS = {
 
 
 def step_tolerance(step: str) -> str:
-    """The tolerance kind of a claim-1 step: ``exact`` for the binary maps, else ``float64``."""
+    """The tolerance kind of a claim-1 step: ``exact`` for the binary maps, else ``float64``
+    (a continuous edge image in place of a binary map is matched as ``float64`` too,
+    :func:`match_kind`)."""
     return "exact" if step.startswith("edges/") or step == "feature_map" else "float64"
 
 
@@ -83,10 +121,16 @@ def result_of(name: str) -> tuple[str, str]:
 
 
 def variant_arrays(rgb, variant=None) -> dict[str, np.ndarray]:
-    """The arrays of :data:`STEPS` for one image under a variant (None: refseg's readings)."""
+    """The arrays of :data:`STEPS` for one image under a variant (None: refseg's readings);
+    a variant without thresholds (the continuous edge kinds) has no ``threshold/*`` arrays."""
     r = alternatives.extract_variant(rgb, variant or alternatives.Variant())
     out = {"gray": r.gray, "blurred": r.blurred}
-    out.update({f"edges/{op}": np.asarray(r.edges[op]) for op in OPERATORS})
+    for op in OPERATORS:
+        out[f"response/{op}"] = r.responses[op]
+        for key, value in r.thresholds.get(op, {}).items():
+            out[f"threshold/{op}/{key}"] = np.float64(value)
+        out[f"edges/{op}"] = np.asarray(r.edges[op])
+    out.update(r.statistics)
     out["weights"] = np.array([r.weights[op] for op in OPERATORS], dtype=np.float64)
     out.update(final_weight=r.final_weight, feature_map=r.feature_map)
     return out
@@ -128,7 +172,8 @@ class _Store:
         key = f"flagged/{digest[:20]}"
         entry = {"sha256": digest, "shape": list(array.shape), "dtype": array.dtype.str}
         if array.dtype.kind in "ub" or array.ndim < 2:
-            self.members.setdefault(key, np.ascontiguousarray(array))
+            # np.ascontiguousarray would make a threshold's 0-d array 1-d
+            self.members.setdefault(key, np.array(array, order="C"))
             return {**entry, "storage": "full", "member": key}
         index_key = f"flagged@index/{name}"
         if index_key not in self.members:
@@ -158,11 +203,11 @@ def compute_changes(images: dict) -> dict:
     ``None``."""
     base = {name: variant_arrays(rgb) for name, rgb in images.items()}
     out = {None: base}
-    for alt in alternatives.ALTERNATIVES:
+    for alt in FLAGGED:
         for name, rgb in images.items():
             arrays = variant_arrays(rgb, alt.variant)
             changed = {}
-            for step in STEPS:
+            for step in (s for s in STEPS if s in arrays):
                 count, units = difference(arrays[step], base[name][step], step_tolerance(step))
                 if count or arrays[step].dtype != base[name][step].dtype:
                     changed[step] = (arrays[step], count, units)
@@ -179,7 +224,7 @@ def _same(a: dict, b: dict) -> bool:
 
 
 def _indistinguishable(changes: dict, images) -> list[dict]:
-    names = [a.name for a in alternatives.ALTERNATIVES]
+    names = [a.name for a in FLAGGED]
     silent = [n for n in names if not any((n, i) in changes for i in images)]
     groups = []
     if silent:
@@ -221,7 +266,7 @@ def flagged_section(images: dict) -> tuple[dict, dict]:
     changes = compute_changes(images)
     store = _Store()
     notes, vectors = {}, []
-    for alt in alternatives.ALTERNATIVES:
+    for alt in FLAGGED:
         result, why = result_of(alt.name)
         effect = {}
         for image in images:
@@ -243,12 +288,20 @@ def flagged_section(images: dict) -> tuple[dict, dict]:
                             "flags": [alt.reading, alt.name], "arrays": arrays})
         notes[alt.name] = {"reading": alt.reading, "alternative": alt.name, "does": alt.text,
                            "result": result, "why": why,
-                           "paragraphs": reading_paragraphs(alt.reading), "effect": effect}
+                           "paragraphs": reading_paragraphs(alt.reading), "effect": effect,
+                           "calls": LIBRARY_CALLS.get(alt.name, [])}
     section = {
         "about": "the claim-1 arrays of each alternative reading (refseg/claim1/"
-                 "alternatives.py, spec/sensitivity.md) that differ from refseg's beyond "
-                 "their tolerance, per image; 'golden check' compares a failing candidate "
-                 "array with them and names the alternatives it matches",
+                 "alternatives.py, spec/sensitivity.md) and of each library default (named "
+                 "after the call: skimage.filters.sobel, cv2.Canny-L1, ...) that differ from "
+                 "refseg's beyond their tolerance, per image; 'golden check' compares a "
+                 "failing candidate array with them and names the alternatives it matches",
+        "diagnosis": "an alternative matches an image where the candidate fails the first "
+                     "array the alternative changes, agrees with the alternative's array "
+                     "there, and fails no array that one is computed from (computed_from, "
+                     "transitively); an agreement below a failing array the alternative "
+                     "leaves as refseg's is reported as 'not claimed' with that array; a "
+                     "root cause no alternative explains is reported as 'no known reading'",
         "storage": {"full": "member: the array itself",
                     "fingerprint": f"sample.value: the values at the {FINGERPRINT_SAMPLE} "
                                    "C-order positions of sample.index (uint32, shared by "
@@ -312,12 +365,28 @@ def vector_matches(entry: dict, members: dict, value, kind: str,
     return 0 if ok else None
 
 
-def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict) -> list:
+def ancestors(name: str, entries: dict) -> list[str]:
+    """Every array ``name`` is computed from, transitively (the manifest's
+    ``computed_from``), in pipeline order."""
+    order = {n: i for i, n in enumerate(entries)}
+    seen, todo = set(), list(entries[name]["computed_from"])
+    while todo:
+        source = todo.pop()
+        if source in entries and source not in seen:
+            seen.add(source)
+            todo += entries[source]["computed_from"]
+    return sorted(seen, key=order.__getitem__)
+
+
+def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict,
+             unclaimed: bool = False) -> list:
     """The alternatives a candidate matches, root cause first.
 
     An alternative matches an image when the first of its arrays that the candidate gives
-    fails the bundle and matches the alternative's (:func:`vector_matches`), and no earlier
-    claim-1 step of that image fails.
+    fails the bundle and matches the alternative's (:func:`vector_matches`), and no array that
+    one is computed from fails: every failing array upstream of it is one the alternative
+    leaves as refseg's, so the candidate contradicts the alternative there and the agreement
+    downstream is another cause's effect.
 
     Parameters
     ----------
@@ -332,18 +401,22 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     values : dict of str to ndarray
         The candidate's arrays.
     entries : dict
-        The manifest's array entries, in pipeline order (their tolerances).
+        The manifest's array entries, in pipeline order (their tolerances, ``computed_from``).
+    unclaimed : bool
+        Also return the agreements downstream of a failing array (``verdict`` "not
+        claimed", with ``contradicted_by``: the failing upstream root causes).
 
     Returns
     -------
     list of dict
-        Per matched (alternative, image): ``array`` (the earliest failing array of the
-        alternative's, where it matches), ``reading``, ``alternative``, ``result``, ``image``,
-        ``does``, ``apart`` and ``from_golden`` (elements from the alternative's array and
-        from refseg's; ``apart`` is 0 for a match within the tolerance), ``root_cause`` (whether that array is a root cause of the check),
-        ``also_matches`` (later failing arrays that match too) and ``differs_at`` (arrays
-        the alternative changes where the candidate does not follow it), ordered by the
-        array's place in the pipeline.
+        Per matched (alternative, image): ``verdict`` ("matches"), ``array`` (the earliest
+        failing array of the alternative's, where it matches), ``reading``, ``alternative``,
+        ``result``, ``image``, ``does``, ``apart`` and ``from_golden`` (elements from the
+        alternative's array and from refseg's; ``apart`` is 0 for a match within the
+        tolerance), ``root_cause`` (always True for a match), ``also_matches`` (later
+        failing arrays that match too) and ``differs_at`` (arrays the alternative changes
+        where the candidate does not follow it), ordered by the array's place in the
+        pipeline.
     """
     order = {name: i for i, name in enumerate(entries)}
     status = {r.name: r for r in rows}
@@ -354,10 +427,6 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
         failing = [n for n in supplied if status[n].status == "fail"]
         if not failing or failing[0] != supplied[0]:
             continue  # the candidate does not follow the alternative at its first step
-        steps = (f"claim1/{vector['image']}/{step}" for step in STEPS)
-        if any(status[n].status == "fail" for n in steps
-               if n in status and order[n] < order[failing[0]]):
-            continue  # an earlier step fails that the alternative leaves as it is
 
         def apart(name):
             kind = entries[name]["tolerance"]["name"]
@@ -367,15 +436,21 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
         first = apart(failing[0])
         if first is None:
             continue
+        upstream = [n for n in ancestors(failing[0], entries)
+                    if n in status and status[n].status == "fail"]
+        if upstream and not unclaimed:
+            continue
         also = [n for n in failing[1:] if apart(n) is not None]
         reading, name = vector["flags"]
-        found.append({"array": failing[0], "reading": reading, "alternative": name,
-                      "result": vector["result"], "image": vector["image"],
-                      "does": notes[name]["does"], "apart": first,
-                      "from_golden": status[failing[0]].count,
-                      "root_cause": status[failing[0]].root_cause, "also_matches": also,
-                      "differs_at": [n for n in supplied if n not in also
-                                     and n != failing[0]]})
+        entry = {"verdict": "not claimed" if upstream else "matches", "array": failing[0],
+                 "reading": reading, "alternative": name, "result": vector["result"],
+                 "image": vector["image"], "does": notes[name]["does"], "apart": first,
+                 "from_golden": status[failing[0]].count, "root_cause": not upstream,
+                 "also_matches": also,
+                 "differs_at": [n for n in supplied if n not in also and n != failing[0]]}
+        if upstream:
+            entry["contradicted_by"] = status[failing[0]].follows or upstream
+        found.append(entry)
     # of the alternatives matching one array, the closest (a sparse map is near several), and
     # of those the ones the candidate follows furthest (continuous-literal and -graded share
     # their edge maps and part at the vote)
@@ -384,8 +459,9 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
 
     closest = {}
     for d in found:
-        closest[d["array"]] = min(closest.get(d["array"], rank(d)), rank(d))
-    found = [d for d in found if rank(d) == closest[d["array"]]]
+        key = d["array"], d["verdict"]
+        closest[key] = min(closest.get(key, rank(d)), rank(d))
+    found = [d for d in found if rank(d) == closest[d["array"], d["verdict"]]]
     found.sort(key=lambda d: (not d["root_cause"], order[d["array"]]))
     return found
 
@@ -394,20 +470,21 @@ def image_vectors(image: str, rgb) -> tuple:
     """The flagged vectors of one image, every array whole: (vectors, notes, members) as
     :func:`diagnose` takes them (for folder comparisons, which carry no bundle).
 
-    ``vectors`` is a generator: each alternative is computed when :func:`diagnose` reaches
-    it, and ``members`` holds the arrays of that alternative alone, so that memory holds
-    refseg's arrays of the image and one alternative's, not every alternative's at once.
+    ``vectors`` is a generator: each alternative (and library default) is computed when
+    :func:`diagnose` reaches it, and ``members`` holds the arrays of that alternative alone,
+    so that memory holds refseg's arrays of the image and one alternative's, not every
+    alternative's at once. The changes are :func:`compute_changes`' for one image.
     """
-    notes = {alt.name: {"does": alt.text} for alt in alternatives.ALTERNATIVES}
+    notes = {alt.name: {"does": alt.text} for alt in FLAGGED}
     members: dict = {}
 
     def vectors():
         base = variant_arrays(rgb)
-        for alt in alternatives.ALTERNATIVES:
+        for alt in FLAGGED:
             members.clear()
             arrays = variant_arrays(rgb, alt.variant)
             described = {}
-            for step in STEPS:
+            for step in (s for s in STEPS if s in arrays):
                 count, _ = difference(arrays[step], base[step], step_tolerance(step))
                 if not count and arrays[step].dtype == base[step].dtype:
                     continue
@@ -424,22 +501,3 @@ def image_vectors(image: str, rgb) -> tuple:
         members.clear()
 
     return vectors(), notes, members
-
-
-def diagnosis_lines(diagnosis: list, rows) -> list[str]:
-    """``diagnosis:`` lines: one per match, then one per image whose root cause no known
-    reading matches."""
-    lines = [f"diagnosis: {d['array']}: matches {d['reading']} {d['alternative']} "
-             f"({d['does']}; {d['result']}"
-             + (f"; {d['apart']} elements apart, {d['from_golden']} from refseg's"
-                if d["apart"] else "") + ")" for d in diagnosis]
-    matched = {d["image"] for d in diagnosis}
-    roots: dict[str, list] = {}
-    for r in rows:
-        if r.root_cause and r.part == "claim1":
-            roots.setdefault(r.group, []).append(r.name)
-    for group, names in roots.items():
-        if group.split("/", 1)[-1] not in matched:
-            lines.append(f"diagnosis: {group}: no known reading matches (root cause "
-                         f"{', '.join(names)})")
-    return lines

@@ -55,7 +55,7 @@ FORMAT = "refseg-golden"
 #: The major version (changes when a reader of the previous one could misread a bundle) and
 #: the minor one (additions a reader may ignore); see ``manifest.schema.json``.
 FORMAT_VERSION = 3
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 READINGS = "readings.md"
@@ -396,6 +396,13 @@ def check_stored_arrays(entries: dict, arrays: dict, path: Path, listed_by: str)
                              f"{listed_by} records; the file was changed after it was written")
         if entry["storage"] == "summary":
             _check_summary_members(name, entry, arrays, path)
+        rounding = entry.get("rounding")
+        if rounding is not None:
+            mask = arrays.get(rounding["member"])
+            if not (isinstance(mask, np.ndarray) and list(mask.shape) == entry["shape"]
+                    and mask.dtype == np.uint8):
+                raise InputError(f"{path}: the rounding-level mask of {name!r} is missing "
+                                 "or does not fit it")
 
 
 def _check_flagged_members(flagged: dict, arrays: dict, path: Path) -> None:

@@ -44,7 +44,7 @@ def write_check_outputs(report, report_path=None, junit=None, page=None,
     """Write a check's ``--report`` JSON, ``--junit`` XML and ``--html`` page (those not
     None)."""
     from refseg.golden.accepted import accepted_lines
-    from refseg.golden.flagged import diagnosis_lines
+    from refseg.golden.diagnosis import diagnosis_lines
 
     diagnosis = diagnosis_lines(report.diagnosis, report.rows)
     files = {}

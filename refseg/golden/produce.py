@@ -22,6 +22,8 @@ from refseg.golden.bundle_images import (PHOTOS, WELD_FUNCTION, WELD_SEEDS, ship
                                          synthetic_welds)
 from refseg.golden.claim1_arrays import add_claim1, add_input
 from refseg.golden.descriptions import MANIFEST_NOTES
+from refseg.golden.edge_cases import edge_case_images
+from refseg.golden.rounding import RULE as ROUNDING_RULE
 from refseg.golden.flagged import flagged_section
 from refseg.golden.format import (ARRAYS, FORMAT, FORMAT_MINOR, FORMAT_VERSION, HASH_RULE,
                                   READINGS, TOLERANCES, BundleBuilder)
@@ -37,6 +39,8 @@ __all__ = ["PHOTOS", "WELD_SEEDS", "NET_HW", "ADAM_STEPS", "build_bundle"]
 READ_IMAGE = "refseg.images.read_image"
 #: Where the shipped photographs come from (not a refseg function).
 PHOTO_SOURCE = "skimage.data"
+#: The function drawing the edge-case images.
+EDGE_CASE_FUNCTION = "refseg.golden.edge_cases.edge_case_images"
 
 
 def _versions() -> dict:
@@ -51,12 +55,16 @@ def _versions() -> dict:
 
 def _images(extra: dict | None):
     """The bundle's images {name: rgb}, their provenance and the function each came from:
-    the photographs, the welds, then the user's images of ``extra``; and the welds."""
+    the photographs, the welds, the edge cases, then the user's images of ``extra``; and the
+    welds."""
     photos, provenance = shipped_photos()
     welds, weld_provenance = synthetic_welds()
+    edges, edge_provenance = edge_case_images()
     provenance.update(weld_provenance)
-    images = {**photos, **{name: s.rgb for name, s in welds.items()}}
-    functions = {name: PHOTO_SOURCE if name in photos else WELD_FUNCTION for name in images}
+    provenance.update(edge_provenance)
+    images = {**photos, **{name: s.rgb for name, s in welds.items()}, **edges}
+    functions = {name: PHOTO_SOURCE if name in photos else
+                 EDGE_CASE_FUNCTION if name in edges else WELD_FUNCTION for name in images}
     for name, (rgb, record) in (extra or {}).items():
         if name in images:
             raise InputError(f"{record.get('file', name)}: the image name {name!r} is one of "
@@ -76,7 +84,8 @@ def _manifest(bundle: BundleBuilder, provenance: dict, network: dict,
         "readings_file": (f"{READINGS}: the text of the spec readings the entries cite "
                           f"({', '.join(cited)})"),
         "parts": MANIFEST_NOTES["parts"], "entry_fields": MANIFEST_NOTES["entry_fields"],
-        "tolerance_rules": MANIFEST_NOTES["tolerance_rules"], "tolerances": TOLERANCES,
+        "tolerance_rules": {**MANIFEST_NOTES["tolerance_rules"], "rounding": ROUNDING_RULE},
+        "tolerances": TOLERANCES,
         "candidate": MANIFEST_NOTES["candidate"],
         "inputs": provenance, "network": network,
         "arrays": dict(bundle.entries),
@@ -113,8 +122,9 @@ def build_bundle(keep=(), extra: dict | None = None) -> tuple[dict, dict, dict]:
 
     Notes
     -----
-    1. Inputs: three photographs (crops of ``skimage.data`` images, :data:`PHOTOS`) and the
-       synthetic welds of :data:`WELD_SEEDS`.
+    1. Inputs: three photographs (crops of ``skimage.data`` images, :data:`PHOTOS`), the
+       synthetic welds of :data:`WELD_SEEDS` and the small edge-case images of
+       :mod:`~refseg.golden.edge_cases`, each with a note of what it exercises.
     2. Claim 1 on each: every intermediate of :func:`refseg.claim1.features.extract`, with
        every parameter of its step.
     3. The network at :data:`NET_HW`: seeded weights (their SHA-256; the weights themselves

@@ -241,6 +241,8 @@ def _members(entries: dict) -> list[str]:
         else:
             out += [*(s["member"] for s in entry["slices"]), entry["sample"]["index"],
                     entry["sample"]["value"], entry["blocks"]["member"]]
+        if entry.get("rounding"):
+            out.append(entry["rounding"]["member"])
     return out
 
 

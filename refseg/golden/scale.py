@@ -37,6 +37,7 @@ from refseg.golden.outputs import per_image_lines
 from refseg.golden.check import CheckRow, _extra_row, check_array, link_causes
 from refseg.golden.flagged import diagnose, image_vectors
 from refseg.golden.own import image_name
+from refseg.golden.rounding import apply_rounding
 
 INFRASTRUCTURE = "golden files: folder-to-folder comparison"
 
@@ -190,6 +191,7 @@ def _compare(out: dict, ref, values, accept, pictures) -> dict:
             rows.append(check_array(key, entry, ref.stored, values[key]))
         elif entry["role"] == "output":
             rows.append(CheckRow(key, "missing", "not in the candidate"))
+    apply_rounding(rows, entries, ref.stored, values)
     link_causes(rows, entries)
     rows += [_extra_row(key, list(entries)) for key in sorted(set(values) - set(entries))]
     same_image = not any(r.root_cause and _step(r.name) == "input" for r in rows)

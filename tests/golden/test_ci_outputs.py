@@ -37,10 +37,8 @@ def _images(manifest):
 
 @pytest.fixture(scope="module")
 def candidates(golden_bundle, tmp_path_factory):
-    """refseg's own claim-1 candidate, and one that reads the border as replicate: the
-    alternative's gray, blurred, edge maps, weights, final weight and feature map, and its
-    responses changed on the border ring as a replicated border changes them (no flagged
-    vector holds the responses)."""
+    """refseg's own claim-1 candidate, and one that reads the border as replicate: every
+    claim-1 array of the alternative (the flagged vectors hold each one)."""
     folder, manifest, stored = golden_bundle[:3]
     root = tmp_path_factory.mktemp("ci")
     own_candidate(folder, root / "own.npz", ["claim1"])
@@ -51,11 +49,6 @@ def candidates(golden_bundle, tmp_path_factory):
                                           BY_NAME["border-replicate"].variant).items():
             key = f"claim1/{image}/{step}"
             replicate[key] = array.astype(own[key].dtype)
-        for op in ("canny", "sobel", "prewitt", "log"):
-            key = f"claim1/{image}/response/{op}"
-            changed = replicate[key].copy()
-            changed[0] *= 1.01
-            replicate[key] = changed
     np.savez(root / "replicate.npz", **replicate)
     return root, own, replicate
 
@@ -90,10 +83,12 @@ def test_an_accepted_reading_passes_and_is_reported_as_accepted(golden_bundle, c
     data = json.loads(report.read_text())
     assert data["passed"] and data["accept_unused"] == []
     how = {d["array"]: d["how"] for d in data["accepted"]}
-    images = _images(manifest)
+    # the edge-case images whose blur the border rule leaves alone carry it from there on
+    images = [i for i in _images(manifest) if f"claim1/{i}/blurred" in how]
+    assert len(images) >= 5
     for image in images:
         assert how[f"claim1/{image}/blurred"] == "reading"
-        assert how[f"claim1/{image}/response/sobel"] == "uncovered"
+        assert how[f"claim1/{image}/response/sobel"] == "downstream"
         assert how[f"claim1/{image}/feature_map"] == "downstream"
     rows = {r["name"]: r for r in data["rows"]}
     assert all(rows[name]["status"] == "accepted" for name in how)
@@ -101,8 +96,10 @@ def test_an_accepted_reading_passes_and_is_reported_as_accepted(golden_bundle, c
     assert data["parts"]["claim1"]["accepted"] == len(how)
     assert (f"accept entry 1 (reading border-replicate): {len(how)} arrays accepted"
             in out)
-    assert out.splitlines()[-1].startswith(f"PASS: 120 arrays checked, {120 - len(how)} "
-                                           f"passed, {len(how)} accepted, 0 failed")
+    checked = len(data["rows"])
+    assert out.splitlines()[-1].startswith(f"PASS: {checked} arrays checked, "
+                                           f"{checked - len(how)} passed, {len(how)} "
+                                           "accepted, 0 failed")
 
 
 def test_a_real_difference_downstream_of_an_accepted_reading_still_fails(
@@ -253,7 +250,8 @@ def test_check_junit_has_one_testcase_per_array_and_the_diagnosis(golden_bundle,
     tree = _validate(junit.read_text(encoding="utf-8"))
     cases = {c.get("name"): c for c in tree.iter("testcase")}
     assert list(cases) == [r["name"] for r in data["rows"]]
-    assert int(tree.get("tests")) == 120 and int(tree.get("failures")) == data["failed"]
+    assert int(tree.get("tests")) == len(data["rows"])
+    assert int(tree.get("failures")) == data["failed"]
     assert [s.get("name") for s in tree.iter("testsuite")] == [
         f"claim1/{i}" for i in _images(manifest)]
     image = _images(manifest)[0]
@@ -355,7 +353,10 @@ def test_the_check_page_renders_offline_with_a_picture_per_failing_2d_array(
     for (src, width, height), name in zip(loaded.images, failing_2d):
         assert src.startswith("data:image/png;base64,")
         assert [height, width] == manifest["arrays"][name]["shape"]
-    assert loaded.sections == [f"claim1/{i}" for i in _images(manifest)]
+    assert loaded.sections == [
+        f"claim1/{i}" for i in _images(manifest)
+        if any(r["status"] == "fail" and r["name"].startswith(f"claim1/{i}/")
+               for r in data["rows"])]
     # the counts beside a binary map's picture, counted here from the arrays
     name = f"claim1/{_images(manifest)[0]}/edges/canny"
     g, v = stored[name].astype(bool), replicate[name].astype(bool)
@@ -385,12 +386,12 @@ def compare_folders(tmp_path_factory):
     assert cli.main(["golden", "reference", str(root / "images"), "--out", str(ref),
                      "--jobs", "1"]) == 0
     cand.mkdir()
-    # a reference file's own description (its META member) names no array of a candidate
-    own = dict(np.load(ref / "im0.npz", allow_pickle=False))
-    del own[references.META]
+    # a reference file's own description and rounding masks name no array of a candidate
+    own = {k: v for k, v in np.load(ref / "im0.npz", allow_pickle=False).items()
+           if k != references.META and "@" not in k}
     np.savez(cand / "im0.npz", **own)
-    arrays = dict(np.load(ref / "im1.npz", allow_pickle=False))
-    del arrays[references.META]
+    arrays = {k: v for k, v in np.load(ref / "im1.npz", allow_pickle=False).items()
+              if k != references.META and "@" not in k}
     for step, value in variant_arrays(arrays["input/im1"],
                                       BY_NAME["border-replicate"].variant).items():
         arrays[f"claim1/im1/{step}"] = value.astype(arrays[f"claim1/im1/{step}"].dtype)
@@ -441,8 +442,9 @@ def test_compare_accepts_a_reading_per_image(compare_folders, tmp_path, capsys):
     accept.write_text(REPLICATE + '[[accept]]\narray = "claim1/*/gray"\n'
                       'reading = "gray-average"\nreason = "old"\n')
     junit, report = tmp_path / "c.xml", tmp_path / "c.json"
-    own = dict(np.load(ref / "im2.npz", allow_pickle=False))
-    del own[references.META]
+    # a reference file's own description and rounding masks name no array of a candidate
+    own = {k: v for k, v in np.load(ref / "im2.npz", allow_pickle=False).items()
+           if k != references.META and "@" not in k}
     np.savez(cand / "im2.npz", **own)
     try:
         status = cli.main(["golden", "compare", str(ref), str(cand), "--jobs", "2",

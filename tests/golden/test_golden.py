@@ -59,7 +59,7 @@ def test_bundle_layout_size_and_manifest(bundle):
                                                         "manifest.json",
                                                         "manifest.schema.json",
                                                         "readings.md", "weights.npz"]
-    assert (folder / "arrays.npz").stat().st_size < 22e6
+    assert (folder / "arrays.npz").stat().st_size < 25e6
     entries = manifest["arrays"]
     for name, e in entries.items():
         assert {"shape", "dtype", "sha256", "tolerance", "claim", "function", "role",
@@ -276,7 +276,7 @@ def test_parts_are_checked_alone_with_a_summary_line_each(bundle, tmp_path, caps
     status, report = _check(folder, tmp_path, arrays, options=["--part", "claim1"])
     out = capsys.readouterr().out
     assert status == 0 and report["passed"]
-    assert "part claim1: 115 arrays checked, 115 passed (115 bit-identical)" in out
+    assert "part claim1: 299 arrays checked, 299 passed (299 bit-identical)" in out
     assert "part net: not checked" in out and "part ops: not checked" in out
     assert list(report["parts"]) == ["claim1"]
     # a key of a part not checked is not judged, even one that names no array
@@ -472,13 +472,17 @@ def test_independent_opencv_implementation_passes_the_claim1_arrays(bundle, tmp_
     rows = json.loads(report.read_text())["rows"]
     claim1_outputs = [n for n, e in manifest["arrays"].items()
                       if n.startswith("claim1/") and e["role"] == "output"]
-    assert "part claim1: 115 arrays checked, 115 passed" in r.stdout
+    assert "part claim1: 299 arrays checked, 299 passed" in r.stdout
     assert r.returncode == 0, r.stdout
     assert sorted(row["name"] for row in rows) == sorted(claim1_outputs)
-    # the binary maps and the vote agree exactly; float64 steps to rounding
-    assert all(row["max_abs"] == 0 for row in rows if "/edges/" in row["name"]
-               or row["name"].endswith("/feature_map"))
-    assert max(row["max_rel"] for row in rows) < 1e-13
+    # the binary maps and the vote agree exactly on the photographs and welds; on the edge-case
+    # images drawn with ties some pass by the rounding rule; float64 steps to rounding
+    rounded = {row["name"].split("/")[1] for row in rows if row["rounding"]}
+    assert rounded and rounded <= {"edge-ties", "few-levels", "log-zeros", "flat", "lines",
+                                   "tiny", "saturated", "tall"}
+    assert all(row["max_abs"] == 0 for row in rows if ("/edges/" in row["name"]
+               or row["name"].endswith("/feature_map")) and not row["rounding"])
+    assert max(row["max_rel"] for row in rows if not row["rounding"]) < 1e-13
 
 
 @pytest.mark.infrastructure
@@ -533,7 +537,8 @@ def test_the_shipped_list_of_pinning_arrays_is_the_bundles(bundle):
         "the flagged vectors moved: if on purpose, run `refseg trace --write`"
     assert shipped == expected, "spec/golden_pins.json is stale: run `refseg trace --write`"
     assert shipped["claim1.step2.cv"] == sorted(
-        f"claim1/{name}/{key}" for name in ("astronaut", "chelsea", "coffee", "weld0", "weld1")
+        f"claim1/{name}/{key}" for name in (n.split("/", 1)[1] for n in bundle[1]["arrays"]
+                                            if n.startswith("input/"))
         for key in ("cv", "mean"))
 
 

@@ -1,0 +1,148 @@
+"""What the libraries people use do by default, written from their documented behaviour with
+NumPy and SciPy only: the steps of claim 1 as scikit-image, SciPy and OpenCV compute them when
+an engineer calls them with their defaults.
+
+Each function reproduces one call (named in its docstring); ``tests/claim1/
+test_libraries.py`` holds each against the real call. :mod:`refseg.claim1.alternatives`
+builds the library-default alternatives (:data:`~refseg.claim1.alternatives.LIBRARY_DEFAULTS`)
+from them, and the golden bundle ships their arrays as flagged vectors, so that ``golden
+check`` names the call a candidate's difference comes from.
+
+References: none of the patent's; scikit-image 0.26, SciPy 1.17 and OpenCV's documentation.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import ndimage
+
+INFRASTRUCTURE = "library defaults, for the flagged alternatives of the golden bundle"
+
+#: ``skimage.color.rgb2gray``'s weights (ITU-R BT.709 as scikit-image rounds them), applied
+#: after ``img_as_float`` scales uint8 to [0, 1].
+SKIMAGE_GRAY_WEIGHTS = (0.2125, 0.7154, 0.0721)
+#: ``skimage.filters.gaussian`` and ``scipy.ndimage.gaussian_filter``: the kernel reaches
+#: ``truncate`` standard deviations (radius int(truncate * sigma + 0.5): 3, a 7x7 kernel, at
+#: sigma 0.8).
+GAUSSIAN_TRUNCATE = 4.0
+#: The border modes of those calls: skimage's ``gaussian`` defaults to 'nearest', SciPy's
+#: ``gaussian_filter`` to 'reflect' (d c b a | a b c d).
+GAUSSIAN_MODES = {"skimage": "nearest", "scipy": "reflect"}
+#: ``skimage.filters.sobel`` / ``prewitt``: smoothing weights normalised to sum 1, the
+#: magnitude divided by sqrt(2) (the number of axes), border 'reflect'.
+SKIMAGE_SMOOTH = {"sobel": np.array([1.0, 2.0, 1.0]) / 4.0,
+                  "prewitt": np.array([1.0, 1.0, 1.0]) / 3.0}
+SKIMAGE_EDGE_MODE = "reflect"
+#: ``cv2.Laplacian(src, ddepth, ksize=3)``: the 3x3 aperture (ksize=1, the default, is the
+#: 4-neighbour Laplacian refseg uses).
+CV2_LAPLACIAN_KSIZE3 = np.array([[2.0, 0.0, 2.0], [0.0, -8.0, 0.0], [2.0, 0.0, 2.0]])
+#: ``cv2.Canny``'s direction test: tan(22.5 degrees) in 15-bit fixed point.
+CANNY_SHIFT = 15
+CANNY_TG22 = int(math.tan(math.radians(22.5)) * (1 << CANNY_SHIFT) + 0.5)
+#: The factor the int16 gradients of ``cv2.Canny(dx, dy, ...)`` are scaled by before
+#: rounding (the largest Sobel component of a 0-255 image, 1020, times 32 fits int16), and
+#: the thresholds with them.
+CV2_GRADIENT_SCALE = 32.0
+
+
+def skimage_gray(rgb) -> np.ndarray:
+    """``skimage.color.rgb2gray(rgb)`` of a uint8 image: (0.2125 R + 0.7154 G + 0.0721 B) on
+    the [0, 1] scale, float64 (M, N)."""
+    f = np.asarray(rgb, dtype=np.float64) / 255.0
+    return f @ np.array(SKIMAGE_GRAY_WEIGHTS)
+
+
+def gaussian(gray, sigma: float, library: str) -> np.ndarray:
+    """``skimage.filters.gaussian(gray, sigma)`` (library "skimage") or
+    ``scipy.ndimage.gaussian_filter(gray, sigma)`` ("scipy") with their default truncate and
+    border mode, float64 (M, N)."""
+    return ndimage.gaussian_filter(np.asarray(gray, dtype=np.float64), sigma,
+                                   mode=GAUSSIAN_MODES[library], truncate=GAUSSIAN_TRUNCATE)
+
+
+def skimage_magnitude(blurred, operator: str) -> np.ndarray:
+    """``skimage.filters.sobel(blurred)`` or ``prewitt(blurred)``: sqrt((gx^2 + gy^2) / 2) of
+    the normalised kernels, border 'reflect'; 1 / (4 sqrt 2) (Sobel) or 1 / (3 sqrt 2)
+    (Prewitt) of refseg's magnitude inside the border ring."""
+    b = np.asarray(blurred, dtype=np.float64)
+    smooth, diff = SKIMAGE_SMOOTH[operator], np.array([1.0, 0.0, -1.0])
+    total = np.zeros_like(b)
+    for axis in (0, 1):
+        g = ndimage.correlate1d(b, diff, axis=axis, mode=SKIMAGE_EDGE_MODE)
+        g = ndimage.correlate1d(g, smooth, axis=1 - axis, mode=SKIMAGE_EDGE_MODE)
+        total += g * g
+    return np.sqrt(total / 2.0)
+
+
+def numpy_otsu(values, bins: int = 256, absolute: bool = False) -> float:
+    """``skimage.filters.threshold_otsu(values)`` of a float array: ``np.histogram``'s bins
+    over [min, max] (a value on an inner edge goes to the upper bin, the maximum to the last),
+    bin centres (e_k + e_k+1) / 2, the between-class variance maximised over the centres.
+    refseg's rule truncates (v - min) * (bins / (max - min)) instead, which puts values that
+    sit on a bin edge (few grey levels) in other bins."""
+    v = np.abs(values) if absolute else np.asarray(values, dtype=np.float64)
+    v = v.ravel()
+    if np.all(v == v[0]):
+        return float(v[0])
+    counts, edges = np.histogram(v, bins=bins, range=(float(v.min()), float(v.max())))
+    centres = (edges[:-1] + edges[1:]) / 2.0
+    weight1 = np.cumsum(counts)
+    weight2 = np.cumsum(counts[::-1])[::-1]
+    mean1 = np.cumsum(counts * centres) / weight1
+    mean2 = (np.cumsum((counts * centres)[::-1]) / weight2[::-1])[::-1]
+    variance = weight1[:-1] * weight2[1:] * (mean1[:-1] - mean2[1:]) ** 2
+    return float(centres[int(np.argmax(variance))])
+
+
+def int16_gradients(gx, gy, scale: float = CV2_GRADIENT_SCALE):
+    """The gradients as ``cv2.Canny(dx, dy, ...)`` takes them: ``np.round(scale * g)`` as
+    int16."""
+    return tuple(np.round(np.asarray(g) * scale).astype(np.int16) for g in (gx, gy))
+
+
+def opencv_canny(dx, dy, low: float, high: float, l2gradient: bool) -> np.ndarray:
+    """``cv2.Canny(dx, dy, low, high, L2gradient=l2gradient) > 0`` as uint8 0/1 (M, N).
+
+    Notes
+    -----
+    1. Magnitude in integers: dx^2 + dy^2 with the thresholds squared (L2), or |dx| + |dy|
+       (L1, OpenCV's default); thresholds floored to integers.
+    2. Direction from |dy| * 2^15 against |dx| * tan(22.5) * 2^15 (fixed point); the
+       neighbours outside the image have magnitude 0.
+    3. Non-maximum suppression with OpenCV's asymmetric comparisons: along a row or a column,
+       greater than the neighbour before and at least the one after; diagonally, greater than
+       both.
+    4. Candidates above low, seeds above high, hysteresis through 8 neighbours.
+    """
+    dx, dy = np.asarray(dx, dtype=np.int64), np.asarray(dy, dtype=np.int64)
+    if l2gradient:
+        low, high = min(32767.0, low), min(32767.0, high)
+        low, high = (low * low if low > 0 else low), (high * high if high > 0 else high)
+        mag = dx * dx + dy * dy
+    else:
+        mag = np.abs(dx) + np.abs(dy)
+    low_i, high_i = math.floor(low), math.floor(high)
+    rows, cols = mag.shape
+    m = np.zeros((rows + 2, cols + 2), dtype=np.int64)
+    m[1:-1, 1:-1] = mag
+
+    def at(dr, dc):
+        return m[1 + dr:1 + dr + rows, 1 + dc:1 + dc + cols]
+
+    x, y = np.abs(dx), np.abs(dy) << CANNY_SHIFT
+    tg22x = x * CANNY_TG22
+    tg67x = tg22x + (x << (CANNY_SHIFT + 1))
+    horizontal = y < tg22x
+    vertical = ~horizontal & (y > tg67x)
+    diagonal = ~horizontal & ~vertical
+    s = np.where((dx ^ dy) < 0, -1, 1)
+    keep_h = (mag > at(0, -1)) & (mag >= at(0, 1))
+    keep_v = (mag > at(-1, 0)) & (mag >= at(1, 0))
+    keep_d = np.where(s < 0, (mag > at(-1, 1)) & (mag > at(1, -1)),
+                      (mag > at(-1, -1)) & (mag > at(1, 1)))
+    maximum = (horizontal & keep_h) | (vertical & keep_v) | (diagonal & keep_d)
+    candidates = (mag > low_i) & maximum
+    labels, _ = ndimage.label(candidates, structure=np.ones((3, 3)))
+    strong = np.unique(labels[candidates & (mag > high_i)])
+    return np.isin(labels, strong[strong > 0]).astype(np.uint8)
