@@ -445,7 +445,7 @@ def check_bundle(folder, candidate, select=None, parts=None,
                 rows.append(CheckRow(name, "missing", "not in the candidate"))
             continue
         rows.append(check_array(name, entry, stored, values[name]))
-    apply_rounding(rows, entries, stored, values)
+    apply_rounding(rows, entries, stored, values, check_array)
     link_causes(rows, entries)
     flagged = manifest.get("flagged")
     accepted = (apply_acceptances(accept, rows, entries, values,

@@ -211,14 +211,16 @@ def _moved_mask(op, reference_response, reference_thresholds, moved):
     return mask
 
 
-def apply_rounding(rows, entries: dict, stored: dict, values: dict) -> None:
+def apply_rounding(rows, entries: dict, stored: dict, values: dict, check_array) -> None:
     """Turn the failing automatic thresholds and binary maps whose differences are all
     rounding-level (and that follow the manifest's rule on the candidate's own arrays) into
     passes with ``rounding`` set (the pixels of a map that differ; -2 for a threshold); then
     compare the failing downstream arrays of such an image with the candidate-consistent
-    reference (passing with ``rounding`` -1 where they agree)."""
-    from refseg.golden.check import check_array
+    reference (passing with ``rounding`` -1 where they agree).
 
+    ``check_array`` is :func:`refseg.golden.check.check_array`, passed in: the check imports
+    this module, not the other way round.
+    """
     status = {r.name: r for r in rows}
     moved = _rounding_thresholds(rows, status, entries, values)
     touched = set(moved)

@@ -191,7 +191,7 @@ def _compare(out: dict, ref, values, accept, pictures) -> dict:
             rows.append(check_array(key, entry, ref.stored, values[key]))
         elif entry["role"] == "output":
             rows.append(CheckRow(key, "missing", "not in the candidate"))
-    apply_rounding(rows, entries, ref.stored, values)
+    apply_rounding(rows, entries, ref.stored, values, check_array)
     link_causes(rows, entries)
     rows += [_extra_row(key, list(entries)) for key in sorted(set(values) - set(entries))]
     same_image = not any(r.root_cause and _step(r.name) == "input" for r in rows)

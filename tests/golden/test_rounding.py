@@ -153,7 +153,7 @@ def test_golden_compare_applies_the_rounding_rule_per_image(tmp_path):
     image = tmp_path / "ties.png"
     Image.fromarray(rgb).save(image)
     (tmp_path / "ref").mkdir()
-    name = generate_reference(image, tmp_path / "ref")
+    name = generate_reference(image, tmp_path / "ref")["image"]
     reference = tmp_path / "ref" / f"{name}.npz"
     for zero_rule, status in ((True, "pass"), (False, "fail")):
         candidate = tmp_path / f"cand-{zero_rule}.npz"
