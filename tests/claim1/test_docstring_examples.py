@@ -17,7 +17,8 @@ EXAMPLES = {
                                 "operator_weights", "final_weight", "decide"),
     "refseg.claim1.features": ("features", "extract"),
     "refseg.claim1.outputs": ("write_edge_outputs",),
-    "refseg.claim1.alternatives": ("extract_variant", "alternative", "worked_example"),
+    "refseg.claim1.alternatives": ("extract_variant", "worked_example"),
+    "refseg.claim1.variants": ("alternative",),
 }
 #: NumPy's defaults, pinned: the examples' printed arrays depend on them.
 PRINT_OPTIONS = {"precision": 8, "threshold": 1000, "edgeitems": 3, "linewidth": 75,
