@@ -44,7 +44,7 @@ def own_candidate(folder, out, parts=None) -> tuple[int, list[str]]:
                  name.split("/", 1)[1], {}))
              for name, entry in manifest["arrays"].items()
              if name.startswith("input/") and entry["function"] == READ_FUNCTION}
-    _, arrays, kept = build_bundle(keep=("*",), extra=extra)
+    _, arrays, kept = build_bundle(keep=("*",), extra=extra, parts=parts)
     candidate, missing = {}, []
     for name in manifest["arrays"]:
         if part_of(name) not in parts:

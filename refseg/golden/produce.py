@@ -25,7 +25,7 @@ from refseg.golden.descriptions import MANIFEST_NOTES
 from refseg.golden.edge_cases import edge_case_images
 from refseg.golden.rounding import RULE as ROUNDING_RULE
 from refseg.golden.flagged import flagged_section
-from refseg.golden.format import (ARRAYS, FORMAT, FORMAT_MINOR, FORMAT_VERSION, HASH_RULE,
+from refseg.golden.format import (ARRAYS, FORMAT, FORMAT_MINOR, FORMAT_VERSION, HASH_RULE, PARTS,
                                   READINGS, TOLERANCES, BundleBuilder)
 from refseg.golden.network_arrays import ADAM_STEPS, NET_HW, add_network
 from refseg.golden.ops_arrays import add_ops
@@ -93,7 +93,8 @@ def _manifest(bundle: BundleBuilder, provenance: dict, network: dict,
     }
 
 
-def build_bundle(keep=(), extra: dict | None = None) -> tuple[dict, dict, dict]:
+def build_bundle(keep=(), extra: dict | None = None,
+                 parts=PARTS) -> tuple[dict, dict, dict]:
     """Compute every golden array and the manifest, in memory.
 
     Parameters
@@ -104,6 +105,11 @@ def build_bundle(keep=(), extra: dict | None = None) -> tuple[dict, dict, dict]:
     extra : dict or None
         More images, {name: ((rows, cols, 3) uint8 array, provenance dict)}: their claim-1
         arrays and flagged vectors join those of the bundle's own images.
+    parts : collection of str
+        The parts (:data:`~refseg.golden.format.PARTS`) to compute; the inputs are always
+        there. A bundle is written with all of them; a candidate of some parts needs only
+        theirs (the network and its training are two thirds of the time), and the manifest
+        then describes only what was computed.
 
     Returns
     -------
@@ -147,12 +153,17 @@ def build_bundle(keep=(), extra: dict | None = None) -> tuple[dict, dict, dict]:
     bundle = BundleBuilder(keep=tuple(keep))
     for name, rgb in images.items():
         add_input(bundle, name, rgb, functions[name], provenance[name])
-        add_claim1(bundle, name, rgb)
-    flagged_table, flagged_members = flagged_section(images)
-    bundle.arrays.update(flagged_members)
+        if "claim1" in parts:
+            add_claim1(bundle, name, rgb)
+    flagged_table, network = {}, {}
+    if "claim1" in parts:
+        flagged_table, flagged_members = flagged_section(images)
+        bundle.arrays.update(flagged_members)
     # the reference route even inside a block that installed a faster one: its products sum
     # in a fixed order, so the bytes follow neither the thread count nor the CPU
     with reference_ops():
-        network = add_network(bundle, welds)
-        add_ops(bundle)
+        if "net" in parts:
+            network = add_network(bundle, welds)
+        if "ops" in parts:
+            add_ops(bundle)
     return _manifest(bundle, provenance, network, flagged_table), bundle.arrays, bundle.kept

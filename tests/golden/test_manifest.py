@@ -133,7 +133,7 @@ def _paths(value, prefix=()):
 
 
 @pytest.mark.infrastructure
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_fuzzed_manifests_fail_in_one_line_through_the_cli(light, capsys, data):
     """A manifest with one field replaced by any JSON value, or removed: `golden check`
