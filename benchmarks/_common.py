@@ -189,8 +189,9 @@ def allocator_line() -> str:
 
     if allocator.applied:
         return (f"- glibc malloc: mmap threshold {allocator.MMAP_THRESHOLD >> 20} MiB, trim "
-                f"threshold {allocator.TRIM_THRESHOLD >> 20} MiB (set by import refseg; torch "
-                f"and Keras in this process allocate under the same settings)")
+                f"threshold {allocator.TRIM_THRESHOLD >> 20} MiB (set by refseg's engine when it "
+                f"first ran; torch and Keras in this process allocate under the same "
+                f"settings from then on)")
     chosen = [f"{k}={os.environ[k]}" for k in allocator.USER_SETTINGS if k in os.environ]
     tunables = os.environ.get("GLIBC_TUNABLES")
     return ("- glibc malloc: left as the environment sets it: "
