@@ -311,9 +311,14 @@ def compare_folders(reference_dir, candidate_dir, jobs: int | None = None, accep
             yield _result(name, "error", f"{reference_dir / (name + '.npz')}: not listed "
                              f"in {where} (copied in by hand?); not compared")
         else:
-            yield _result(name, "unreferenced", f"{candidate_dir / (name + '.npz')}: no "
-                             f"reference file for image {name!r} in {reference_dir}; not "
-                             "compared")
+            yield unreferenced(name, candidate_dir, reference_dir)
+
+
+def unreferenced(name: str, candidate_dir, reference_dir) -> dict:
+    """The result of a candidate file ``<name>.npz`` for which ``reference_dir`` holds no
+    reference: status ``unreferenced``, nothing compared (it fails the comparison)."""
+    return _result(name, "unreferenced", f"{Path(candidate_dir) / (name + '.npz')}: no "
+                   f"reference file for image {name!r} in {reference_dir}; not compared")
 
 
 def summarize(results, accept=()) -> dict:

@@ -4,6 +4,7 @@ over a folder, with diagnoses and the summary table; the Dask example on a two-w
 LocalCluster agreeing with the command."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -163,7 +164,11 @@ def test_compare_refuses_missing_folders_in_one_line(folders, tmp_path, capsys):
 @pytest.mark.infrastructure
 def test_the_dask_example_on_two_workers_agrees_with_the_command(folders, tmp_path, capsys):
     require("dask.distributed")
-    root, _, ref, cand = folders
+    root, _, ref, folder = folders
+    # the candidates, and one of an image the folder of images does not hold
+    cand = tmp_path / "cand"
+    shutil.copytree(folder, cand)
+    (cand / "stray.npz").write_bytes((folder / "deep.npz").read_bytes())
     report = tmp_path / "dask.json"
     # the cluster's workers keep their files in dask's temporary folder, the system's by
     # default (/tmp/dask-scratch-space/, left behind): the test's own instead
@@ -180,8 +185,12 @@ def test_the_dask_example_on_two_workers_agrees_with_the_command(folders, tmp_pa
     cli_report = tmp_path / "cli.json"
     assert cli.main(["golden", "compare", str(ref), str(cand), "--report",
                      str(cli_report)]) == 1
-    assert json.loads(report.read_text()) == json.loads(cli_report.read_text())
-    assert r.stdout.strip() == capsys.readouterr().out.strip()
+    # the same report but for the reference folder each one names
+    dask_report = report.read_text().replace(str(tmp_path / "dask_ref"), str(ref))
+    assert json.loads(dask_report) == json.loads(cli_report.read_text())
+    assert json.loads(dask_report)["unreferenced"] == 1
+    assert (r.stdout.strip().replace(str(tmp_path / "dask_ref"), str(ref))
+            == capsys.readouterr().out.strip())
     for path in ref.glob("*.npz"):
         with np.load(path) as a, np.load(tmp_path / "dask_ref" / path.name) as b:
             assert sorted(a.files) == sorted(b.files)
