@@ -596,3 +596,251 @@ void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const f
             yp[ch] = clampf(xp[ch] * scale[ch] + shift[ch], lo, hi);
     }
 }
+
+/* ---- Winograd F(2x2, 3x3) ---------------------------------------------------------------
+ * A stride-1 3x3 convolution computes each 2x2 block of outputs (a tile) from the 4x4 block of
+ * inputs under it with 16 products per channel pair instead of 36: the input block d goes to
+ * V = B^T d B, the kernel g (transformed once, at plan time: U = G g G^T) to U, the 16
+ * positions xi multiply as 16 independent products M[xi] = V[xi] U[xi] summed over the input
+ * channels, and the tile's outputs are A^T M A, then the epilogue. With
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1]
+ * both transforms are additions only. The 16 products run on the panel micro-kernels above
+ * (one tap, the tiles as pixels), so the product's speed is that of a 1x1 convolution.
+ *
+ * The tiles of the whole batch are taken `chunk` at a time: the chunk's transformed inputs
+ * V[16][chunk][cin] and products M[16][chunk][panels * 16] live in `scratch` (the caller's),
+ * and each of the three passes (input transform, products, output transform) is split over
+ * the threads, every value computed by one thread in a fixed order. U is 16 packed weight
+ * sets, u[xi][panel][cin][16]. */
+/* the input transform of the channels [c0, c0 + lanes) of one tile, on any vector type */
+#define WINOGRAD_INPUT_BODY(LOAD, STORE, ADD, SUB)                                            \
+    {                                                                                        \
+        VEC t[4][4];                                                                         \
+        for (int j = 0; j < 4; j++) {                                                        \
+            const VEC d0 = LOAD(p[j] + c), d1 = LOAD(p[4 + j] + c);                          \
+            const VEC d2 = LOAD(p[8 + j] + c), d3 = LOAD(p[12 + j] + c);                     \
+            t[0][j] = SUB(d0, d2);                                                           \
+            t[1][j] = ADD(d1, d2);                                                           \
+            t[2][j] = SUB(d2, d1);                                                           \
+            t[3][j] = SUB(d1, d3);                                                           \
+        }                                                                                    \
+        for (int i = 0; i < 4; i++) {                                                        \
+            STORE(v + (size_t)(4 * i + 0) * stride + c, SUB(t[i][0], t[i][2]));              \
+            STORE(v + (size_t)(4 * i + 1) * stride + c, ADD(t[i][1], t[i][2]));              \
+            STORE(v + (size_t)(4 * i + 2) * stride + c, SUB(t[i][2], t[i][1]));              \
+            STORE(v + (size_t)(4 * i + 3) * stride + c, SUB(t[i][1], t[i][3]));              \
+        }                                                                                    \
+    }
+
+#define VEC __m512
+#define LOAD512(ptr) _mm512_maskz_loadu_ps(mask, (ptr))
+#define STORE512(ptr, val) _mm512_mask_storeu_ps((ptr), mask, (val))
+__attribute__((target("avx512f")))
+static void winograd_input_avx512(const float *const *d, int cin, float *restrict v,
+                                  size_t stride)
+{
+    const float *p[16];
+    for (int k = 0; k < 16; k++)
+        p[k] = d[k];
+    for (int c = 0; c < cin; c += 16) {
+        const __mmask16 mask = (__mmask16)(cin - c >= 16 ? 0xFFFFu : (1u << (cin - c)) - 1u);
+        WINOGRAD_INPUT_BODY(LOAD512, STORE512, _mm512_add_ps, _mm512_sub_ps)
+    }
+}
+#undef VEC
+#define VEC __m256
+__attribute__((target("avx2,fma")))
+static void winograd_input_avx2(const float *const *d, int cin, float *restrict v,
+                                size_t stride)
+{
+    const float *p[16];
+    for (int k = 0; k < 16; k++)
+        p[k] = d[k];
+    int c = 0;
+    for (; c + 8 <= cin; c += 8)
+        WINOGRAD_INPUT_BODY(_mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps, _mm256_sub_ps)
+    if (c < cin) {
+        const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(cin - c), lanes);
+#define LOADM(ptr) _mm256_maskload_ps((ptr), mask)
+#define STOREM(ptr, val) _mm256_maskstore_ps((ptr), mask, (val))
+        WINOGRAD_INPUT_BODY(LOADM, STOREM, _mm256_add_ps, _mm256_sub_ps)
+#undef LOADM
+#undef STOREM
+    }
+}
+#undef VEC
+#define VEC float
+#define LOADS(ptr) (*(ptr))
+#define STORES(ptr, val) (*(ptr) = (val))
+#define ADDS(a, b) ((a) + (b))
+#define SUBS(a, b) ((a) - (b))
+static void winograd_input_portable(const float *const *d, int cin, float *restrict v,
+                                    size_t stride)
+{
+    const float *p[16];
+    for (int k = 0; k < 16; k++)
+        p[k] = d[k];
+    for (int c = 0; c < cin; c++)
+        WINOGRAD_INPUT_BODY(LOADS, STORES, ADDS, SUBS)
+}
+#undef VEC
+
+#define WINOGRAD_TRANSFORMS(SUFFIX, TARGET)                                                   \
+TARGET static void winograd_output_##SUFFIX(const float *m, size_t stride, int cout,          \
+                                            const float *bias, float lo, float hi,            \
+                                            float *const *out, const float *const *res,       \
+                                            float *restrict tile)                             \
+{                                                                                            \
+    for (int c = 0; c < cout; c++) {                                                         \
+        float s[2][4];                                                                       \
+        for (int j = 0; j < 4; j++) {                                                        \
+            const float m0 = m[(size_t)j * stride + c], m1 = m[(size_t)(4 + j) * stride + c];\
+            const float m2 = m[(size_t)(8 + j) * stride + c];                                \
+            const float m3 = m[(size_t)(12 + j) * stride + c];                               \
+            s[0][j] = (m0 + m1) + m2;                                                        \
+            s[1][j] = (m1 - m2) - m3;                                                        \
+        }                                                                                    \
+        for (int i = 0; i < 2; i++) {                                                        \
+            tile[(size_t)(2 * i) * cout + c] = (s[i][0] + s[i][1]) + s[i][2];                \
+            tile[(size_t)(2 * i + 1) * cout + c] = (s[i][1] - s[i][2]) - s[i][3];            \
+        }                                                                                    \
+    }                                                                                        \
+    for (int q = 0; q < 4; q++) {                                                            \
+        float *restrict o = out[q];                                                          \
+        const float *t = tile + (size_t)q * cout;                                            \
+        if (!o)                                                                              \
+            continue;                                                                        \
+        if (res[q]) {                                                                        \
+            const float *rq = res[q];                                                        \
+            for (int c = 0; c < cout; c++)                                                   \
+                o[c] = clampf(t[c] + bias[c], lo, hi) + rq[c];                               \
+        } else {                                                                             \
+            for (int c = 0; c < cout; c++)                                                   \
+                o[c] = clampf(t[c] + bias[c], lo, hi);                                       \
+        }                                                                                    \
+    }                                                                                        \
+}
+WINOGRAD_TRANSFORMS(avx512, __attribute__((target("avx512f"))))
+WINOGRAD_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))))
+WINOGRAD_TRANSFORMS(portable, )
+
+size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout)
+{
+    const size_t tiles = (size_t)batch * ((ho + 1) / 2) * ((wo + 1) / 2);
+    const size_t per_tile = (size_t)16 * (cin + (cout + ENGINE_PANEL - 1) / ENGINE_PANEL
+                                                 * ENGINE_PANEL) * sizeof(float);
+    size_t chunk = ENGINE_WINOGRAD_SCRATCH / per_tile / MAX_MR * MAX_MR;
+    if (chunk < MAX_MR)
+        chunk = MAX_MR;
+    const size_t whole = (tiles + MAX_MR - 1) / MAX_MR * MAX_MR;
+    return chunk < whole ? chunk : whole;
+}
+
+void engine_winograd_c(int backend, int threads, int batch, const float *x, int h, int w,
+                       int cin, int pad_top, int pad_left, const float *u, const float *bias,
+                       int cout, float *y, int ho, int wo, const float *r, float lo, float hi,
+                       float *scratch, int64_t chunk)
+{
+    TileKernel kernel = tile_portable, pair_kernel = NULL;
+    int mr = MR_PORTABLE;
+    void (*input)(const float *const *, int, float *, size_t) = winograd_input_portable;
+    void (*output)(const float *, size_t, int, const float *, float, float, float *const *,
+                   const float *const *, float *) = winograd_output_portable;
+    if (backend == ENGINE_AVX512) {
+        kernel = tile_avx512;
+        pair_kernel = tile_avx512_pair;
+        mr = MR_AVX512;
+        input = winograd_input_avx512;
+        output = winograd_output_avx512;
+    } else if (backend == ENGINE_AVX2) {
+        kernel = tile_avx2;
+        mr = MR_AVX2;
+        input = winograd_input_avx2;
+        output = winograd_output_avx2;
+    }
+    const int width = pair_kernel ? 2 : 1;
+    const int all_panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    const int coutp = all_panels * ENGINE_PANEL;
+    const int groups = (all_panels + width - 1) / width;
+    const int tiles_h = (ho + 1) / 2, tiles_w = (wo + 1) / 2;
+    const int64_t per_image = (int64_t)tiles_h * tiles_w, total = per_image * batch;
+    float *v = scratch, *m = scratch + (size_t)16 * chunk * cin;
+    /* the output transform's 2x2 tile before the epilogue, one per thread */
+    float *tiles_out = malloc((size_t)threads * 4 * coutp * sizeof(float));
+    float *zeros = calloc((size_t)(cin > 2 * ENGINE_PANEL ? cin : 2 * ENGINE_PANEL),
+                          sizeof(float));
+    if (!zeros || !tiles_out)
+        abort();
+    for (int64_t first = 0; first < total; first += chunk) {
+        const int count = (int)(total - first < chunk ? total - first : chunk);
+        const int row_tiles = (count + mr - 1) / mr;
+        const int64_t products = (int64_t)16 * groups * row_tiles;
+        #pragma omp parallel num_threads(threads)
+        {
+            #pragma omp for schedule(static)
+            for (int k = 0; k < count; k++) {
+                const int64_t tile = first + k, n = tile / per_image;
+                const int ty = (int)(tile % per_image) / tiles_w;
+                const int tx = (int)(tile % per_image) % tiles_w;
+                const float *xn = x + n * (int64_t)h * w * cin;
+                const float *d[16];
+                for (int i = 0; i < 4; i++) {
+                    const int row = 2 * ty - pad_top + i;
+                    for (int j = 0; j < 4; j++) {
+                        const int col = 2 * tx - pad_left + j;
+                        d[4 * i + j] = row < 0 || row >= h || col < 0 || col >= w ? zeros :
+                                       xn + ((int64_t)row * w + col) * cin;
+                    }
+                }
+                input(d, cin, v + (size_t)k * cin, (size_t)chunk * cin);
+            }
+            #pragma omp for schedule(dynamic, 1)
+            for (int64_t item = 0; item < products; item++) {
+                const int xi = (int)(item / ((int64_t)groups * row_tiles));
+                const int rest = (int)(item % ((int64_t)groups * row_tiles));
+                const int group = rest / row_tiles, rows = rest % row_tiles;
+                const int panel = group * width;
+                const int covered = all_panels - panel < width ? all_panels - panel : width;
+                const float *a[MAX_MR];
+                Epilogue e;
+                e.rows = count - rows * mr < mr ? count - rows * mr : mr;
+                e.ncols = covered * ENGINE_PANEL;
+                e.lo = -INFINITY;
+                e.hi = INFINITY;
+                for (int q = 0; q < mr; q++) {
+                    const int k = rows * mr + (q < e.rows ? q : 0);
+                    a[q] = q < e.rows ? v + ((size_t)xi * chunk + k) * cin : zeros;
+                    e.out[q] = m + ((size_t)xi * chunk + k) * coutp + (size_t)panel * ENGINE_PANEL;
+                    e.res[q] = NULL;
+                }
+                const float *wp = u + ((size_t)xi * all_panels + panel) * cin * ENGINE_PANEL;
+                if (covered == 2)
+                    pair_kernel(1, cin, a, wp, zeros, &e);
+                else
+                    kernel(1, cin, a, wp, zeros, &e);
+            }
+            #pragma omp for schedule(static)
+            for (int k = 0; k < count; k++) {
+                const int64_t tile = first + k, n = tile / per_image;
+                const int ty = (int)(tile % per_image) / tiles_w;
+                const int tx = (int)(tile % per_image) % tiles_w;
+                float *out[4];
+                const float *res[4];
+                for (int i = 0; i < 2; i++) {
+                    for (int j = 0; j < 2; j++) {
+                        const int row = 2 * ty + i, col = 2 * tx + j;
+                        const int64_t at = ((n * ho + row) * (int64_t)wo + col) * cout;
+                        const int inside = row < ho && col < wo;
+                        out[2 * i + j] = inside ? y + at : NULL;
+                        res[2 * i + j] = inside && r ? r + at : NULL;
+                    }
+                }
+                output(m + (size_t)k * coutp, (size_t)chunk * coutp, cout, bias, lo, hi, out,
+                       res, tiles_out + (size_t)omp_get_thread_num() * 4 * coutp);
+            }
+        }
+    }
+    free(zeros);
+    free(tiles_out);
+}

@@ -1,6 +1,7 @@
 /* The engine's micro-kernels (refseg/engine/engine_kernels.c); see that file. */
 #ifndef REFSEG_ENGINE_KERNELS_H
 #define REFSEG_ENGINE_KERNELS_H
+#include <stddef.h>
 #include <stdint.h>
 
 /* output channels per packed weight panel, the same for every backend */
@@ -37,4 +38,15 @@ void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, 
 
 void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const float *scale,
                      const float *shift, float lo, float hi, float *y);
+
+/* the bytes of a Winograd call's scratch at most (its chunk of tiles' transformed inputs and
+ * products), unless one row of micro-kernel tiles alone needs more */
+#define ENGINE_WINOGRAD_SCRATCH (4u << 20)
+
+size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout);
+
+void engine_winograd_c(int backend, int threads, int batch, const float *x, int h, int w,
+                       int cin, int pad_top, int pad_left, const float *u, const float *bias,
+                       int cout, float *y, int ho, int wo, const float *r, float lo, float hi,
+                       float *scratch, int64_t chunk);
 #endif

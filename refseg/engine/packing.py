@@ -74,6 +74,29 @@ def dot_weights(taps_kernel: np.ndarray) -> np.ndarray | None:
     return np.ascontiguousarray(taps_kernel.transpose(0, 2, 1), np.float32).reshape(-1)
 
 
+#: Winograd F(2x2, 3x3)'s kernel transform (engine_kernels.c): U = G g G^T.
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+
+
+def winograd_weights(taps_kernel: np.ndarray) -> np.ndarray:
+    """A 3x3 kernel (9, cin, cout) transformed for Winograd F(2x2, 3x3), ``G g G^T`` for
+    every channel pair (in float64, rounded once), packed as 16 panel sets:
+    flat float32 of ``16 * panels * cin * 16``, set ``xi = 4 i + j`` first."""
+    taps, cin, cout = taps_kernel.shape
+    if taps != 9:
+        raise ValueError(f"Winograd F(2x2, 3x3) takes 3x3 kernels, got {taps} taps")
+    g = np.asarray(taps_kernel, np.float64).reshape(3, 3, cin, cout)
+    u = np.einsum("ia,abco,jb->ijco", WINOGRAD_G, g, WINOGRAD_G).reshape(16, cin, cout)
+    return np.concatenate([pack_panels(u[xi][None].astype(np.float32)) for xi in range(16)])
+
+
+def unpacked_panels(packed: np.ndarray, taps: int, cin: int, cout: int) -> np.ndarray:
+    """The kernel (taps, cin, cout) float32 that ``pack_panels`` packed."""
+    panels = -(-cout // PANEL)
+    return packed.reshape(panels, taps, cin, PANEL).transpose(1, 2, 0, 3).reshape(
+        taps, cin, panels * PANEL)[:, :, :cout]
+
+
 def padded_bias(bias: np.ndarray) -> np.ndarray:
     """The bias (C,) padded with zeros to whole panels, float32."""
     out = np.zeros(-(-bias.size // PANEL) * PANEL, np.float32)

@@ -17,14 +17,18 @@ layer, or each chain of layers whose intermediate values nothing else reads, int
 * max pooling, and whatever else is left, runs in NumPy.
 
 Algorithms (``runtime.ALGORITHMS``): each convolution step's tiles can run in two loop orders
-of the panel micro-kernel, and a step of at most ``runtime.DOT_MAX`` output channels (the
-decoder's 3-class layers) also as one dot product per output. ``mode="measure"`` times each on
-this machine at batch 1 (the better of ``MEASURE_REPEATS`` calls each, FFTW's
-``FFTW_MEASURE`` in spirit) and keeps the fastest; ``mode="estimate"`` takes the dot products
-where they run, else the order that keeps the larger operand in place (``estimated_order``;
-it agreed with the faster order, timed on one thread, on the decoder's large layers);
-``choices={name: algorithm}`` replays a plan's ``choices``. A plan keeps only the packed
-weights its chosen algorithms read.
+of the panel micro-kernel, a step of at most ``runtime.DOT_MAX`` output channels (the
+decoder's 3-class layers) also as one dot product per output, and a stride-1 3x3 convolution
+also by Winograd F(2x2, 3x3). ``mode="measure"`` times each on this machine at batch 1 (the
+better of ``MEASURE_REPEATS`` calls each, FFTW's ``FFTW_MEASURE`` in spirit) and keeps the
+fastest; ``mode="estimate"`` takes the dot products where they run, Winograd on maps of at
+least ``WINOGRAD_MIN_MAP`` pixels a side, else the order that keeps the larger operand in
+place (``estimated_order``; it agreed with the faster order, timed on one thread, on the
+decoder's large layers); ``choices={name: algorithm}`` replays a plan's ``choices``. A plan
+keeps only the weights its chosen algorithms read; Winograd's (16/9 of the direct kernel's)
+are made from the packed kernel when first needed, and where they would take the plan past
+``MEMORY_LIMIT`` times the model's weights the layers that gain least per extra byte keep
+their direct order (measured or estimated) instead.
 """
 from __future__ import annotations
 
@@ -48,6 +52,11 @@ MEASURE_REPEATS = 3
 MODES = ("measure", "estimate")
 #: The weights' dtype the engine runs.
 DTYPE = np.float32
+#: The smallest output map (pixels a side) on which the estimate takes Winograd.
+WINOGRAD_MIN_MAP = 14
+#: A plan holds at most this many times the model's weights (packed weights + workspace);
+#: Winograd, whose weights are 16/9 of the direct kernel's, is given up where it would not fit.
+MEMORY_LIMIT = 1.3
 
 
 def _clamp(activation) -> tuple[float, float]:
@@ -145,9 +154,12 @@ def _conv_step(walker, name, layer, shapes) -> ConvStep:
         kind = "conv"
     if max(phase.taps for phase in phases) > 64:
         raise InputError(f"engine: {name}: kernels of more than 64 taps are not supported")
+    winograd = None
+    if kind == "conv" and (kh, kw, stride) == (3, 3, 1) and layer.activation != "softmax":
+        winograd = (pt + pad[0][0], pl + pad[1][0])
     return ConvStep(last, source, (name, *fused), (ho, wo, bias.size), phases,
                     packing.padded_bias(bias), lo, hi, residual,
-                    softmax=layer.activation == "softmax", kind=kind)
+                    softmax=layer.activation == "softmax", kind=kind, winograd_pads=winograd)
 
 
 def _depthwise_step(walker, name, layer, shapes) -> DepthwiseStep:
@@ -233,21 +245,28 @@ def compile_steps(graph, outputs, input_hw) -> list:
 
 
 @infrastructure("the engine's choice of loop order")
-def estimated_order(step: ConvStep, input_bytes: int) -> str:
-    """The dot products for few output channels; else the order that keeps the larger operand
-    in place: with more input activations (``input_bytes``, one image) than packed weights,
-    the tiles of a thread walk the panels of one pixel tile (its inputs stay in L1, the
-    weights stream from L2), otherwise the pixel tiles of one panel (the panel stays, the
+def estimated_order(step: ConvStep, input_bytes: int, winograd: bool = True) -> str:
+    """The dot products for few output channels; Winograd for a stride-1 3x3 convolution on
+    a map of at least ``WINOGRAD_MIN_MAP`` pixels a side (on smaller maps the tiles past the
+    edge and the transforms eat much of its saving); else the order that keeps the larger
+    operand in place: with more input activations (``input_bytes``, one image) than packed
+    weights, the tiles of a thread walk the panels of one pixel tile (its inputs stay in L1,
+    the weights stream from L2), otherwise the pixel tiles of one panel (the panel stays, the
     activations stream)."""
     if "dot" in step.algorithms:
         return "dot"
+    if winograd and "winograd" in step.algorithms and \
+            min(step.out_shape[:2]) >= WINOGRAD_MIN_MAP:
+        return "winograd"
     weights = sum(phase.packed.nbytes for phase in step.phases)
     return "pixels-outer" if input_bytes > weights else "panels-outer"
 
 
-def _measured_order(step: ConvStep, values: dict) -> str:
+def _measured_times(step: ConvStep, values: dict) -> dict[str, float]:
+    """The best of ``MEASURE_REPEATS`` calls of each algorithm of ``step``, in seconds."""
     best = {}
     for order in step.algorithms:
+        step.prepare(order)
         step.order = order
         seconds = []
         for _ in range(MEASURE_REPEATS):
@@ -255,7 +274,58 @@ def _measured_order(step: ConvStep, values: dict) -> str:
             step.run(values)
             seconds.append(time.perf_counter() - start)
         best[order] = min(seconds)
-    return min(best, key=best.get)
+    # Winograd's weights are made again, if chosen, when the plan settles
+    step.winograd = None
+    return best
+
+
+def _workspace(model, steps, scratch: dict) -> int:
+    """The most activation bytes alive at once in a batch-1 run of ``steps`` (input
+    included), plus the largest scratch of one step (``scratch``, bytes by step name)."""
+    shapes = model.graph.shapes((*model.input_shape, 3))
+    last_use = {}
+    for index, step in enumerate(steps):
+        for source in step.inputs:
+            last_use[source] = index
+    output = steps[-1].name
+    live = {INPUT: int(np.prod(shapes[INPUT])) * 4}
+    peak = sum(live.values())
+    for index, step in enumerate(steps):
+        live[step.name] = int(np.prod(shapes[step.name])) * 4
+        peak = max(peak, sum(live.values()))
+        for source in step.inputs:
+            if last_use[source] == index and source != output:
+                live.pop(source, None)
+    return peak + max(scratch.values(), default=0)
+
+
+def _within_memory(model, steps, chosen: dict, gain: dict) -> dict:
+    """``chosen`` (algorithm by conv step name), with Winograd given up where the plan would
+    hold more than ``MEMORY_LIMIT`` times the model's weights: its weights are 16/9 of the
+    direct kernel's. The steps that gain least per extra byte (``gain``: seconds, or
+    multiply-adds saved) give it up first, for the fastest direct order (``fallback``)."""
+    weights = sum(a.nbytes for a in model.weights().values())
+    chosen = dict(chosen)
+
+    def total():
+        packed = sum(step.nbytes_for(chosen[step.name]) if isinstance(step, ConvStep)
+                     else step.nbytes for step in steps)
+        scratch = {}
+        for step in steps:
+            if isinstance(step, ConvStep) and chosen[step.name] == "winograd":
+                order, step.order = step.order, "winograd"
+                scratch[step.name] = step.scratch_bytes(1)
+                step.order = order
+        return packed + _workspace(model, steps, scratch)
+
+    convs = {step.name: step for step in steps if isinstance(step, ConvStep)}
+    ranked = sorted((name for name, a in chosen.items() if a == "winograd"),
+                    key=lambda name: gain[name][0] / (convs[name].nbytes_for("winograd")
+                                                      - convs[name].nbytes_for(gain[name][1])))
+    while ranked and total() > MEMORY_LIMIT * weights:
+        name = ranked.pop(0)
+        chosen[name] = gain[name][1]
+    return chosen
 
 
 @implements("claim2.fusion")
@@ -317,17 +387,12 @@ class Plan:
 
     def memory(self) -> dict[str, int]:
         """Bytes: ``packed`` (the steps' weights and offset tables), ``workspace`` (the most
-        activation bytes alive at once in a batch-1 run, input included), ``model_weights``
+        activation bytes alive at once in a batch-1 run, input included, and the largest
+        scratch of a step), ``model_weights``
         (every array of the model's weights), ``plan`` (packed + workspace)."""
-        shapes = self.model.graph.shapes((*self.input_shape, 3))
-        live = {INPUT: int(np.prod(shapes[INPUT])) * 4}
-        peak = sum(live.values())
-        for index, step in enumerate(self.steps):
-            live[step.name] = int(np.prod(shapes[step.name])) * 4
-            peak = max(peak, sum(live.values()))
-            for source in step.inputs:
-                if self._last_use[source] == index and source != self.output:
-                    live.pop(source, None)
+        peak = _workspace(self.model, self.steps,
+                          {step.name: step.scratch_bytes(1) for step in self.steps
+                           if isinstance(step, ConvStep)})
         packed = sum(step.nbytes for step in self.steps)
         weights = sum(a.nbytes for a in self.model.weights().values())
         return {"packed": packed, "workspace": peak, "model_weights": weights,
@@ -380,13 +445,32 @@ def plan(model, mode: str = "measure", choices: dict | None = None) -> Plan:
         return Plan(model, steps, output, "replay")
     if mode == "estimate":
         shapes = model.graph.shapes((*model.input_shape, 3))
+        chosen, gain = {}, {}
         for step in convs:
-            step.settle(estimated_order(step, 4 * int(np.prod(shapes[step.source]))))
+            input_bytes = 4 * int(np.prod(shapes[step.source]))
+            if estimated_order(step, input_bytes) == "winograd":
+                direct = estimated_order(step, input_bytes, winograd=False)
+                chosen[step.name] = "winograd"
+                # multiply-adds saved: 20 of 36 per 2x2 outputs and channel pair
+                gain[step.name] = (np.prod(step.out_shape) * step.phases[0].cin, direct)
+            else:
+                chosen[step.name] = estimated_order(step, input_bytes)
+        chosen = _within_memory(model, steps, chosen, gain)
+        for step in convs:
+            step.settle(chosen[step.name])
         return Plan(model, steps, output, mode)
     rng = np.random.default_rng(0)
     values = {INPUT: rng.uniform(-1, 1, (1, *model.input_shape, 3)).astype(DTYPE)}
+    chosen, gain = {}, {}
     for step in steps:
         if isinstance(step, ConvStep):
-            step.settle(_measured_order(step, values))
+            times = _measured_times(step, values)
+            chosen[step.name] = min(times, key=times.get)
+            direct = min((a for a in times if a != "winograd"), key=times.get)
+            gain[step.name] = (times[direct] - times[chosen[step.name]], direct)
+            step.order = direct
         values[step.name] = step.run(values)
+    chosen = _within_memory(model, steps, chosen, gain)
+    for step in convs:
+        step.settle(chosen[step.name])
     return Plan(model, steps, output, mode)

@@ -55,9 +55,10 @@ _THREADS = contextvars.ContextVar("refseg_engine_threads", default=None)
 
 #: Algorithms of a convolution (engine_kernels.c): the micro-kernel on panels of 16 output
 #: channels, its tiles walking the panels of one pixel tile or the pixel tiles of one panel;
-#: or, for at most DOT_MAX output channels, one dot product per output.
+#: for at most DOT_MAX output channels, one dot product per output; for a stride-1 3x3
+#: convolution, Winograd F(2x2, 3x3) (16 products per 2x2 outputs and channel pair, not 36).
 ORDERS = ("pixels-outer", "panels-outer")
-ALGORITHMS = (*ORDERS, "dot")
+ALGORITHMS = (*ORDERS, "dot", "winograd")
 #: The most output channels of the "dot" algorithm (engine_kernels.h, ENGINE_DOT_MAX).
 DOT_MAX = 8
 
@@ -173,21 +174,68 @@ class ConvStep:
     softmax: bool = False
     order: str = "pixels-outer"
     kind: str = "conv"
+    #: (top, left) zero padding of a stride-1 3x3 convolution, which can run Winograd; None
+    #: for the others
+    winograd_pads: tuple[int, int] | None = None
+    #: the Winograd weights (packing.winograd_weights), built when first needed
+    winograd: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:
-        return self.bias.nbytes + sum(phase.nbytes for phase in self.phases)
+        return self.bias.nbytes + sum(phase.nbytes for phase in self.phases) + (
+            0 if self.winograd is None else self.winograd.nbytes)
 
     @property
     def algorithms(self) -> tuple[str, ...]:
         """The algorithms this step can run."""
-        return ALGORITHMS if self.out_shape[2] <= DOT_MAX else ORDERS
+        return (*ORDERS, *(("dot",) if self.out_shape[2] <= DOT_MAX else ()),
+                *(("winograd",) if self.winograd_pads is not None else ()))
+
+    def _panels(self) -> int:
+        return -(-self.out_shape[2] // 16)
+
+    def nbytes_for(self, algorithm: str) -> int:
+        """The bytes this step keeps once settled on ``algorithm``."""
+        if algorithm == "winograd":
+            return self.bias.nbytes + 16 * self._panels() * 16 * self.phases[0].cin * 4
+        cout = self.out_shape[2]
+        weights = sum(p.taps * p.cin * (cout if algorithm == "dot" else self._panels() * 16)
+                      for p in self.phases) * 4
+        tables = sum(a.nbytes for p in self.phases for a in (p.in_off, p.out_off)
+                     if a is not None)
+        return self.bias.nbytes + weights + tables
+
+    def scratch_bytes(self, batch: int = 1) -> int:
+        """The bytes of scratch one call on ``batch`` images allocates (Winograd's tiles)."""
+        if self.order != "winograd":
+            return 0
+        from refseg import _kernels
+        ho, wo, cout = self.out_shape
+        cin = self.phases[0].cin
+        chunk = _kernels.winograd_chunk(batch, ho, wo, cin, cout)
+        return 16 * chunk * (cin + self._panels() * 16) * 4
+
+    def prepare(self, algorithm: str) -> None:
+        """Build the weights ``algorithm`` reads if they are not there (Winograd's are made
+        from the packed panels on first use: a plan that does not choose it never holds
+        both)."""
+        if algorithm == "winograd" and self.winograd is None:
+            from refseg.engine import packing
+            phase = self.phases[0]
+            kernel = packing.unpacked_panels(phase.packed, phase.taps, phase.cin,
+                                             self.out_shape[2])
+            self.winograd = packing.winograd_weights(kernel)
 
     def settle(self, algorithm: str) -> None:
         """Run ``algorithm`` from now on and drop the weights only the others read."""
+        self.prepare(algorithm)
         self.order = algorithm
+        if algorithm != "winograd":
+            self.winograd = None
         for phase in self.phases:
-            if algorithm == "dot":
+            if algorithm == "winograd":
+                phase.packed = phase.dot = phase.in_off = None
+            elif algorithm == "dot":
                 phase.packed = None
             else:
                 phase.dot = None
@@ -205,6 +253,11 @@ class ConvStep:
         kernels, code = _kernels_and_code()
         threads = threads_for(n * cout * sum(p.pixels * p.taps * p.cin for p in self.phases),
                               PARALLEL_MIN_MACS)
+        if self.order == "winograd":
+            scratch = np.empty(self.scratch_bytes(n) // 4, np.float32)
+            kernels.engine_winograd(x, *self.winograd_pads, self.winograd, self.bias, y, r,
+                                    self.lo, self.hi, scratch, code, threads)
+            return y
         flat_x, flat_y = x.reshape(-1), y.reshape(-1)
         flat_r = None if r is None else r.reshape(-1)
         x_image, y_image = x[0].size, y[0].size

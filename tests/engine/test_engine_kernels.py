@@ -151,6 +151,67 @@ def test_engine_depthwise_matches_its_twin(backend, stride, pads, c):
     np.testing.assert_allclose(got, want, rtol=0, atol=12 * UNIT_ROUNDOFF * 200)
 
 
+WINOGRAD_CASES = [  # (h, w, cin, cout, pads, residual, clamp)
+    (9, 8, 5, 33, (1, 1), True, (0.0, np.inf)),     # odd map: the last tiles half outside
+    (14, 14, 40, 64, (1, 1), False, (-np.inf, np.inf)),
+    (7, 7, 19, 20, (1, 1), True, (0.0, 6.0)),       # channels past a vector and a panel
+    (6, 5, 3, 16, (0, 0), False, (0.0, np.inf)),    # "valid": no padding
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", WINOGRAD_CASES)
+def test_engine_winograd_matches_its_twin_within_its_rounding_bound(backend, case):
+    """Forward error of F(2x2, 3x3) in float32: every value the kernel rounds is a sum of
+    terms whose absolute values the same algorithm on |x|, |U| and the transforms'
+    absolute values bounds (``_twins._winograd_sums(absolute=True)``); along the deepest chain there
+    are at most cin + 10 roundings (2 in the input transform, cin in the products, 4 in the
+    output transform, bias, clamp, residual), so
+    ``|y - y64| <= (cin + 10) u (magnitude + |b| + |r|)`` elementwise."""
+    h, w, cin, cout, pads, residual, (lo, hi) = case
+    rng = np.random.default_rng(hash(case) % 2**32)
+    ho, wo = h + 2 * pads[0] - 2, w + 2 * pads[1] - 2
+    x = rng.normal(0, 1, (2, h, w, cin)).astype(np.float32)
+    u = packing.winograd_weights(rng.normal(0, 1, (9, cin, cout)).astype(np.float32))
+    bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
+    r = rng.normal(0, 1, (2, ho, wo, cout)).astype(np.float32) if residual else None
+    chunk = _kernels.winograd_chunk(2, ho, wo, cin, cout)
+    scratch = np.empty(16 * chunk * (cin + -(-cout // 16) * 16), np.float32)
+    want = np.full((2, ho, wo, cout), np.nan, np.float32)
+    _twins.engine_winograd(x, *pads, u, bias, want, r, lo, hi, scratch, backend, 2)
+    magnitude = _twins._winograd_sums(x, *pads, u, cout, (ho, wo), absolute=True) + \
+        np.abs(bias[:cout]) + (0.0 if r is None else np.abs(r))
+    bound = (cin + 10) * UNIT_ROUNDOFF * magnitude
+    got = np.full_like(want, np.nan)
+    _kernels.engine_winograd(x, *pads, u, bias, got, r, lo, hi, scratch, backend, 2)
+    assert not np.isnan(got).any()
+    assert (np.abs(got.astype(np.float64) - want) <= bound + 1e-30).all()
+    for threads in (1, 3):  # each value computed by one thread in one order
+        again = np.full_like(got, np.nan)
+        _kernels.engine_winograd(x, *pads, u, bias, again, r, lo, hi, scratch, backend,
+                                 threads)
+        assert np.array_equal(again, got)
+
+
+@pytest.mark.parametrize("pads", [(1, 1), (0, 0), (2, 0)])
+def test_the_winograd_twin_is_the_direct_convolution(pads):
+    """F(2x2, 3x3) is exact in exact arithmetic: in float64 the twin gives the direct
+    convolution of the kernel that ``winograd_weights`` transformed, to float64 rounding."""
+    rng = np.random.default_rng(11)
+    h, w, cin, cout = 7, 6, 4, 18
+    ho, wo = h + 2 * pads[0] - 2, w + 2 * pads[1] - 2
+    x = rng.normal(0, 1, (2, h, w, cin))
+    kernel = rng.normal(0, 1, (9, cin, cout)).astype(np.float32)
+    # the transform of a kernel of small integers is exact in float32
+    kernel = np.round(kernel * 4) / 4
+    got = _twins._winograd_sums(x, *pads, packing.winograd_weights(kernel), cout, (ho, wo))
+    padded = np.pad(x, ((0, 0), (pads[0], ho + 2 - h - pads[0]),
+                        (pads[1], wo + 2 - w - pads[1]), (0, 0)))
+    want = sum(padded[:, a:a + ho, b:b + wo] @ kernel[3 * a + b].astype(np.float64)
+               for a in range(3) for b in range(3))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
 def test_engine_affine_matches_its_twin():
     rng = np.random.default_rng(5)
     x = rng.normal(0, 3, (50, 13)).astype(np.float32)
@@ -172,4 +233,5 @@ def test_every_engine_kernel_has_a_twin_of_its_name():
     twins = {name for name, value in vars(_twins).items()
              if not name.startswith("_") and inspect.isfunction(value)
              and value.__module__ == _twins.__name__}
-    assert kernels == twins == {"engine_conv", "engine_dot", "engine_depthwise", "engine_affine"}
+    assert kernels == twins == {"engine_conv", "engine_dot", "engine_depthwise", "engine_affine",
+                                "engine_winograd"}

@@ -126,8 +126,11 @@ def test_a_plan_replays_its_choices_and_refuses_choices_of_another_model(network
     model, x, _, plan = network
     measured = engine.plan(model, mode="measure")
     assert set(measured.choices) == set(plan.choices)
-    assert set(measured.choices.values()) <= {"pixels-outer", "panels-outer", "dot"}
-    swap = {"pixels-outer": "panels-outer", "panels-outer": "pixels-outer", "dot": "dot"}
+    assert set(measured.choices.values()) <= {"pixels-outer", "panels-outer", "dot",
+                                              "winograd"}
+    assert engine.plan(model, choices=measured.choices).choices == measured.choices
+    swap = {"pixels-outer": "panels-outer", "panels-outer": "pixels-outer", "dot": "dot",
+            "winograd": "winograd"}
     flipped = {name: swap[order] for name, order in measured.choices.items()}
     replayed = engine.plan(model, choices=flipped)
     assert replayed.choices == flipped and replayed.mode == "replay"
@@ -142,6 +145,53 @@ def test_a_plan_replays_its_choices_and_refuses_choices_of_another_model(network
     panels = {name: "pixels-outer" for name in flipped}
     on_panels = engine.plan(model, choices=panels).predict(x)
     assert float(np.abs(on_panels - measured.predict(x)).max()) <= PROBABILITY_TOLERANCE
+
+
+def _winograd_everywhere(model, estimated):
+    """Choices taking Winograd on every convolution that can run it."""
+    steps = {step.name: step for step in estimated.steps if isinstance(step, ConvStep)}
+    return {name: "winograd" if "winograd" in steps[name].algorithms else order
+            for name, order in estimated.choices.items()}
+
+
+def test_winograd_runs_every_stride_1_3x3_convolution_within_the_tolerances(network):
+    model, x, reference, plan = network
+    convs = [step for step in plan.steps if isinstance(step, ConvStep)]
+    eligible = {step.name for step in convs if "winograd" in step.algorithms}
+    graph = model.graph
+    assert eligible == {step.name for step in convs if step.kind == "conv" and
+                        graph.nodes[step.layers[0]].layer.kernel.data.shape[:2] == (3, 3) and
+                        graph.nodes[step.layers[0]].layer.strides == (1, 1)}
+    assert len(eligible) == 20  # 13 in ResNet50V2, 7 in the decoder
+    # the estimate: Winograd on the maps of at least 14 pixels a side
+    assert {name for name, order in plan.choices.items() if order == "winograd"} == \
+        {step.name for step in convs if step.name in eligible and min(step.out_shape[:2]) >= 14}
+    everywhere = engine.plan(model, choices=_winograd_everywhere(model, plan))
+    assert everywhere.memory()["plan"] <= 1.3 * everywhere.memory()["model_weights"]
+    for portable in (False, True):
+        with _kernels(portable):
+            for step in everywhere.steps:
+                if step.name in eligible:
+                    assert step.order == "winograd" and step.phases[0].packed is None
+                    got = step.run({name: reference[name] for name in step.inputs})
+                    want = reference[step.name]
+                    error = float(np.abs(got - want).max()) / float(np.abs(want).max())
+                    assert error <= LAYER_TOLERANCE, (step.name, error)
+            got = everywhere.predict(x, batch_size=2)
+        assert float(np.abs(got - reference[model.OUTPUT]).max()) <= PROBABILITY_TOLERANCE
+
+
+def test_winograd_gives_way_where_the_plan_would_outgrow_its_memory(network, monkeypatch):
+    from refseg.engine import planner
+
+    model, _, _, plan = network
+    monkeypatch.setattr(planner, "MEMORY_LIMIT", plan.memory()["plan"] / plan.memory()[
+        "model_weights"] - 0.01)
+    tight = engine.plan(model, mode="estimate")
+    wanted = [name for name, order in plan.choices.items() if order == "winograd"]
+    kept = [name for name, order in tight.choices.items() if order == "winograd"]
+    assert len(kept) < len(wanted)
+    assert tight.memory()["plan"] <= planner.MEMORY_LIMIT * tight.memory()["model_weights"]
 
 
 def test_results_do_not_depend_on_the_thread_count(network):
