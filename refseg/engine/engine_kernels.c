@@ -148,29 +148,31 @@ static void tile_avx2(int taps, int cin, const float *const *a, const float *w,
 
 /* ---- AVX-512F: MR 12 ------------------------------------------------------------------- */
 #define MR_AVX512 12
-__attribute__((target("avx512f")))
-static void tile_avx512(int taps, int cin, const float *const *a, const float *w,
-                        const float *bias, const Epilogue *e)
+/* The AVX-512 bodies are compiled for every row count R (rows_avx512 below): the last, short
+ * tile of a small map (7x7 is 4 tiles of 12 and one of 1) computes its rows only. */
+__attribute__((target("avx512f"), always_inline))
+static inline void tile_avx512_rows(int taps, int cin, const float *const *a, const float *w,
+                                    const float *bias, const Epilogue *e, const int R)
 {
     __m512 acc[MR_AVX512];
-    for (int m = 0; m < MR_AVX512; m++)
+    for (int m = 0; m < R; m++)
         acc[m] = _mm512_setzero_ps();
     for (int t = 0; t < taps; t++) {
         const float *wt = w + (size_t)t * cin * ENGINE_PANEL;
         const float *ap[MR_AVX512];
-        for (int m = 0; m < MR_AVX512; m++)
+        for (int m = 0; m < R; m++)
             ap[m] = a[m * taps + t];
         for (int c = 0; c < cin; c++) {
             const __m512 b = _mm512_loadu_ps(wt + (size_t)c * ENGINE_PANEL);
 #pragma GCC unroll 12
-            for (int m = 0; m < MR_AVX512; m++)
+            for (int m = 0; m < R; m++)
                 acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(ap[m][c]), b, acc[m]);
         }
     }
     const __m512 bv = _mm512_loadu_ps(bias);
     const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi);
     const __mmask16 mask = (__mmask16)((1u << e->ncols) - 1u);
-    for (int m = 0; m < e->rows; m++) {
+    for (int m = 0; m < R; m++) {
         __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(acc[m], bv), lo), hi);
         if (e->res[m])
             v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, e->res[m]));
@@ -181,26 +183,27 @@ static void tile_avx512(int taps, int cin, const float *const *a, const float *w
 /* two neighbouring panels at once (32 output channels, 24 accumulators): a broadcast of the
  * input feeds two fused multiply-adds, so the loads do not hold back the FMA units. The
  * epilogue's ncols counts both panels' columns (17..32). */
-__attribute__((target("avx512f")))
-static void tile_avx512_pair(int taps, int cin, const float *const *a, const float *w,
-                             const float *bias, const Epilogue *e)
+__attribute__((target("avx512f"), always_inline))
+static inline void tile_avx512_pair_rows(int taps, int cin, const float *const *a,
+                                         const float *w, const float *bias, const Epilogue *e,
+                                         const int R)
 {
     __m512 acc0[MR_AVX512], acc1[MR_AVX512];
     const size_t panel = (size_t)taps * cin * ENGINE_PANEL;
-    for (int m = 0; m < MR_AVX512; m++) {
+    for (int m = 0; m < R; m++) {
         acc0[m] = _mm512_setzero_ps();
         acc1[m] = _mm512_setzero_ps();
     }
     for (int t = 0; t < taps; t++) {
         const float *wt = w + (size_t)t * cin * ENGINE_PANEL;
         const float *ap[MR_AVX512];
-        for (int m = 0; m < MR_AVX512; m++)
+        for (int m = 0; m < R; m++)
             ap[m] = a[m * taps + t];
         for (int c = 0; c < cin; c++) {
             const __m512 b0 = _mm512_loadu_ps(wt + (size_t)c * ENGINE_PANEL);
             const __m512 b1 = _mm512_loadu_ps(wt + panel + (size_t)c * ENGINE_PANEL);
 #pragma GCC unroll 12
-            for (int m = 0; m < MR_AVX512; m++) {
+            for (int m = 0; m < R; m++) {
                 const __m512 v = _mm512_set1_ps(ap[m][c]);
                 acc0[m] = _mm512_fmadd_ps(v, b0, acc0[m]);
                 acc1[m] = _mm512_fmadd_ps(v, b1, acc1[m]);
@@ -210,7 +213,7 @@ static void tile_avx512_pair(int taps, int cin, const float *const *a, const flo
     const __m512 bv0 = _mm512_loadu_ps(bias), bv1 = _mm512_loadu_ps(bias + ENGINE_PANEL);
     const __m512 lo = _mm512_set1_ps(e->lo), hi = _mm512_set1_ps(e->hi);
     const __mmask16 mask = (__mmask16)((1u << (e->ncols - ENGINE_PANEL)) - 1u);
-    for (int m = 0; m < e->rows; m++) {
+    for (int m = 0; m < R; m++) {
         __m512 v0 = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(acc0[m], bv0), lo), hi);
         __m512 v1 = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(acc1[m], bv1), lo), hi);
         if (e->res[m]) {
@@ -220,6 +223,42 @@ static void tile_avx512_pair(int taps, int cin, const float *const *a, const flo
         _mm512_storeu_ps(e->out[m], v0);
         _mm512_mask_storeu_ps(e->out[m] + ENGINE_PANEL, mask, v1);
     }
+}
+
+#define ROWS_AVX512(R)                                                                        \
+__attribute__((target("avx512f")))                                                           \
+static void tile_avx512_##R(int taps, int cin, const float *const *a, const float *w,        \
+                            const float *bias, const Epilogue *e)                            \
+{                                                                                            \
+    tile_avx512_rows(taps, cin, a, w, bias, e, R);                                           \
+}                                                                                            \
+__attribute__((target("avx512f")))                                                           \
+static void tile_avx512_pair_##R(int taps, int cin, const float *const *a, const float *w,   \
+                                 const float *bias, const Epilogue *e)                       \
+{                                                                                            \
+    tile_avx512_pair_rows(taps, cin, a, w, bias, e, R);                                      \
+}
+ROWS_AVX512(1) ROWS_AVX512(2) ROWS_AVX512(3) ROWS_AVX512(4) ROWS_AVX512(5) ROWS_AVX512(6)
+ROWS_AVX512(7) ROWS_AVX512(8) ROWS_AVX512(9) ROWS_AVX512(10) ROWS_AVX512(11) ROWS_AVX512(12)
+static const TileKernel ROWS_SINGLE[MR_AVX512] = {
+    tile_avx512_1, tile_avx512_2, tile_avx512_3, tile_avx512_4, tile_avx512_5, tile_avx512_6,
+    tile_avx512_7, tile_avx512_8, tile_avx512_9, tile_avx512_10, tile_avx512_11,
+    tile_avx512_12};
+static const TileKernel ROWS_PAIR[MR_AVX512] = {
+    tile_avx512_pair_1, tile_avx512_pair_2, tile_avx512_pair_3, tile_avx512_pair_4,
+    tile_avx512_pair_5, tile_avx512_pair_6, tile_avx512_pair_7, tile_avx512_pair_8,
+    tile_avx512_pair_9, tile_avx512_pair_10, tile_avx512_pair_11, tile_avx512_pair_12};
+
+static void tile_avx512(int taps, int cin, const float *const *a, const float *w,
+                        const float *bias, const Epilogue *e)
+{
+    ROWS_SINGLE[e->rows - 1](taps, cin, a, w, bias, e);
+}
+
+static void tile_avx512_pair(int taps, int cin, const float *const *a, const float *w,
+                             const float *bias, const Epilogue *e)
+{
+    ROWS_PAIR[e->rows - 1](taps, cin, a, w, bias, e);
 }
 
 /* ---- the tiled loop --------------------------------------------------------------------- */
