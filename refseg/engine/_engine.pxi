@@ -18,7 +18,8 @@ cdef extern from "engine_kernels.h" nogil:
                        const float *w, const float *bias, int cout,
                        float *y, int64_t y_image, const int32_t *out_off,
                        const float *r, int64_t r_image, const int32_t *res_off,
-                       float lo, float hi)
+                       float lo, float hi, float *y2, const float *scale2,
+                       const float *shift2, float lo2, float hi2)
     int ENGINE_DOT_MAX
     void engine_dot_c(int backend, int threads, int batch,
                       const float *x, int64_t x_image, const int32_t *in_off,
@@ -59,9 +60,22 @@ def engine_conv(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_of
                 const float[::1] w, const float[::1] bias, Py_ssize_t cout,
                 float[::1] y, Py_ssize_t y_image, const int32_t[::1] out_off,
                 const float[::1] r, Py_ssize_t r_image, const int32_t[::1] res_off,
-                float lo, float hi, Py_ssize_t batch, int backend, int threads, int order):
+                float lo, float hi, Py_ssize_t batch, int backend, int threads, int order,
+                float[::1] y2=None, const float[::1] scale2=None,
+                const float[::1] shift2=None, float lo2=-INFINITY, float hi2=INFINITY):
     """Indirect convolution with packed weights and its epilogue, into ``y`` (see
-    engine_kernels.c). ``in_off``, ``out_off``, ``r`` and ``res_off`` may be None."""
+    engine_kernels.c); with ``y2`` (like y) also ``clamp(y * scale2 + shift2, lo2, hi2)``
+    there, ``scale2`` and ``shift2`` padded to whole panels. ``in_off``, ``out_off``, ``r``
+    and ``res_off`` may be None."""
+    cdef float *second = NULL
+    cdef const float *sp = NULL
+    cdef const float *hp = NULL
+    if y2 is not None:
+        if y2.shape[0] != y.shape[0] or scale2 is None or shift2 is None or \
+                scale2.shape[0] < (cout + ENGINE_PANEL - 1) // ENGINE_PANEL * ENGINE_PANEL or \
+                shift2.shape[0] != scale2.shape[0]:
+            raise ValueError("engine_conv: the second output does not fit")
+        second, sp, hp = &y2[0], &scale2[0], &shift2[0]
     cdef const int32_t *ip = NULL
     cdef const int32_t *op = NULL
     cdef const int32_t *rp = NULL
@@ -76,7 +90,8 @@ def engine_conv(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_of
         res = &r[0]
     with nogil:
         engine_conv_c(backend, threads, order, batch, &x[0], x_image, ip, pixels, taps, cin,
-                      &w[0], &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi)
+                      &w[0], &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi,
+                      second, sp, hp, lo2, hi2)
 
 
 def engine_dot(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_off,

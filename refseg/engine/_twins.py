@@ -13,8 +13,10 @@ PANEL = 16
 
 
 def engine_conv(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image, out_off, r,
-                r_image, res_off, lo, hi, batch, backend, threads, order):
-    """Indirect convolution with packed weights (flat arrays; see engine_kernels.c)."""
+                r_image, res_off, lo, hi, batch, backend, threads, order, y2=None, scale2=None,
+                shift2=None, lo2=-np.inf, hi2=np.inf):
+    """Indirect convolution with packed weights (flat arrays; see engine_kernels.c); with
+    ``y2`` also ``clamp(y * scale2 + shift2, lo2, hi2)`` there, from the float32 ``y``."""
     panels = -(-cout // PANEL)
     weights = np.asarray(w, np.float64).reshape(panels, taps, cin, PANEL)
     weights = weights.transpose(1, 2, 0, 3).reshape(taps * cin, panels * PANEL)[:, :cout]
@@ -37,6 +39,10 @@ def engine_conv(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image
             reads = outputs if res_off is None else np.asarray(res_off)
             values = values + np.asarray(r)[n * r_image + reads[:, None] + np.arange(cout)]
         y[where] = values.astype(np.float32)
+        if y2 is not None:
+            second = y[where].astype(np.float64) * np.asarray(scale2, np.float64)[:cout] + \
+                np.asarray(shift2, np.float64)[:cout]
+            y2[where] = np.clip(second, lo2, hi2).astype(np.float32)
 
 
 def engine_dot(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image, out_off, r,

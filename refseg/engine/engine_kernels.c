@@ -41,12 +41,18 @@ int engine_cpu_backend(void)
     return ENGINE_PORTABLE;
 }
 
-/* where a tile's outputs go: row m writes ncols floats at out[m], adds res[m] when given */
+/* where a tile's outputs go: row m writes ncols floats at out[m], adds res[m] when given;
+ * with `second`, also clamp(v * scale2 + shift2, lo2, hi2) at out2[m] (a batch norm and ReLU
+ * that read the step's output and no convolution can take in: ResNet50V2's pre-activations) */
 typedef struct {
     int rows, ncols;
     float *out[MAX_MR];
     const float *res[MAX_MR];
     float lo, hi;
+    int second;
+    float *out2[MAX_MR];
+    const float *scale2, *shift2;
+    float lo2, hi2;
 } Epilogue;
 
 static inline float clampf(float v, float lo, float hi)
@@ -62,6 +68,8 @@ static inline void write_row(const float *sum, const float *bias, const Epilogue
         if (e->res[m])
             v += e->res[m][j];
         e->out[m][j] = v;
+        if (e->second)
+            e->out2[m][j] = clampf(v * e->scale2[j] + e->shift2[j], e->lo2, e->hi2);
     }
 }
 
@@ -136,12 +144,25 @@ static void tile_avx2(int taps, int cin, const float *const *a, const float *w,
             }
             _mm256_storeu_ps(e->out[m], v0);
             _mm256_storeu_ps(e->out[m] + 8, v1);
+            if (e->second) {
+                const __m256 lo2 = _mm256_set1_ps(e->lo2), hi2 = _mm256_set1_ps(e->hi2);
+                v0 = _mm256_add_ps(_mm256_mul_ps(v0, _mm256_loadu_ps(e->scale2)),
+                                   _mm256_loadu_ps(e->shift2));
+                v1 = _mm256_add_ps(_mm256_mul_ps(v1, _mm256_loadu_ps(e->scale2 + 8)),
+                                   _mm256_loadu_ps(e->shift2 + 8));
+                _mm256_storeu_ps(e->out2[m], _mm256_min_ps(_mm256_max_ps(v0, lo2), hi2));
+                _mm256_storeu_ps(e->out2[m] + 8, _mm256_min_ps(_mm256_max_ps(v1, lo2), hi2));
+            }
         } else {
             float row[ENGINE_PANEL];
             _mm256_storeu_ps(row, v0);
             _mm256_storeu_ps(row + 8, v1);
-            for (int j = 0; j < e->ncols; j++)
-                e->out[m][j] = e->res[m] ? row[j] + e->res[m][j] : row[j];
+            for (int j = 0; j < e->ncols; j++) {
+                const float v = e->res[m] ? row[j] + e->res[m][j] : row[j];
+                e->out[m][j] = v;
+                if (e->second)
+                    e->out2[m][j] = clampf(v * e->scale2[j] + e->shift2[j], e->lo2, e->hi2);
+            }
         }
     }
 }
@@ -177,6 +198,12 @@ static inline void tile_avx512_rows(int taps, int cin, const float *const *a, co
         if (e->res[m])
             v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, e->res[m]));
         _mm512_mask_storeu_ps(e->out[m], mask, v);
+        if (e->second) {
+            v = _mm512_add_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, e->scale2)),
+                              _mm512_maskz_loadu_ps(mask, e->shift2));
+            v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(e->lo2)), _mm512_set1_ps(e->hi2));
+            _mm512_mask_storeu_ps(e->out2[m], mask, v);
+        }
     }
 }
 
@@ -222,6 +249,17 @@ static inline void tile_avx512_pair_rows(int taps, int cin, const float *const *
         }
         _mm512_storeu_ps(e->out[m], v0);
         _mm512_mask_storeu_ps(e->out[m] + ENGINE_PANEL, mask, v1);
+        if (e->second) {
+            const __m512 lo2 = _mm512_set1_ps(e->lo2), hi2 = _mm512_set1_ps(e->hi2);
+            v0 = _mm512_add_ps(_mm512_mul_ps(v0, _mm512_loadu_ps(e->scale2)),
+                               _mm512_loadu_ps(e->shift2));
+            v1 = _mm512_add_ps(
+                _mm512_mul_ps(v1, _mm512_maskz_loadu_ps(mask, e->scale2 + ENGINE_PANEL)),
+                _mm512_maskz_loadu_ps(mask, e->shift2 + ENGINE_PANEL));
+            _mm512_storeu_ps(e->out2[m], _mm512_min_ps(_mm512_max_ps(v0, lo2), hi2));
+            _mm512_mask_storeu_ps(e->out2[m] + ENGINE_PANEL, mask,
+                                  _mm512_min_ps(_mm512_max_ps(v1, lo2), hi2));
+        }
     }
 }
 
@@ -268,7 +306,8 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                    const float *w, const float *bias, int cout,
                    float *y, int64_t y_image, const int32_t *out_off,
                    const float *r, int64_t r_image, const int32_t *res_off,
-                   float lo, float hi)
+                   float lo, float hi, float *y2, const float *scale2, const float *shift2,
+                   float lo2, float hi2)
 {
     TileKernel kernel = tile_portable, pair_kernel = NULL;
     int mr = MR_PORTABLE;
@@ -315,6 +354,11 @@ void engine_conv_c(int backend, int threads, int order, int batch,
         e.ncols = left < covered * ENGINE_PANEL ? left : covered * ENGINE_PANEL;
         e.lo = lo;
         e.hi = hi;
+        e.second = y2 != NULL;
+        e.scale2 = y2 ? scale2 + panel * ENGINE_PANEL : NULL;
+        e.shift2 = y2 ? shift2 + panel * ENGINE_PANEL : NULL;
+        e.lo2 = lo2;
+        e.hi2 = hi2;
         for (int m = 0; m < mr; m++) {
             const int p = p0 + (m < e.rows ? m : 0);
             for (int t = 0; t < taps; t++) {
@@ -330,6 +374,7 @@ void engine_conv_c(int backend, int threads, int order, int batch,
             if (m < e.rows) {
                 const int64_t o = out_off ? out_off[p] : (int64_t)p * cout;
                 e.out[m] = y + n * y_image + o + panel * ENGINE_PANEL;
+                e.out2[m] = y2 ? y2 + n * y_image + o + panel * ENGINE_PANEL : NULL;
                 e.res[m] = r ? r + n * r_image + (res_off ? res_off[p] : o)
                                + panel * ENGINE_PANEL : NULL;
             }
@@ -847,6 +892,7 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
                 e.ncols = covered * ENGINE_PANEL;
                 e.lo = -INFINITY;
                 e.hi = INFINITY;
+                e.second = 0;
                 for (int q = 0; q < mr; q++) {
                     const int k = rows * mr + (q < e.rows ? q : 0);
                     a[q] = q < e.rows ? v + ((size_t)xi * chunk + k) * cin : zeros;

@@ -23,7 +23,8 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                    const float *w, const float *bias, int cout,
                    float *y, int64_t y_image, const int32_t *out_off,
                    const float *r, int64_t r_image, const int32_t *res_off,
-                   float lo, float hi);
+                   float lo, float hi, float *y2, const float *scale2, const float *shift2,
+                   float lo2, float hi2);
 
 void engine_dot_c(int backend, int threads, int batch,
                   const float *x, int64_t x_image, const int32_t *in_off,

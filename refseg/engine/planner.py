@@ -13,8 +13,11 @@ layer, or each chain of layers whose intermediate values nothing else reads, int
   (a convolution reads zeros there, from its offset table);
 * a batch norm after an Add (ResNet50V2's pre-activations, ``post_bn``) cannot be folded into
   the next convolution's kernel (the ReLU between them, and the zero padding of a 3x3
-  convolution that would have to stay zero): it runs as one affine pass with its ReLU;
-* max pooling, and whatever else is left, runs in NumPy.
+  convolution that would have to stay zero): the step computing its input writes it, with its
+  ReLU, as a second output (``ConvStep.second``: the epilogue stores the raw sum, which the
+  residual path reads, and its affine map); where that step is not a convolution it runs as
+  one affine pass;
+* max pooling runs in C; whatever else is left in NumPy.
 
 Algorithms (``runtime.ALGORITHMS``): each convolution step's tiles can run in two loop orders
 of the panel micro-kernel, a step of at most ``runtime.DOT_MAX`` output channels (the
@@ -39,8 +42,8 @@ import numpy as np
 from refseg.autograd import layers
 from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.engine import packing
-from refseg.engine.runtime import (ALGORITHMS, AffineStep, ConvStep, DepthwiseStep, NumpyStep,
-                                   backend_name)
+from refseg.engine.runtime import (ALGORITHMS, DOT_MAX, AffineStep, ConvStep, DepthwiseStep,
+                                   NumpyStep, backend_name)
 from refseg.cite import implements, infrastructure
 from refseg.errors import InputError
 from refseg.models.graph import INPUT
@@ -157,9 +160,37 @@ def _conv_step(walker, name, layer, shapes) -> ConvStep:
     winograd = None
     if kind == "conv" and (kh, kw, stride) == (3, 3, 1) and layer.activation != "softmax":
         winograd = (pt + pad[0][0], pl + pad[1][0])
-    return ConvStep(last, source, (name, *fused), (ho, wo, bias.size), phases,
+    second, second_layers = None, ()
+    if kind == "conv" and winograd is None and bias.size > DOT_MAX and \
+            layer.activation != "softmax":
+        second, second_layers = _second_output(walker, last)
+    return ConvStep(last, source, (name, *fused, *second_layers), (ho, wo, bias.size), phases,
                     packing.padded_bias(bias), lo, hi, residual,
-                    softmax=layer.activation == "softmax", kind=kind, winograd_pads=winograd)
+                    softmax=layer.activation == "softmax", kind=kind, winograd_pads=winograd,
+                    second=second)
+
+
+def _second_output(walker, name):
+    """The batch norm (on moving statistics) and ReLU that read ``name`` beside its other
+    readers, as a second output of the step computing it: ((output name, scale, shift, lo,
+    hi), their layer names); (None, ()) where there is none. ResNet50V2 applies one to each
+    block's input (the pre-activation), which the next convolution cannot take in (its ReLU
+    comes first, and a 3x3 convolution's zero padding would have to stay zero); the previous
+    block's last step writes it as it writes its own output, instead of a pass of its own."""
+    norms = [reader for reader in walker.readers.get(name, [])
+             if isinstance(walker.graph.nodes[reader].layer, layers.BatchNormalization)]
+    if len(norms) != 1 or walker.graph.nodes[norms[0]].layer.on_batch_statistics:
+        return None, ()
+    bn = norms[0]
+    scale, shift = packing.batch_norm_affine(walker.graph.nodes[bn].layer)
+    lo, hi, last, fused = -np.inf, np.inf, bn, (bn,)
+    relu = walker.sole_reader(bn, layers.ReLU)
+    if relu is not None:
+        lo, hi = _clamp("relu" if walker.graph.nodes[relu].layer.max_value is None
+                        else "relu6")
+        last, fused = relu, (bn, relu)
+    return (last, packing.padded_bias(scale.astype(DTYPE)),
+            packing.padded_bias(shift.astype(DTYPE)), lo, hi), fused
 
 
 def _depthwise_step(walker, name, layer, shapes) -> DepthwiseStep:
@@ -279,6 +310,18 @@ def _measured_times(step: ConvStep, values: dict) -> dict[str, float]:
     return best
 
 
+def _outputs(step) -> tuple[str, ...]:
+    return getattr(step, "outputs", (step.name,))
+
+
+def _store(values: dict, step, out) -> None:
+    """A step's output(s) into ``values`` by name."""
+    if isinstance(out, tuple):
+        values.update(zip(step.outputs, out))
+    else:
+        values[step.name] = out
+
+
 def _workspace(model, steps, scratch: dict) -> int:
     """The most activation bytes alive at once in a batch-1 run of ``steps`` (input
     included), plus the largest scratch of one step (``scratch``, bytes by step name)."""
@@ -291,8 +334,12 @@ def _workspace(model, steps, scratch: dict) -> int:
     live = {INPUT: int(np.prod(shapes[INPUT])) * 4}
     peak = sum(live.values())
     for index, step in enumerate(steps):
-        live[step.name] = int(np.prod(shapes[step.name])) * 4
+        for name in _outputs(step):
+            live[name] = int(np.prod(shapes[name])) * 4
         peak = max(peak, sum(live.values()))
+        for name in _outputs(step):
+            if name not in last_use and name != output:
+                live.pop(name)
         for source in step.inputs:
             if last_use[source] == index and source != output:
                 live.pop(source, None)
@@ -370,8 +417,11 @@ class Plan:
 
     def _run(self, values, keep_all):
         for index, step in enumerate(self.steps):
-            values[step.name] = step.run(values)
+            _store(values, step, step.run(values))
             if not keep_all:
+                for name in _outputs(step):  # a second output nothing reads
+                    if name not in self._last_use and name != self.output:
+                        del values[name]
                 for source in step.inputs:
                     if self._last_use[source] == index and source != self.output:
                         del values[source]
@@ -469,7 +519,7 @@ def plan(model, mode: str = "measure", choices: dict | None = None) -> Plan:
             direct = min((a for a in times if a != "winograd"), key=times.get)
             gain[step.name] = (times[direct] - times[chosen[step.name]], direct)
             step.order = direct
-        values[step.name] = step.run(values)
+        _store(values, step, step.run(values))
     chosen = _within_memory(model, steps, chosen, gain)
     for step in convs:
         step.settle(chosen[step.name])

@@ -179,15 +179,28 @@ class ConvStep:
     winograd_pads: tuple[int, int] | None = None
     #: the Winograd weights (packing.winograd_weights), built when first needed
     winograd: np.ndarray | None = None
+    #: a second output, ``clamp(out * scale + shift, lo, hi)`` (a batch norm and ReLU that
+    #: read this step's output): (its name, scale and shift padded to whole panels, lo, hi)
+    second: tuple[str, np.ndarray, np.ndarray, float, float] | None = None
 
     @property
     def nbytes(self) -> int:
         return self.bias.nbytes + sum(phase.nbytes for phase in self.phases) + (
-            0 if self.winograd is None else self.winograd.nbytes)
+            0 if self.winograd is None else self.winograd.nbytes) + self._second_bytes()
+
+    def _second_bytes(self) -> int:
+        return 0 if self.second is None else self.second[1].nbytes + self.second[2].nbytes
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The names of the values this step computes (``run`` returns them in this order)."""
+        return (self.name,) if self.second is None else (self.name, self.second[0])
 
     @property
     def algorithms(self) -> tuple[str, ...]:
         """The algorithms this step can run."""
+        if self.second is not None:  # the panel kernels' epilogue alone writes it
+            return ORDERS
         return (*ORDERS, *(("dot",) if self.out_shape[2] <= DOT_MAX else ()),
                 *(("winograd",) if self.winograd_pads is not None else ()))
 
@@ -203,7 +216,7 @@ class ConvStep:
                       for p in self.phases) * 4
         tables = sum(a.nbytes for p in self.phases for a in (p.in_off, p.out_off)
                      if a is not None)
-        return self.bias.nbytes + weights + tables
+        return self.bias.nbytes + weights + tables + self._second_bytes()
 
     def scratch_bytes(self, batch: int = 1) -> int:
         """The bytes of scratch one call on ``batch`` images allocates (Winograd's tiles)."""
@@ -244,11 +257,16 @@ class ConvStep:
     def inputs(self) -> tuple[str, ...]:
         return (self.source,) if self.residual is None else (self.source, self.residual)
 
-    def run(self, values: dict) -> np.ndarray:
+    def run(self, values: dict):
+        """The step's output; with a second output, the tuple of both (``outputs``)."""
         x = values[self.source]
         n = x.shape[0]
         cout = self.out_shape[2]
         y = np.empty((n, *self.out_shape), np.float32)
+        y2 = None if self.second is None else np.empty_like(y)
+        extra = {} if y2 is None else dict(y2=y2.reshape(-1), scale2=self.second[1],
+                                           shift2=self.second[2], lo2=self.second[3],
+                                           hi2=self.second[4])
         r = None if self.residual is None else values[self.residual]
         kernels, code = _kernels_and_code()
         threads = threads_for(n * cout * sum(p.pixels * p.taps * p.cin for p in self.phases),
@@ -271,12 +289,13 @@ class ConvStep:
                 kernels.engine_conv(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
                                     phase.cin, phase.packed, self.bias, cout, flat_y, y_image,
                                     phase.out_off, flat_r, y_image, phase.out_off, self.lo,
-                                    self.hi, n, code, threads, ORDERS.index(self.order))
+                                    self.hi, n, code, threads, ORDERS.index(self.order),
+                                    **extra)
         if self.softmax and self.order != "dot":  # the dot kernel's epilogue took it
             y -= y.max(axis=-1, keepdims=True)
             np.exp(y, out=y)
             y /= y.sum(axis=-1, keepdims=True)
-        return y
+        return y if y2 is None else (y, y2)
 
 
 @dataclass

@@ -72,6 +72,42 @@ def test_engine_conv_matches_its_twin_within_the_summation_bound(backend, case):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cout", [16, 40, 64])
+def test_engine_conv_second_output_is_the_affine_map_of_its_first(backend, cout):
+    """The second output (a batch norm and ReLU reading the step's output) is computed from
+    the float32 output as engine_affine would: one product and one sum, each rounded once."""
+    rng = np.random.default_rng(cout)
+    h, w, cin, batch = 5, 6, 24, 2
+    x = rng.normal(0, 1, (batch, h, w, cin)).astype(np.float32)
+    packed = packing.pack_panels(rng.normal(0, 1, (1, cin, cout)).astype(np.float32))
+    bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
+    scale = packing.padded_bias(rng.uniform(0.5, 2, cout).astype(np.float32))
+    shift = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
+    r = rng.normal(0, 1, batch * h * w * cout).astype(np.float32)
+    size = h * w * cout
+    args = (x.reshape(-1), h * w * cin, None, h * w, 1, cin, packed, bias, cout)
+    first, second = np.full(batch * size, np.nan, np.float32), np.full(batch * size, np.nan,
+                                                                      np.float32)
+    _kernels.engine_conv(*args, first, size, None, r, size, None, -np.inf, np.inf, batch,
+                         backend, 2, 0, second, scale, shift, 0.0, np.inf)
+    alone = np.full_like(first, np.nan)
+    _kernels.engine_conv(*args, alone, size, None, r, size, None, -np.inf, np.inf, batch,
+                         backend, 2, 0)
+    assert np.array_equal(first, alone)  # the first output does not change
+    want = np.empty_like(first)
+    _twins.engine_affine(first.reshape(-1, cout), scale[:cout], shift[:cout], 0.0, np.inf,
+                         want.reshape(-1, cout), 1)
+    np.testing.assert_allclose(second, want, rtol=4 * UNIT_ROUNDOFF, atol=1e-7)
+    twin_first, twin_second = np.empty_like(first), np.empty_like(first)
+    _twins.engine_conv(*args, twin_first, size, None, r, size, None, -np.inf, np.inf, batch,
+                       backend, 2, 0, twin_second, scale, shift, 0.0, np.inf)
+    # the twin likewise, from its own first output
+    _twins.engine_affine(twin_first.reshape(-1, cout), scale[:cout], shift[:cout], 0.0,
+                         np.inf, want.reshape(-1, cout), 1)
+    np.testing.assert_allclose(twin_second, want, rtol=4 * UNIT_ROUNDOFF, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("cin,cout,k,residual", [(3, 3, 3, False), (96, 3, 1, True),
                                                  (20, 8, 3, True), (17, 1, 3, False),
                                                  (64, 5, 3, False)])

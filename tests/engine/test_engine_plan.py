@@ -77,11 +77,13 @@ def test_every_step_fed_the_reference_inputs_gives_the_reference_output(network,
         assert backend_name() == "portable" if portable else backend_name() != "twin"
         for step in plan.steps:
             got = step.run({name: reference[name] for name in step.inputs})
-            want = reference[step.name]
-            assert got.shape == want.shape and got.dtype == np.float32
-            error = float(np.abs(got - want).max()) / float(np.abs(want).max())
-            worst = max(worst, error)
-            assert error <= LAYER_TOLERANCE, (step.name, error)
+            outputs = getattr(step, "outputs", (step.name,))
+            for name, value in zip(outputs, got if len(outputs) > 1 else (got,)):
+                want = reference[name]
+                assert value.shape == want.shape and value.dtype == np.float32
+                error = float(np.abs(value - want).max()) / float(np.abs(want).max())
+                worst = max(worst, error)
+                assert error <= LAYER_TOLERANCE, (name, error)
     assert worst > 0  # the engine does round differently: the comparison is not vacuous
 
 
@@ -112,14 +114,23 @@ def test_the_plan_folds_every_batch_norm_after_a_convolution_and_every_padding(n
             source_layer = graph.nodes[source].layer if source in graph.nodes else None
             if isinstance(source_layer, (layers.Conv2D, layers.DepthwiseConv2D)):
                 assert step_of[name] is step_of[source]  # folded into its convolution
-            else:
-                assert step_of[name].kind == "affine"    # the pre-activations, post_bn
+            elif step_of[name].kind == "affine":         # the pre-activation after max pool
+                assert isinstance(source_layer, layers.MaxPooling2D)
+            else:  # the other pre-activations, post_bn: the second output of their input's step
+                step = step_of[name]
+                assert step is step_of[source] and step.second is not None
+                second = graph.nodes[step.outputs[1]]
+                assert step.outputs[1] == name or tuple(second.inputs) == (name,)
         else:
             assert name in step_of
     # every residual Add after a convolution is that convolution's epilogue
     adds = [name for name in required if isinstance(graph.nodes[name].layer, layers.Add)]
     fused = [name for name in adds if isinstance(step_of[name], ConvStep)]
     assert len(fused) == len(adds) > 20
+    # ResNet50V2's pre-activation batch norms: 16 of 17 written by the step before them
+    seconds = [step for step in plan.steps if getattr(step, "second", None) is not None]
+    assert len(seconds) == 16
+    assert sum(step.kind == "affine" for step in plan.steps) == 1
 
 
 def test_a_plan_replays_its_choices_and_refuses_choices_of_another_model(network):
