@@ -31,6 +31,9 @@ cdef extern from "engine_kernels.h" nogil:
                             int c, const float *k, int kh, int kw, int stride, int pad_top,
                             int pad_left, const float *bias, float lo, float hi, float *y,
                             int ho, int wo)
+    void engine_max_pool_c(int backend, int threads, const float *x, int n, int h, int w,
+                           int c, int pool, int stride, int pad_top, int pad_left, float *y,
+                           int ho, int wo)
     size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout)
     void engine_winograd_c(int backend, int threads, int batch, const float *x, int h, int w,
                            int cin, int pad_top, int pad_left, const float *u,
@@ -166,6 +169,19 @@ def engine_winograd(const float[:, :, :, ::1] x, Py_ssize_t pad_top, Py_ssize_t 
                           x.shape[2], x.shape[3], pad_top, pad_left, &u[0], &bias[0], cout,
                           &y[0, 0, 0, 0], y.shape[1], y.shape[2], res, lo, hi, &scratch[0],
                           chunk)
+
+
+def engine_max_pool(const float[:, :, :, ::1] x, Py_ssize_t pool, Py_ssize_t stride,
+                    Py_ssize_t pad_top, Py_ssize_t pad_left, float[:, :, :, ::1] y,
+                    int backend, int threads):
+    """Max pooling of x (N, H, W, C) over pool x pool windows, into y (N, Ho, Wo, C); reads
+    outside x are 0 (a folded zero padding)."""
+    if y.shape[0] != x.shape[0] or y.shape[3] != x.shape[3] or pool < 1 or stride < 1:
+        raise ValueError("engine_max_pool: shapes do not fit")
+    with nogil:
+        engine_max_pool_c(backend, threads, &x[0, 0, 0, 0], x.shape[0], x.shape[1],
+                          x.shape[2], x.shape[3], pool, stride, pad_top, pad_left,
+                          &y[0, 0, 0, 0], y.shape[1], y.shape[2])
 
 
 def engine_affine(const float[:, ::1] x, const float[::1] scale, const float[::1] shift,

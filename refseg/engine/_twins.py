@@ -136,3 +136,17 @@ def engine_winograd(x, pad_top, pad_left, u, bias, y, r, lo, hi, scratch, backen
     if r is not None:
         values = values + np.asarray(r, np.float64)
     y[...] = values.astype(np.float32)
+
+
+def engine_max_pool(x, pool, stride, pad_top, pad_left, y, backend, threads):
+    """Max pooling of x (N, H, W, C) over pool x pool windows into y (N, Ho, Wo, C), reads
+    outside x being 0 (a folded zero padding)."""
+    x = np.asarray(x)
+    n, ho, wo, c = y.shape
+    h, w = x.shape[1:3]
+    pb = max((ho - 1) * stride + pool - h - pad_top, 0)
+    pr = max((wo - 1) * stride + pool - w - pad_left, 0)
+    padded = np.pad(x, ((0, 0), (pad_top, pb), (pad_left, pr), (0, 0)))
+    windows = [padded[:, a:a + stride * (ho - 1) + 1:stride, b:b + stride * (wo - 1) + 1:stride]
+               for a in range(pool) for b in range(pool)]
+    y[...] = np.max(np.stack(windows), axis=0)

@@ -929,3 +929,58 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
     free(zeros);
     free(tiles_out);
 }
+
+/* ---- max pooling ------------------------------------------------------------------------
+ * out[n, i, j, c] = max over the pool x pool window at (i * stride - pad_top, j * stride -
+ * pad_left) of x, a read outside x being 0 (the zero padding of a ZeroPadding2D folded into
+ * the pool). Exact: the order of the comparisons changes no bit. One output row per job. */
+#define MAX_POOL_ROW(SUFFIX, TARGET)                                                           \
+TARGET static void max_pool_row_##SUFFIX(const float *xn, int h, int w, int c, int pool,      \
+                                         int stride, int pt, int pl, float *restrict yrow,    \
+                                         int i, int wo)                                       \
+{                                                                                            \
+    for (int j = 0; j < wo; j++) {                                                           \
+        float *restrict out = yrow + (int64_t)j * c;                                         \
+        int first = 1;                                                                       \
+        for (int a = 0; a < pool; a++) {                                                     \
+            const int r = i * stride - pt + a;                                               \
+            for (int b = 0; b < pool; b++) {                                                 \
+                const int q = j * stride - pl + b;                                           \
+                if (r < 0 || r >= h || q < 0 || q >= w) {                                    \
+                    for (int ch = 0; ch < c; ch++)                                           \
+                        out[ch] = first || out[ch] < 0.0f ? 0.0f : out[ch];                  \
+                } else {                                                                     \
+                    const float *restrict xp = xn + ((int64_t)r * w + q) * c;                \
+                    if (first)                                                               \
+                        memcpy(out, xp, (size_t)c * sizeof(float));                          \
+                    else                                                                     \
+                        for (int ch = 0; ch < c; ch++)                                       \
+                            out[ch] = xp[ch] > out[ch] ? xp[ch] : out[ch];                   \
+                }                                                                            \
+                first = 0;                                                                   \
+            }                                                                                \
+        }                                                                                    \
+    }                                                                                        \
+}
+MAX_POOL_ROW(avx512, __attribute__((target("avx512f"))))
+MAX_POOL_ROW(avx2, __attribute__((target("avx2,fma"))))
+MAX_POOL_ROW(portable, )
+
+void engine_max_pool_c(int backend, int threads, const float *x, int n, int h, int w, int c,
+                       int pool, int stride, int pad_top, int pad_left, float *y, int ho,
+                       int wo)
+{
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t job = 0; job < (int64_t)n * ho; job++) {
+        const int64_t img = job / ho;
+        const int i = (int)(job % ho);
+        const float *xn = x + img * h * w * (int64_t)c;
+        float *yrow = y + (img * ho + i) * wo * (int64_t)c;
+        if (backend == ENGINE_AVX512)
+            max_pool_row_avx512(xn, h, w, c, pool, stride, pad_top, pad_left, yrow, i, wo);
+        else if (backend == ENGINE_AVX2)
+            max_pool_row_avx2(xn, h, w, c, pool, stride, pad_top, pad_left, yrow, i, wo);
+        else
+            max_pool_row_portable(xn, h, w, c, pool, stride, pad_top, pad_left, yrow, i, wo);
+    }
+}

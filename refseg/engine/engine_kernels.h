@@ -40,6 +40,10 @@ void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, 
 void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const float *scale,
                      const float *shift, float lo, float hi, float *y);
 
+void engine_max_pool_c(int backend, int threads, const float *x, int n, int h, int w, int c,
+                       int pool, int stride, int pad_top, int pad_left, float *y, int ho,
+                       int wo);
+
 /* the bytes of a Winograd call's scratch at most (its chunk of tiles' transformed inputs and
  * products), unless one row of micro-kernel tiles alone needs more */
 #define ENGINE_WINOGRAD_SCRATCH (4u << 20)

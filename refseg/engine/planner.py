@@ -43,7 +43,7 @@ from refseg.autograd import layers
 from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.engine import packing
 from refseg.engine.runtime import (ALGORITHMS, DOT_MAX, AffineStep, ConvStep, DepthwiseStep,
-                                   NumpyStep, backend_name)
+                                   MaxPoolStep, NumpyStep, backend_name)
 from refseg.cite import implements, infrastructure
 from refseg.errors import InputError
 from refseg.models.graph import INPUT
@@ -224,8 +224,7 @@ def _other_step(walker, name, layer):
                           shift.astype(DTYPE), lo, hi)
     if isinstance(layer, layers.MaxPooling2D):
         source, pad = walker.source(node.inputs[0])
-        return NumpyStep(name, "max_pool", (source,), (name,), layer.pool_size, layer.strides,
-                         pad)
+        return MaxPoolStep(name, source, (name,), layer.pool_size, layer.strides, pad)
     if isinstance(layer, layers.Add):
         return NumpyStep(name, "add", node.inputs, (name,))
     if isinstance(layer, layers.ReLU):

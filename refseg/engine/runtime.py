@@ -365,17 +365,47 @@ class AffineStep:
 
 
 @dataclass
+class MaxPoolStep:
+    """Max pooling, "valid", its zero padding (a folded ZeroPadding2D: zeros, not -inf)
+    ``pads`` ((top, bottom), (left, right)); also ResNet50V2's 1x1 subsampling shortcuts."""
+
+    name: str
+    source: str
+    layers: tuple[str, ...]
+    pool: int
+    stride: int
+    pads: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
+    kind: str = "max_pool"
+    order: str = "rows"
+
+    nbytes = 0
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.source,)
+
+    def run(self, values: dict) -> np.ndarray:
+        x = values[self.source]
+        n, h, w, c = x.shape
+        ho = (h + sum(self.pads[0]) - self.pool) // self.stride + 1
+        wo = (w + sum(self.pads[1]) - self.pool) // self.stride + 1
+        y = np.empty((n, ho, wo, c), np.float32)
+        kernels, code = _kernels_and_code()
+        kernels.engine_max_pool(x, self.pool, self.stride, self.pads[0][0], self.pads[1][0], y,
+                                code, threads_for(y.size * self.pool ** 2,
+                                                  PARALLEL_MIN_ELEMENTS))
+        return y
+
+
+@dataclass
 class NumpyStep:
-    """A layer the engine leaves to NumPy: max pooling (its zero padding folded in), a
-    subsampling shortcut, an Add or ReLU no convolution takes in, a zero padding no window
-    op takes in. ``op`` is "max_pool", "add", "relu" or "pad"."""
+    """A layer the engine leaves to NumPy: an Add or ReLU no convolution takes in, a zero
+    padding no window op takes in. ``op`` is "add", "relu" or "pad"."""
 
     name: str
     op: str
     sources: tuple[str, ...]
     layers: tuple[str, ...]
-    pool: int = 1
-    stride: int = 1
     pads: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
     hi: float = np.inf
     kind: str = field(default="numpy")
@@ -393,15 +423,4 @@ class NumpyStep:
             return x + values[self.sources[1]]
         if self.op == "relu":
             return np.clip(x, 0.0, self.hi, dtype=np.float32)
-        padded = np.pad(x, ((0, 0), *self.pads, (0, 0))) if any(map(any, self.pads)) else x
-        if self.op == "pad":
-            return padded
-        k, s = self.pool, self.stride
-        ho = (padded.shape[1] - k) // s + 1
-        wo = (padded.shape[2] - k) // s + 1
-        out = None
-        for a in range(k):
-            for b in range(k):
-                window = padded[:, a:a + s * (ho - 1) + 1:s, b:b + s * (wo - 1) + 1:s]
-                out = window.copy() if out is None else np.maximum(out, window, out=out)
-        return out
+        return np.pad(x, ((0, 0), *self.pads, (0, 0)))

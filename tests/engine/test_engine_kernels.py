@@ -248,6 +248,27 @@ def test_the_winograd_twin_is_the_direct_convolution(pads):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("pool,stride,pads,c", [(3, 2, ((1, 1), (1, 1)), 64),   # the stem's
+                                                (1, 2, ((0, 0), (0, 0)), 40),   # shortcuts
+                                                (2, 2, ((0, 1), (1, 0)), 7),
+                                                (3, 1, ((2, 0), (0, 2)), 17)])
+def test_engine_max_pool_equals_its_twin(backend, pool, stride, pads, c):
+    """A maximum is exact: the kernel and its twin agree to the bit, the padding reading 0
+    (negative inputs show it)."""
+    rng = np.random.default_rng(pool * 10 + c)
+    x = rng.normal(-0.5, 1, (2, 9, 8, c)).astype(np.float32)
+    ho = (9 + sum(pads[0]) - pool) // stride + 1
+    wo = (8 + sum(pads[1]) - pool) // stride + 1
+    got = np.full((2, ho, wo, c), np.nan, np.float32)
+    want = got.copy()
+    _kernels.engine_max_pool(x, pool, stride, pads[0][0], pads[1][0], got, backend, 2)
+    _twins.engine_max_pool(x, pool, stride, pads[0][0], pads[1][0], want, backend, 2)
+    assert np.array_equal(got, want)
+    padded = np.pad(x, ((0, 0), *pads, (0, 0)))
+    assert got[0, 0, 0, 0] == padded[0, :pool, :pool, 0].max()
+
+
 def test_engine_affine_matches_its_twin():
     rng = np.random.default_rng(5)
     x = rng.normal(0, 3, (50, 13)).astype(np.float32)
@@ -270,4 +291,4 @@ def test_every_engine_kernel_has_a_twin_of_its_name():
              if not name.startswith("_") and inspect.isfunction(value)
              and value.__module__ == _twins.__name__}
     assert kernels == twins == {"engine_conv", "engine_dot", "engine_depthwise", "engine_affine",
-                                "engine_winograd"}
+                                "engine_winograd", "engine_max_pool"}
