@@ -2,7 +2,7 @@
 the NHWC activations, on the kernels of ``engine/_engine.pxi`` or their NumPy twins.
 
 Knobs (context managers, per thread of control): :func:`portable_kernels` runs the portable C
-loops instead of the vectorised ones, :func:`twin_kernels` the NumPy twins of
+loops instead of the vectorised ones, :func:`avx2_kernels` the AVX2 ones on an AVX-512 CPU, :func:`twin_kernels` the NumPy twins of
 :mod:`refseg.engine._twins` (tests), :func:`engine_threads` the number of OpenMP threads.
 
 Tolerance
@@ -49,7 +49,8 @@ PROBABILITY_TOLERANCE = 1e-5
 PARALLEL_MIN_MACS = 1 << 21
 PARALLEL_MIN_ELEMENTS = 1 << 16
 
-#: Kernel backends: "native" (the best this CPU runs), "portable" (plain C), "twin" (NumPy).
+#: Kernel backends: "native" (the best this CPU runs), "avx2", "portable" (plain C), "twin"
+#: (NumPy).
 _KERNELS = contextvars.ContextVar("refseg_engine_kernels", default="native")
 _THREADS = contextvars.ContextVar("refseg_engine_threads", default=None)
 
@@ -67,6 +68,20 @@ DOT_MAX = 8
 def portable_kernels():
     """Within the block, the engine runs its portable C loops (no AVX2/AVX-512 intrinsics)."""
     token = _KERNELS.set("portable")
+    try:
+        yield
+    finally:
+        _KERNELS.reset(token)
+
+
+@contextlib.contextmanager
+def avx2_kernels():
+    """Within the block, the engine runs its AVX2 + FMA loops even where the CPU has AVX-512
+    (tests hold both vector backends to the reference on one machine)."""
+    from refseg import _kernels
+    if _kernels.engine_cpu_backend() < 1:
+        raise InputError("avx2_kernels: this CPU has no AVX2 + FMA")
+    token = _KERNELS.set("avx2")
     try:
         yield
     finally:
@@ -127,7 +142,7 @@ def _kernels_and_code():
         from refseg.engine import _twins
         return _twins, 0
     from refseg import _kernels
-    return _kernels, 0 if kind == "portable" else _kernels.engine_cpu_backend()
+    return _kernels, {"portable": 0, "avx2": 1}.get(kind, _kernels.engine_cpu_backend())
 
 
 @dataclass

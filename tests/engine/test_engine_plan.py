@@ -8,11 +8,13 @@ import sys
 import numpy as np
 import pytest
 
+from refseg import _kernels as _engine_kernels
 from refseg import engine
 from refseg.autograd import layers
 from refseg.autograd.tensor import Tensor, no_grad
 from refseg.engine.runtime import (LAYER_TOLERANCE, PROBABILITY_TOLERANCE, ConvStep,
-                                   backend_name, engine_threads, portable_kernels)
+                                   avx2_kernels, backend_name, engine_threads,
+                                   portable_kernels)
 from refseg.models import ResMobileNet
 from refseg.models.graph import INPUT
 
@@ -63,9 +65,13 @@ def network():
 
 
 KERNELS = [pytest.param(False, id="native"), pytest.param(True, id="portable")]
+if _engine_kernels.engine_cpu_backend() == 2:  # AVX-512: its AVX2 loops as well
+    KERNELS.append(pytest.param("avx2", id="avx2"))
 
 
 def _kernels(portable):
+    if portable == "avx2":
+        return avx2_kernels()
     return portable_kernels() if portable else engine_threads(2)
 
 
@@ -74,7 +80,8 @@ def test_every_step_fed_the_reference_inputs_gives_the_reference_output(network,
     model, x, reference, plan = network
     worst = 0.0
     with _kernels(portable):
-        assert backend_name() == "portable" if portable else backend_name() != "twin"
+        expected = {True: "portable", "avx2": "avx2"}.get(portable, backend_name())
+        assert backend_name() == expected != "twin"
         for step in plan.steps:
             got = step.run({name: reference[name] for name in step.inputs})
             outputs = getattr(step, "outputs", (step.name,))
@@ -179,8 +186,8 @@ def test_winograd_runs_every_stride_1_3x3_convolution_within_the_tolerances(netw
         {step.name for step in convs if step.name in eligible and min(step.out_shape[:2]) >= 14}
     everywhere = engine.plan(model, choices=_winograd_everywhere(model, plan))
     assert everywhere.memory()["plan"] <= 1.3 * everywhere.memory()["model_weights"]
-    for portable in (False, True):
-        with _kernels(portable):
+    for portable in KERNELS:
+        with _kernels(portable.values[0]):
             for step in everywhere.steps:
                 if step.name in eligible:
                     assert step.order == "winograd" and step.phases[0].packed is None
