@@ -34,7 +34,8 @@ cdef extern from "engine_kernels.h" nogil:
     void engine_max_pool_c(int backend, int threads, const float *x, int n, int h, int w,
                            int c, int pool, int stride, int pad_top, int pad_left, float *y,
                            int ho, int wo)
-    size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout)
+    size_t c_engine_winograd_chunk "engine_winograd_chunk"(int batch, int ho, int wo, int cin,
+                                                           int cout)
     void engine_winograd_c(int backend, int threads, int batch, const float *x, int h, int w,
                            int cin, int pad_top, int pad_left, const float *u,
                            const float *bias, int cout, float *y, int ho, int wo,
@@ -137,11 +138,11 @@ def engine_depthwise(const float[:, :, :, ::1] x, const float[:, :, ::1] k,
                            y.shape[1], y.shape[2])
 
 
-def winograd_chunk(Py_ssize_t batch, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t cin,
+def engine_winograd_chunk(Py_ssize_t batch, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t cin,
                    Py_ssize_t cout):
     """Tiles per chunk of a Winograd call: its scratch holds ``16 * chunk * (cin + cout
     rounded up to whole panels)`` floats."""
-    return engine_winograd_chunk(batch, ho, wo, cin, cout)
+    return c_engine_winograd_chunk(batch, ho, wo, cin, cout)
 
 
 def engine_winograd(const float[:, :, :, ::1] x, Py_ssize_t pad_top, Py_ssize_t pad_left,
@@ -151,12 +152,12 @@ def engine_winograd(const float[:, :, :, ::1] x, Py_ssize_t pad_top, Py_ssize_t 
     """Stride-1 3x3 convolution of x (N, H, W, Cin) by Winograd F(2x2, 3x3) with the
     transformed, packed weights ``u`` (16 x panels x Cin x 16), its bias, clamp and residual
     ``r`` (like y, or None), into y (N, Ho, Wo, Cout); reads outside x are zero.
-    ``scratch`` holds at least ``16 * winograd_chunk(...) * (Cin + Cout in whole panels)``
+    ``scratch`` holds at least ``16 * engine_winograd_chunk(...) * (Cin + Cout in whole panels)``
     floats."""
     cdef const float *res = NULL
     cdef Py_ssize_t cout = y.shape[3]
     cdef Py_ssize_t coutp = (cout + ENGINE_PANEL - 1) // ENGINE_PANEL * ENGINE_PANEL
-    cdef Py_ssize_t chunk = engine_winograd_chunk(x.shape[0], y.shape[1], y.shape[2],
+    cdef Py_ssize_t chunk = c_engine_winograd_chunk(x.shape[0], y.shape[1], y.shape[2],
                                                   x.shape[3], cout)
     if scratch.shape[0] < 16 * chunk * (x.shape[3] + coutp):
         raise ValueError("engine_winograd: scratch too small")

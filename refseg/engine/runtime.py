@@ -240,7 +240,7 @@ class ConvStep:
         from refseg import _kernels
         ho, wo, cout = self.out_shape
         cin = self.phases[0].cin
-        chunk = _kernels.winograd_chunk(batch, ho, wo, cin, cout)
+        chunk = _kernels.engine_winograd_chunk(batch, ho, wo, cin, cout)
         return 16 * chunk * (cin + self._panels() * 16) * 4
 
     def prepare(self, algorithm: str) -> None:
