@@ -8,14 +8,16 @@ prediction takes the reference route.
 
 Inference. A *plan* is made once from a model and its weights (:func:`plan`): it walks the
 layer graph, folds every inference batch norm that follows a convolution into that
-convolution's kernel and bias, keeps the others (ResNet50V2's pre-activation batch norms, which
-a ReLU separates from the next convolution) as one per-channel affine pass with its ReLU, folds
-zero paddings into the convolution or pooling that reads them, fuses each ReLU / ReLU6 and each
-residual Add into the epilogue of the convolution whose output it reads, packs every kernel
-once into panels of 16 output channels (the layout of the engine's own micro-kernels) and
-chooses, per convolution, the loop order of its tiles by timing both on this machine (or by a
-fixed rule, ``"estimate"``), recording the choice so that a plan made from the same choices
-replays them.
+convolution's kernel and bias, has the others (ResNet50V2's pre-activation batch norms, which
+a ReLU separates from the next convolution) written with their ReLU as a second output of the
+convolution that computes their input, folds zero paddings into the convolution or pooling
+that reads them, fuses each ReLU / ReLU6 and each residual Add into the epilogue of the
+convolution whose output it reads, packs every kernel once into panels of 16 output channels
+(the layout of the engine's own micro-kernels) and chooses, per convolution, its algorithm
+(the loop order of its tiles, dot products for few outputs, Winograd F(2x2, 3x3) for a
+stride-1 3x3 convolution) by timing them on this machine (or by a fixed rule,
+``"estimate"``), recording the choice so that a plan made from the same choices replays
+them.
 
 At run time (:meth:`Plan.predict`) the activations stay NHWC from layer to layer; the
 convolutions run as indirect convolutions (a table of input offsets per output pixel and tap,

@@ -1,7 +1,9 @@
 /* The engine's micro-kernels: the convolution of NHWC activations with weights packed once
- * into panels of ENGINE_PANEL output channels, the depthwise 3x3 convolution and the
- * per-channel affine map (an inference batch norm that cannot be folded), each with its
- * epilogue (bias, ReLU / ReLU6 clamp, residual add) applied as the output tile is written.
+ * into panels of ENGINE_PANEL output channels (and, for stride-1 3x3, by Winograd F(2x2, 3x3)
+ * on the same panels), the depthwise 3x3 convolution, max pooling and the per-channel affine
+ * map (an inference batch norm that cannot be folded), each with its epilogue (bias, ReLU /
+ * ReLU6 clamp, residual add; for the panel kernels also a second, affine-mapped and clamped
+ * copy of the output) applied as the output tile is written.
  *
  * Convolution (indirect): output pixel p of an image reads, for each tap t, the `cin`
  * contiguous channels at x + in_off[p * taps + t] (in floats from the image's start), or zeros

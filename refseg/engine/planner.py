@@ -383,7 +383,8 @@ class Plan:
     steps : list
         The runtime steps, in order; ``step.layers`` names the model layers each computes.
     choices : dict of str to str
-        The loop order chosen for each convolution step, by the step's name (its last layer).
+        The algorithm chosen for each convolution step (``runtime.ALGORITHMS``), by the
+        step's name (its last layer).
     mode : str
         "measure", "estimate" or "replay".
     """
@@ -448,9 +449,10 @@ class Plan:
                 "plan": packed + peak}
 
     def describe(self) -> list[dict]:
-        """One row per step: name, kind, layers it computes, loop order."""
+        """One row per step: name, kind, layers it computes, the values it writes, its
+        algorithm."""
         return [{"step": step.name, "kind": step.kind, "layers": list(step.layers),
-                 "order": step.order} for step in self.steps]
+                 "outputs": list(_outputs(step)), "order": step.order} for step in self.steps]
 
 
 @implements("claim2.fusion")
@@ -463,7 +465,7 @@ def plan(model, mode: str = "measure", choices: dict | None = None) -> Plan:
         Its weights as they are now are folded and packed: a plan does not follow later
         changes of the model's weights (make a new one).
     mode : {"measure", "estimate"}
-        How each convolution's loop order is chosen (module docstring).
+        How each convolution's algorithm is chosen (module docstring).
     choices : dict of str to str, optional
         A plan's ``choices`` to replay (overrides ``mode``); every convolution step must be
         named.

@@ -13,13 +13,16 @@ reference within stated bounds, not bit for bit:
 
 * one kernel against its float64 twin: ``|y - y64| <= (K + 3) u (sum |x w| + |b| + |r|)``
   elementwise, ``u = 2**-24``, ``K`` the terms of the sum (the classic bound of recursive
-  float32 summation; :data:`UNIT_ROUNDOFF`);
+  float32 summation; :data:`UNIT_ROUNDOFF`); Winograd F(2x2, 3x3) within
+  ``(cin + 10) u`` times the same transforms run on absolute values (its transforms add
+  terms of both signs, so its bound is not the direct sum's);
 * one planned layer fed the reference's input, against the reference's output:
   :data:`LAYER_TOLERANCE` relative to the layer's largest absolute output (measured at
-  224x224 with He-scaled random weights: at most 8.8e-6, on the decoder's x10; 1.4e-6 at
-  64x64, where the tests run);
+  224x224 with He-scaled random weights and Winograd on 17 layers: at most 3.8e-6, on
+  ResNet50V2's conv5_block2_2 (direct); 1.4e-6 at 64x64, where the tests run);
 * the whole network's class probabilities: :data:`PROBABILITY_TOLERANCE` absolute (measured
-  3.3e-6 at 224x224, 0.9e-6 at 64x64), on the vectorised and the portable kernels alike.
+  2.0e-6 at 224x224, AVX-512 and AVX2 alike, 0.9e-6 at 64x64), on the vectorised and the
+  portable kernels alike.
 """
 from __future__ import annotations
 
@@ -175,7 +178,9 @@ class Phase:
 @dataclass
 class ConvStep:
     """A convolution (or transposed convolution, one phase per output parity) with its folded
-    batch norm, clamp and residual: ``out = clamp(conv(x) + bias, lo, hi) (+ residual)``."""
+    batch norm, clamp and residual: ``out = clamp(conv(x) + bias, lo, hi) (+ residual)``; with
+    ``second``, also ``clamp(out * scale + shift, lo2, hi2)`` (a batch norm and ReLU reading
+    ``out`` that no convolution can take in)."""
 
     name: str
     source: str
