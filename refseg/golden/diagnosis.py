@@ -102,6 +102,11 @@ def diagnosis_lines(diagnosis: list, rows=()) -> list[str]:
             lines.append(line)
             if d.get("shape"):
                 lines.append(f"  {d['array']}: {d['shape']['text']}")
+            if d.get("own_sources"):
+                lines.append(f"  a cause of its own: {d['alternative']} computes it from "
+                             f"{_listed(d['own_sources'])}, which pass"
+                             f"{'es' * (len(d['own_sources']) == 1)}, not from the failing "
+                             "arrays the pipeline puts above it")
             if d.get("differs_at"):
                 lines.append(f"  but the candidate then leaves {d['alternative']} at "
                              f"{_listed(d['differs_at'])}")

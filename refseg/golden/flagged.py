@@ -95,6 +95,11 @@ LIBRARY_CALLS = {
                      "diagonals)"],
     "log-13x13": ["MATLAB fspecial('log', 13, 2)"],
 }
+#: Where an alternative computes a step from other steps than refseg's (the manifest's
+#: ``computed_from``), the steps it reads: scipy's ``gaussian_laplace`` takes the gray image
+#: and makes its own Gaussian, so a failing blurred image does not contradict it, and a LoG
+#: that matches it is a cause of its own.
+READS = {"scipy.ndimage.gaussian_laplace": {"response/log": ["gray"]}}
 #: Every alternative a bundle carries flagged vectors of: the readings' alternatives, then
 #: the libraries' defaults.
 FLAGGED = (*alternatives.ALTERNATIVES, *alternatives.LIBRARY_DEFAULTS)
@@ -290,6 +295,8 @@ def flagged_section(images: dict) -> tuple[dict, dict]:
                            "result": result, "why": why,
                            "paragraphs": reading_paragraphs(alt.reading), "effect": effect,
                            "calls": LIBRARY_CALLS.get(alt.name, [])}
+        if alt.name in READS:
+            notes[alt.name]["reads"] = READS[alt.name]
     section = {
         "about": "the claim-1 arrays of each alternative reading (refseg/claim1/"
                  "alternatives.py, spec/sensitivity.md) and of each library default (named "
@@ -378,6 +385,21 @@ def ancestors(name: str, entries: dict) -> list[str]:
     return sorted(seen, key=order.__getitem__)
 
 
+def alternative_ancestors(name: str, entries: dict, reads: dict) -> list[str]:
+    """Every array ``name`` is computed from under an alternative: :func:`ancestors`, except
+    for a step the alternative's note lists under ``reads`` (``{step: [steps]}``), which is
+    computed from those steps of its image (and what they are computed from)."""
+    parts = name.split("/", 2)
+    if len(parts) < 3 or parts[2] not in reads:
+        return ancestors(name, entries)
+    order = {n: i for i, n in enumerate(entries)}
+    sources = [f"{parts[0]}/{parts[1]}/{step}" for step in reads[parts[2]]]
+    seen = {s for s in sources if s in entries}
+    for source in list(seen):
+        seen.update(ancestors(source, entries))
+    return sorted(seen, key=order.__getitem__)
+
+
 def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict,
              unclaimed: bool = False) -> list:
     """The alternatives a candidate matches, root cause first.
@@ -436,7 +458,8 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
         first = apart(failing[0])
         if first is None:
             continue
-        upstream = [n for n in ancestors(failing[0], entries)
+        reads = notes[vector["flags"][1]].get("reads") or {}
+        upstream = [n for n in alternative_ancestors(failing[0], entries, reads)
                     if n in status and status[n].status == "fail"]
         if upstream and not unclaimed:
             continue
@@ -448,6 +471,10 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
                  "from_golden": status[failing[0]].count, "root_cause": not upstream,
                  "also_matches": also,
                  "differs_at": [n for n in supplied if n not in also and n != failing[0]]}
+        if not upstream and status[failing[0]].follows:
+            # a failure the pipeline puts below another that this alternative does not read
+            image, step = failing[0].split("/", 2)[1:]
+            entry["own_sources"] = [f"claim1/{image}/{s}" for s in reads.get(step, ())]
         if upstream:
             entry["contradicted_by"] = status[failing[0]].follows or upstream
         found.append(entry)
@@ -475,7 +502,9 @@ def image_vectors(image: str, rgb) -> tuple:
     so that memory holds refseg's arrays of the image and one alternative's, not every
     alternative's at once. The changes are :func:`compute_changes`' for one image.
     """
-    notes = {alt.name: {"does": alt.text} for alt in FLAGGED}
+    notes = {alt.name: {"does": alt.text, **({"reads": READS[alt.name]}
+                                             if alt.name in READS else {})}
+             for alt in FLAGGED}
     members: dict = {}
 
     def vectors():
