@@ -376,8 +376,10 @@ def extract_variant(rgb, variant: Variant = Variant(), *, backend: str = "cython
         gray = None
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
     sobel_m = magnitude
-    if v.gradient_scale == "skimage":
+    if v.gradient_scale in ("skimage", "skimage-canny"):
         sobel_m = libraries.skimage_magnitude(blurred, "sobel")
+    if v.gradient_scale == "skimage-canny":
+        magnitude = sobel_m
     made = {"canny": _canny(gx, gy, magnitude, v, backend),
             "sobel": _gradient_edges("sobel", gx, gy, sobel_m, v, backend)}
     del gx, gy
@@ -386,7 +388,7 @@ def extract_variant(rgb, variant: Variant = Variant(), *, backend: str = "cython
     responses = {"canny": magnitude, "sobel": sobel_m} if keep_all else {}
     del magnitude, sobel_m
     px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
-    if v.gradient_scale == "skimage":
+    if v.gradient_scale in ("skimage", "skimage-canny"):
         prewitt = libraries.skimage_magnitude(blurred, "prewitt")
     made["prewitt"] = _gradient_edges("prewitt", px, py, prewitt, v, backend)
     del px, py

@@ -109,7 +109,9 @@ class Variant:
         their default truncate and border (:func:`~refseg.claim1.libraries.gaussian`).
     gradient_scale : str
         "refseg", or "skimage": Sobel's and Prewitt's responses as ``skimage.filters.sobel``
-        / ``prewitt`` give them (:func:`~refseg.claim1.libraries.skimage_magnitude`).
+        / ``prewitt`` give them (:func:`~refseg.claim1.libraries.skimage_magnitude`);
+        "skimage-canny": Canny's magnitude too (its thresholds and suppression then work on
+        ``skimage.filters.sobel``'s magnitude, the directions still from the gradients).
     otsu_binning : str
         "refseg" (the manifest's truncation rule), or "numpy": ``skimage.filters.
         threshold_otsu``'s ``np.histogram`` bins (:func:`~refseg.claim1.libraries.
@@ -160,7 +162,7 @@ class Variant:
                    "log_kernel": ("laplace4", "laplace8", "log13", "cv2-ksize3",
                                   "scipy-gaussian-laplace"),
                    "blur": ("refseg", "skimage", "scipy"),
-                   "gradient_scale": ("refseg", "skimage"),
+                   "gradient_scale": ("refseg", "skimage", "skimage-canny"),
                    "otsu_binning": ("refseg", "numpy"),
                    "canny_library": ("refseg", "opencv-l2", "opencv-l1", "skimage",
                                      "skimage-otsu"),
@@ -259,6 +261,9 @@ LIBRARY_DEFAULTS = tuple(_alt(*a[:3], **a[3]) for a in (
      "truncate=4 (7x7), mode 'reflect'", {"blur": "scipy"}),
     ("skimage.filters.sobel", "R-binary", "skimage.filters.sobel / prewitt: normalised "
      "kernels, magnitude / sqrt(2), mode 'reflect'", {"gradient_scale": "skimage"}),
+    ("skimage.filters.sobel-canny", "R-binary", "skimage.filters.sobel / prewitt for the "
+     "Sobel, Prewitt and Canny magnitudes: Canny's Otsu thresholds, suppression and "
+     "hysteresis on skimage's normalised magnitude", {"gradient_scale": "skimage-canny"}),
     ("skimage.filters.threshold_otsu", "R-binary", "skimage.filters.threshold_otsu: "
      "np.histogram's bins for every Otsu threshold", {"otsu_binning": "numpy"}),
     ("cv2.Canny-L2", "R-canny", "cv2.Canny(dx, dy, L2gradient=True) on int16 gradients "

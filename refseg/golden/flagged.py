@@ -72,6 +72,8 @@ ACCEPTABLE = {
     "offset-1.6": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
     "skimage.filters.sobel": "the text fixes no scale of the gradient; Otsu's threshold "
                              "follows the scale",
+    "skimage.filters.sobel-canny": "the text fixes no scale of the gradient; Otsu's "
+                                   "thresholds follow the scale",
     "skimage.filters.threshold_otsu": "the text gives no threshold; Otsu's binning is open",
     "cv2.Canny-L2": "the text names Canny only; the precision of its gradients is open",
     "cv2.Canny-L1": "the text names Canny only; its gradient norm is open",

@@ -180,3 +180,20 @@ def test_scipy_gaussian_laplace_of_the_gray_image(image):
     assert np.abs(r.responses["log"] - features.extract(IMAGES[image]).responses["log"]
                   ).max() > 1.0
     assert r.thresholds["log"]["slope"] == 2 * ops.otsu_threshold(np.abs(r.responses["log"]))
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_skimage_sobel_fed_into_canny(image):
+    """`skimage.filters.sobel-canny`: every magnitude is skimage's, and Canny's thresholds
+    and suppression work on it."""
+    filters = require("skimage.filters")
+    r = al.extract_variant(IMAGES[image], _variant("skimage.filters.sobel-canny"))
+    real = filters.sobel(r.blurred)
+    _close(r.responses["canny"], real)
+    _close(r.responses["sobel"], real)
+    _close(r.responses["prewitt"], filters.prewitt(r.blurred))
+    low = ops.otsu_threshold(r.responses["canny"])
+    assert r.thresholds["canny"] == {"low": low, "high": 2 * low}
+    gx, gy, _ = ops._gradient(r.blurred, ops.SOBEL_SMOOTH, "cython")
+    mine = ops._canny_from_gradient(gx, gy, r.responses["canny"], low, 2 * low, "cython")
+    np.testing.assert_array_equal(r.edges["canny"], mine.edges)
