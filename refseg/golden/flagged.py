@@ -100,8 +100,14 @@ LIBRARY_CALLS = {
 #: Where an alternative computes a step from other steps than refseg's (the manifest's
 #: ``computed_from``), the steps it reads: scipy's ``gaussian_laplace`` takes the gray image
 #: and makes its own Gaussian, so a failing blurred image does not contradict it, and a LoG
-#: that matches it is a cause of its own.
-READS = {"scipy.ndimage.gaussian_laplace": {"response/log": ["gray"]}}
+#: that matches it is a cause of its own; skimage's Canny reads neither Canny's response
+#: nor, with its defaults, the thresholds.
+READS = {"scipy.ndimage.gaussian_laplace": {"response/log": ["gray"]},
+         # skimage's Canny makes its own gradients from the blurred image, and with its
+         # defaults its own thresholds
+         "skimage.feature.canny": {"edges/canny": ["blurred"]},
+         "skimage.feature.canny-otsu": {"edges/canny": ["blurred", "threshold/canny/low",
+                                                       "threshold/canny/high"]}}
 #: Every alternative a bundle carries flagged vectors of: the readings' alternatives, then
 #: the libraries' defaults.
 FLAGGED = (*alternatives.ALTERNATIVES, *alternatives.LIBRARY_DEFAULTS)
