@@ -314,9 +314,12 @@ def flagged_section(images: dict) -> tuple[dict, dict]:
         "diagnosis": "an alternative matches an image where the candidate fails the first "
                      "array the alternative changes, agrees with the alternative's array "
                      "there, and fails no array that one is computed from (computed_from, "
-                     "transitively); an agreement below a failing array the alternative "
-                     "leaves as refseg's is reported as 'not claimed' with that array; a "
-                     "root cause no alternative explains is reported as 'no known reading'",
+                     "transitively; for a step the alternative's note lists under 'reads', "
+                     "the arrays it names instead); an agreement below a failing array the "
+                     "alternative leaves as refseg's is reported as 'not claimed' with that "
+                     "array; a binary map that is the one the manifest's rule gives on the "
+                     "candidate's own arrays is attributed to no alternative; a root cause no "
+                     "alternative explains is reported as 'no known reading'",
         "storage": {"full": "member: the array itself",
                     "fingerprint": f"sample.value: the values at the {FINGERPRINT_SAMPLE} "
                                    "C-order positions of sample.index (uint32, shared by "
@@ -408,6 +411,21 @@ def alternative_ancestors(name: str, entries: dict, reads: dict) -> list[str]:
     return sorted(seen, key=order.__getitem__)
 
 
+def follows_own_rule(name: str, values: dict) -> bool:
+    """Whether a candidate's binary map is the one the manifest's rule gives on the
+    candidate's own arrays: then a map that agrees with, or is near, an alternative's
+    (another Canny) is not that alternative, since the candidate applies refseg's rule and
+    its difference comes from the arrays the map is decided from."""
+    from refseg.golden.rounding import candidate_map
+    parts = name.split("/")
+    if len(parts) < 4 or parts[2] != "edges":
+        return False
+    own = candidate_map("/".join(parts[2:]), "/".join(parts[:2]), values)
+    value = values.get(name)
+    return (own is not None and value is not None and not isinstance(value, Exception)
+            and np.array_equal(own, np.asarray(value)))
+
+
 def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict,
              unclaimed: bool = False) -> list:
     """The alternatives a candidate matches, root cause first.
@@ -416,7 +434,10 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     fails the bundle and matches the alternative's (:func:`vector_matches`), and no array that
     one is computed from fails: every failing array upstream of it is one the alternative
     leaves as refseg's, so the candidate contradicts the alternative there and the agreement
-    downstream is another cause's effect.
+    downstream is another cause's effect. A step the alternative's note lists under ``reads``
+    is computed from the arrays named there instead of its ``computed_from``
+    (:func:`alternative_ancestors`). A binary map that is the map the manifest's rule gives
+    on the candidate's own arrays (:func:`follows_own_rule`) matches no alternative.
 
     Parameters
     ----------
@@ -451,6 +472,7 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     order = {name: i for i, name in enumerate(entries)}
     status = {r.name: r for r in rows}
     found = []
+    own_rule: dict = {}
     for vector in vectors:
         names = sorted((n for n in vector["arrays"] if n in status), key=order.__getitem__)
         supplied = [n for n in names if not isinstance(values.get(n), (Exception, type(None)))]
@@ -465,6 +487,10 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
 
         first = apart(failing[0])
         if first is None:
+            continue
+        if failing[0] not in own_rule:
+            own_rule[failing[0]] = follows_own_rule(failing[0], values)
+        if own_rule[failing[0]]:
             continue
         reads = notes[vector["flags"][1]].get("reads") or {}
         upstream = [n for n in alternative_ancestors(failing[0], entries, reads)
