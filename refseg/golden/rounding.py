@@ -40,7 +40,12 @@ RULE = ("a pixel of a binary map is rounding-level when changing the arrays its 
         "map the manifest's rule gives on the candidate's own upstream arrays, which must pass; "
         "the arrays computed from such maps (mean_image ... final_weight) are then compared, "
         "within their tolerance, with the values the manifest's formulas give on the "
-        "candidate's maps")
+        "candidate's maps. An automatic threshold that equals the manifest's Otsu rule on the "
+        "candidate's own response (which passes) passes as rounding-level (a value on a bin "
+        "edge binned by rounding); a map below such a moved threshold may also differ at the "
+        "pixels between the two thresholds and, for Canny, at every pixel of the chains those "
+        "pixels join (8-connected through pixels that survive non-maximum suppression above "
+        "the lower low threshold)")
 #: The binary maps of an image and the arrays each is decided from.
 MAPS = (*(f"edges/{op}" for op in OPERATORS), "feature_map")
 #: The arrays computed from the four edge maps (and the weights), in pipeline order.
