@@ -103,8 +103,6 @@ LIBRARY_CALLS = {
 #: that matches it is a cause of its own; skimage's Canny reads neither Canny's response
 #: nor, with its defaults, the thresholds.
 READS = {"scipy.ndimage.gaussian_laplace": {"response/log": ["gray"]},
-         # skimage's Canny makes its own gradients from the blurred image, and with its
-         # defaults its own thresholds
          "skimage.feature.canny": {"edges/canny": ["blurred"]},
          "skimage.feature.canny-otsu": {"edges/canny": ["blurred", "threshold/canny/low",
                                                        "threshold/canny/high"]}}
