@@ -9,7 +9,7 @@ from anchors import require
 from refseg.claim1 import alternatives as al
 from refseg.claim1 import features, libraries, operators as ops
 from refseg.data.synthetic import weld_image
-from refseg.golden.bundle_images import shipped_photos
+from refseg.golden.bundle_images import shipped_photos, synthetic_welds
 from refseg.golden.edge_cases import edge_case_images
 
 pytestmark = pytest.mark.infrastructure
@@ -122,11 +122,12 @@ def test_the_calls_the_notes_name_for_border_replicate_and_the_binomial_table(im
 
 
 def _canny_images():
-    """Every edge-case image, the shipped photographs and crops of three skimage.data
-    photographs (gray, RGB and a high-contrast scan) that the bundle does not ship."""
+    """The standard bundle's images (edge cases, shipped photographs, welds) and crops of
+    three skimage.data photographs (gray, RGB and a high-contrast scan) it does not ship."""
     data = require("skimage.data")
     images = dict(edge_case_images()[0])
     images.update(shipped_photos()[0])
+    images.update({name: s.rgb for name, s in synthetic_welds()[0].items()})
     images.update({"camera": data.camera()[100:260, 150:374],
                    "rocket": data.rocket()[120:280, 200:424],
                    "text": data.text()[:, :224]})
