@@ -134,7 +134,7 @@ def _canny(gx, gy, m, v, backend):
         low, high = ((otsu, v.canny_ratio * otsu) if v.canny_otsu == "low"
                      else (otsu / v.canny_ratio, otsu))
     thresholds = {"low": low, "high": high}
-    if v.canny_library != "refseg":
+    if v.canny_library in ("opencv-l2", "opencv-l1"):
         scale = libraries.CV2_GRADIENT_SCALE
         dx, dy = libraries.int16_gradients(gx, gy, scale)
         return libraries.opencv_canny(dx, dy, low * scale, high * scale,
@@ -145,6 +145,17 @@ def _canny(gx, gy, m, v, backend):
     labels, _ = ndimage.label(candidates > 0)  # SciPy's default structure: 4-neighbours
     strong = np.unique(labels[candidates == 2])
     return np.isin(labels, strong[strong > 0]).astype(np.uint8), thresholds
+
+
+def _skimage_canny_edges(blurred, thresholds, v):
+    """(edge image, thresholds) of ``skimage.feature.canny`` on the blurred image: its
+    defaults, or given the variant's Otsu thresholds ("skimage-otsu"); the thresholds
+    reported are the variant's own, as an engineer who passes them (or not) reports them."""
+    if v.canny_library == "skimage-otsu":
+        edges = libraries.skimage_canny(blurred, low=thresholds["low"], high=thresholds["high"])
+    else:
+        edges = libraries.skimage_canny(blurred)
+    return edges, thresholds
 
 
 def _gradient_edges(name, gx, gy, m, v, backend):
@@ -187,8 +198,9 @@ def _jump_strength(response):
     return jump
 
 
-def _log_edges(blurred, v, backend):
-    """(edge image, the signed response, thresholds)."""
+def _log_edges(blurred, v, backend, gray=None):
+    """(edge image, the signed response, thresholds); ``gray`` is the input of the
+    "scipy-gaussian-laplace" kernel, which replaces the blur as well."""
     default_response = v.log_kernel == "laplace4" and v.border == "reflect101"
     if (default_response and v.edge_kind == "binary" and v.thresholds == "otsu"
             and v.log_ratio == ops.LOG_JUMP_RATIO and v.log_side == "negative"
@@ -197,6 +209,8 @@ def _log_edges(blurred, v, backend):
         return r.edges, r.response, r.thresholds
     if v.log_kernel == "log13":
         response = ndimage.correlate(blurred, log13_kernel(), mode=BORDERS[v.border][1])
+    elif v.log_kernel == "scipy-gaussian-laplace":
+        response = libraries.gaussian_laplace(gray, v.sigma or DEFAULT_SIGMA)
     else:
         kernel = {"laplace4": ops.LAPLACE_4, "laplace8": LAPLACE_8,
                   "cv2-ksize3": libraries.CV2_LAPLACIAN_KSIZE3}[v.log_kernel]
@@ -356,27 +370,33 @@ def extract_variant(rgb, variant: Variant = Variant(), *, backend: str = "cython
         blurred = _correlate(g, kernel, v.border, backend)
     else:
         blurred = libraries.gaussian(g, v.sigma or DEFAULT_SIGMA, v.blur)
+    log_source = g if v.log_kernel == "scipy-gaussian-laplace" else None
     del g
     if not keep_all:
         gray = None
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
     sobel_m = magnitude
-    if v.gradient_scale == "skimage":
+    if v.gradient_scale in ("skimage", "skimage-canny"):
         sobel_m = libraries.skimage_magnitude(blurred, "sobel")
+    if v.gradient_scale == "skimage-canny":
+        magnitude = sobel_m
     made = {"canny": _canny(gx, gy, magnitude, v, backend),
             "sobel": _gradient_edges("sobel", gx, gy, sobel_m, v, backend)}
     del gx, gy
+    if v.canny_library in ("skimage", "skimage-otsu"):
+        made["canny"] = _skimage_canny_edges(blurred, made["canny"][1], v)
     responses = {"canny": magnitude, "sobel": sobel_m} if keep_all else {}
     del magnitude, sobel_m
     px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
-    if v.gradient_scale == "skimage":
+    if v.gradient_scale in ("skimage", "skimage-canny"):
         prewitt = libraries.skimage_magnitude(blurred, "prewitt")
     made["prewitt"] = _gradient_edges("prewitt", px, py, prewitt, v, backend)
     del px, py
     if keep_all:
         responses["prewitt"] = prewitt
     del prewitt
-    log_edges, log_response, log_thresholds = _log_edges(blurred, v, backend)
+    log_edges, log_response, log_thresholds = _log_edges(blurred, v, backend, log_source)
+    del log_source
     edges = {k: e for k, (e, _) in made.items()}
     edges["log"] = log_edges
     if not keep_all:

@@ -40,6 +40,17 @@ CV2_LAPLACIAN_KSIZE3 = np.array([[2.0, 0.0, 2.0], [0.0, -8.0, 0.0], [2.0, 0.0, 2
 #: ``cv2.Canny``'s direction test: tan(22.5 degrees) in 15-bit fixed point.
 CANNY_SHIFT = 15
 CANNY_TG22 = int(math.tan(math.radians(22.5)) * (1 << CANNY_SHIFT) + 0.5)
+#: ``skimage.feature.canny``'s defaults: its own Gaussian (sigma 1, truncate 4, mode
+#: 'constant' divided by the Gaussian of the image's support), and the hysteresis thresholds
+#: 0.1 and 0.2 taken as absolute gradient magnitudes for a float image (dtype_limits' maximum
+#: of a float image is 1, so they are not rescaled).
+SKIMAGE_CANNY_SIGMA = 1.0
+SKIMAGE_CANNY_THRESHOLDS = (0.1, 0.2)
+#: The lowest low threshold skimage's suppression accepts: a low threshold of 0 is raised to
+#: it, so that a zero magnitude is never an edge.
+SKIMAGE_CANNY_ZERO_LOW = 1e-14
+#: ``scipy.ndimage.gaussian_laplace``'s defaults: truncate 4, mode 'reflect'.
+SCIPY_LOG_MODE = "reflect"
 #: The factor the int16 gradients of ``cv2.Canny(dx, dy, ...)`` are scaled by before
 #: rounding (the largest Sobel component of a 0-255 image, 1020, times 32 fits int16), and
 #: the thresholds with them.
@@ -146,3 +157,79 @@ def opencv_canny(dx, dy, low: float, high: float, l2gradient: bool) -> np.ndarra
     labels, _ = ndimage.label(candidates, structure=np.ones((3, 3)))
     strong = np.unique(labels[candidates & (mag > high_i)])
     return np.isin(labels, strong[strong > 0]).astype(np.uint8)
+
+
+def skimage_canny(image, sigma: float = SKIMAGE_CANNY_SIGMA, low: float | None = None,
+                  high: float | None = None) -> np.ndarray:
+    """``skimage.feature.canny(image, sigma, low, high)`` of a float image as uint8 0/1
+    (M, N): what a scikit-image user gets when the claim's blurred image goes to its Canny.
+
+    Notes
+    -----
+    1. Its own smoothing: ``gaussian_filter`` (truncate 4) in mode 'constant' (zero outside),
+       divided by the same filter of an image of ones plus machine epsilon, so that the border
+       is not darkened.
+    2. Gradients: ``scipy.ndimage.sobel`` along each axis (mode 'reflect'), unnormalised;
+       magnitude sqrt(gi^2 + gj^2).
+    3. Non-maximum suppression with bilinear interpolation between the two neighbours that
+       bracket the gradient direction, on each side: kept when neither interpolated
+       magnitude exceeds m. The outermost ring of pixels is never an edge. The low threshold
+       is held as a C float (float32) and compared with >=; a low threshold of 0 becomes
+       1e-14.
+    4. Hysteresis: the kept pixels 8-connected to one with m >= high. Default thresholds 0.1
+       and 0.2 (absolute for a float image: the scale of the image decides what they mean).
+    """
+    img = np.asarray(image, dtype=np.float64)
+    low = SKIMAGE_CANNY_THRESHOLDS[0] if low is None else float(low)
+    high = SKIMAGE_CANNY_THRESHOLDS[1] if high is None else float(high)
+    if low == 0:
+        low = SKIMAGE_CANNY_ZERO_LOW
+    low = float(np.float32(low))
+    support = ndimage.gaussian_filter(np.ones_like(img), sigma, mode="constant",
+                                      truncate=GAUSSIAN_TRUNCATE) + np.finfo(np.float64).eps
+    smoothed = ndimage.gaussian_filter(img, sigma, mode="constant",
+                                       truncate=GAUSSIAN_TRUNCATE) / support
+    gi, gj = ndimage.sobel(smoothed, axis=0), ndimage.sobel(smoothed, axis=1)
+    mag = np.sqrt(gi * gi + gj * gj)
+    rows, cols = mag.shape
+    kept = np.zeros(mag.shape, dtype=bool)
+    if rows > 2 and cols > 2:
+        inner = (slice(1, -1), slice(1, -1))
+
+        def at(dr, dc):
+            return mag[1 + dr:rows - 1 + dr, 1 + dc:cols - 1 + dc]
+
+        i, j, m = gi[inner], gj[inner], mag[inner]
+        ai, aj = np.abs(i), np.abs(j)
+        # same sign (zero counting as negative): the direction lies in the 1st/3rd quadrant
+        same = (i > 0) == (j > 0)
+        rows_major = np.where(same, ai > aj, ai >= aj)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(rows_major, aj / ai, ai / aj)
+        # the two neighbours bracketing the direction on each side: (nearest, diagonal)
+        pairs = {(True, True): (((1, 0), (1, 1)), ((-1, 0), (-1, -1))),
+                 (True, False): (((0, 1), (1, 1)), ((0, -1), (-1, -1))),
+                 (False, False): (((0, 1), (-1, 1)), ((0, -1), (1, -1))),
+                 (False, True): (((-1, 0), (-1, 1)), ((1, 0), (1, -1)))}
+        keep = np.zeros(m.shape, dtype=bool)
+        for (same_sign, major), sides in pairs.items():
+            where = (same == same_sign) & (rows_major == major)
+            ok = where.copy()
+            for near, diagonal in sides:
+                ok &= (at(*diagonal) * w + at(*near) * (1.0 - w)) <= m
+            keep |= ok
+        kept[inner] = keep & (m >= low)
+    labels, count = ndimage.label(kept, structure=np.ones((3, 3), dtype=bool))
+    if count == 0:
+        return kept.astype(np.uint8)
+    seeded = np.zeros(count + 1, dtype=bool)
+    seeded[labels[kept & (mag >= high)]] = True
+    seeded[0] = False
+    return seeded[labels].astype(np.uint8)
+
+
+def gaussian_laplace(gray, sigma: float) -> np.ndarray:
+    """``scipy.ndimage.gaussian_laplace(gray, sigma)`` with its defaults (truncate 4, mode
+    'reflect'): a Laplacian of a whole Gaussian of the gray image, float64 (M, N)."""
+    return ndimage.gaussian_laplace(np.asarray(gray, dtype=np.float64), sigma,
+                                    mode=SCIPY_LOG_MODE, truncate=GAUSSIAN_TRUNCATE)

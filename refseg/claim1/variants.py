@@ -81,7 +81,9 @@ class Variant:
         LoG's jump threshold in units of Otsu(|LoG|) (R-log, R-binary).
     log_kernel : str
         "laplace4", "laplace8", or "log13" (MATLAB's 13x13 LoG of sigma 2 on the filtered
-        image) (R-log).
+        image) (R-log); "cv2-ksize3" (``cv2.Laplacian(ksize=3)``); "scipy-gaussian-laplace":
+        ``scipy.ndimage.gaussian_laplace(gray, sigma)`` of the gray image, in place of the
+        blur and the Laplacian (:func:`~refseg.claim1.libraries.gaussian_laplace`).
     log_side : str
         "negative" or "positive": which side of a zero crossing is marked (R-log).
     map_scale : float
@@ -107,14 +109,19 @@ class Variant:
         their default truncate and border (:func:`~refseg.claim1.libraries.gaussian`).
     gradient_scale : str
         "refseg", or "skimage": Sobel's and Prewitt's responses as ``skimage.filters.sobel``
-        / ``prewitt`` give them (:func:`~refseg.claim1.libraries.skimage_magnitude`).
+        / ``prewitt`` give them (:func:`~refseg.claim1.libraries.skimage_magnitude`);
+        "skimage-canny": Canny's magnitude too (its thresholds and suppression then work on
+        ``skimage.filters.sobel``'s magnitude, the directions still from the gradients).
     otsu_binning : str
         "refseg" (the manifest's truncation rule), or "numpy": ``skimage.filters.
         threshold_otsu``'s ``np.histogram`` bins (:func:`~refseg.claim1.libraries.
         numpy_otsu`) for every automatic threshold.
     canny_library : str
         "refseg", or "opencv-l2" / "opencv-l1": ``cv2.Canny`` on the int16 gradients (x 32)
-        with L2gradient True / False (:func:`~refseg.claim1.libraries.opencv_canny`).
+        with L2gradient True / False (:func:`~refseg.claim1.libraries.opencv_canny`);
+        "skimage": ``skimage.feature.canny(blurred)`` with its defaults (its own Gaussian of
+        sigma 1, interpolating suppression, thresholds 0.1 and 0.2); "skimage-otsu": the same
+        call given the Otsu thresholds (:func:`~refseg.claim1.libraries.skimage_canny`).
     """
 
     gray: str = "bt601"
@@ -152,11 +159,13 @@ class Variant:
         allowed = {"gray": tuple(GRAY_RULES), "border": tuple(BORDERS),
                    "edge_kind": EDGE_KINDS, "thresholds": THRESHOLD_RULES,
                    "canny_otsu": ("low", "high"), "canny_connectivity": (4, 8),
-                   "log_kernel": ("laplace4", "laplace8", "log13", "cv2-ksize3"),
+                   "log_kernel": ("laplace4", "laplace8", "log13", "cv2-ksize3",
+                                  "scipy-gaussian-laplace"),
                    "blur": ("refseg", "skimage", "scipy"),
-                   "gradient_scale": ("refseg", "skimage"),
+                   "gradient_scale": ("refseg", "skimage", "skimage-canny"),
                    "otsu_binning": ("refseg", "numpy"),
-                   "canny_library": ("refseg", "opencv-l2", "opencv-l1"),
+                   "canny_library": ("refseg", "opencv-l2", "opencv-l1", "skimage",
+                                     "skimage-otsu"),
                    "log_side": ("negative", "positive"), "std_about": ("mean_image", "own_mean"),
                    "std_ddof": (0, 1), "cv_mean": ("own", "mean_image"),
                    "empty": ("zero", "takes_all"), "weights": ("share", "inverse", "equal")}
@@ -252,6 +261,9 @@ LIBRARY_DEFAULTS = tuple(_alt(*a[:3], **a[3]) for a in (
      "truncate=4 (7x7), mode 'reflect'", {"blur": "scipy"}),
     ("skimage.filters.sobel", "R-binary", "skimage.filters.sobel / prewitt: normalised "
      "kernels, magnitude / sqrt(2), mode 'reflect'", {"gradient_scale": "skimage"}),
+    ("skimage.filters.sobel-canny", "R-binary", "skimage.filters.sobel / prewitt for the "
+     "Sobel, Prewitt and Canny magnitudes: Canny's Otsu thresholds, suppression and "
+     "hysteresis on skimage's normalised magnitude", {"gradient_scale": "skimage-canny"}),
     ("skimage.filters.threshold_otsu", "R-binary", "skimage.filters.threshold_otsu: "
      "np.histogram's bins for every Otsu threshold", {"otsu_binning": "numpy"}),
     ("cv2.Canny-L2", "R-canny", "cv2.Canny(dx, dy, L2gradient=True) on int16 gradients "
@@ -260,6 +272,15 @@ LIBRARY_DEFAULTS = tuple(_alt(*a[:3], **a[3]) for a in (
      "L1 norm |dx| + |dy|", {"canny_library": "opencv-l1"}),
     ("cv2.Laplacian-ksize3", "R-log", "cv2.Laplacian(ksize=3): [[2, 0, 2], [0, -8, 0], "
      "[2, 0, 2]]", {"log_kernel": "cv2-ksize3"}),
+    ("skimage.feature.canny", "R-canny", "skimage.feature.canny(blurred) with its defaults: "
+     "a second Gaussian (sigma 1, mode 'constant'), interpolating suppression, the border "
+     "ring dropped, thresholds 0.1 and 0.2", {"canny_library": "skimage"}),
+    ("skimage.feature.canny-otsu", "R-canny", "skimage.feature.canny(blurred, low_threshold="
+     "low, high_threshold=high) given the Otsu thresholds: its second Gaussian (sigma 1), "
+     "interpolating suppression, the border ring dropped", {"canny_library": "skimage-otsu"}),
+    ("scipy.ndimage.gaussian_laplace", "R-log", "scipy.ndimage.gaussian_laplace(gray, 0.8) "
+     "for the LoG response: a 7x7 Laplacian of Gaussian (truncate 4), mode 'reflect'",
+     {"log_kernel": "scipy-gaussian-laplace"}),
 ))
 
 

@@ -49,6 +49,28 @@ def shape_of(row, entry: dict, stored: dict, value) -> dict | None:
         return None
 
 
+def exact_zero_hint(row, shape: dict | None, stored: dict, value) -> dict | None:
+    """The shape of a LoG map that lacks only refseg's pixels of an exact zero response: the
+    manifest's rule for a response of exactly 0 between opposite signs is left out (a sign
+    change test alone never marks such a pixel). None when that is not what differs."""
+    if (shape is None or shape.get("kind") != "subset" or not row.name.endswith("/edges/log")
+            or row.follows):
+        return None
+    response = stored.get(row.name[:-len("edges/log")] + "response/log")
+    golden = stored.get(row.name)
+    if (response is None or golden is None or value is None or isinstance(value, Exception)
+            or response.shape != golden.shape or np.shape(value) != golden.shape):
+        return None
+    lost = (golden > 0) & (np.asarray(value) == 0)
+    if not np.array_equal(lost, (golden > 0) & (response == 0)):
+        return None
+    missing = int(np.count_nonzero(lost))
+    return {**shape, "kind": "exact-zero rule",
+            "text": f"refseg's pixels less {missing}, each with a LoG response of exactly 0: "
+                    "the rule for an exact 0 between opposite signs (edges/log's params) is "
+                    "left out"}
+
+
 def explain(manifest: dict, stored: dict, rows, values: dict) -> list:
     """The diagnosis entries of a check (see the module's docstring), root causes in
     pipeline order, each followed by the agreements it makes unclaimable."""
@@ -66,6 +88,7 @@ def explain(manifest: dict, stored: dict, rows, values: dict) -> list:
         if not r.root_cause:
             continue
         shape = shape_of(r, entries[r.name], stored, values.get(r.name))
+        shape = exact_zero_hint(r, shape, stored, values.get(r.name)) or shape
         if r.name in explained:
             for d in found:
                 if d["verdict"] == "matches" and r.name in (d["array"], *d["also_matches"]):
@@ -102,6 +125,11 @@ def diagnosis_lines(diagnosis: list, rows=()) -> list[str]:
             lines.append(line)
             if d.get("shape"):
                 lines.append(f"  {d['array']}: {d['shape']['text']}")
+            if d.get("own_sources"):
+                lines.append(f"  a cause of its own: {d['alternative']} computes it from "
+                             f"{_listed(d['own_sources'])}, which pass"
+                             f"{'es' * (len(d['own_sources']) == 1)}, not from the failing "
+                             "arrays the pipeline puts above it")
             if d.get("differs_at"):
                 lines.append(f"  but the candidate then leaves {d['alternative']} at "
                              f"{_listed(d['differs_at'])}")

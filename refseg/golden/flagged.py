@@ -72,6 +72,8 @@ ACCEPTABLE = {
     "offset-1.6": "any offset in (1.4, 1.6] reproduces the worked example [0107]-[0115]",
     "skimage.filters.sobel": "the text fixes no scale of the gradient; Otsu's threshold "
                              "follows the scale",
+    "skimage.filters.sobel-canny": "the text fixes no scale of the gradient; Otsu's "
+                                   "thresholds follow the scale",
     "skimage.filters.threshold_otsu": "the text gives no threshold; Otsu's binning is open",
     "cv2.Canny-L2": "the text names Canny only; the precision of its gradients is open",
     "cv2.Canny-L1": "the text names Canny only; its gradient norm is open",
@@ -95,6 +97,15 @@ LIBRARY_CALLS = {
                      "diagonals)"],
     "log-13x13": ["MATLAB fspecial('log', 13, 2)"],
 }
+#: Where an alternative computes a step from other steps than refseg's (the manifest's
+#: ``computed_from``), the steps it reads: scipy's ``gaussian_laplace`` takes the gray image
+#: and makes its own Gaussian, so a failing blurred image does not contradict it, and a LoG
+#: that matches it is a cause of its own; skimage's Canny reads neither Canny's response
+#: nor, with its defaults, the thresholds.
+READS = {"scipy.ndimage.gaussian_laplace": {"response/log": ["gray"]},
+         "skimage.feature.canny": {"edges/canny": ["blurred"]},
+         "skimage.feature.canny-otsu": {"edges/canny": ["blurred", "threshold/canny/low",
+                                                       "threshold/canny/high"]}}
 #: Every alternative a bundle carries flagged vectors of: the readings' alternatives, then
 #: the libraries' defaults.
 FLAGGED = (*alternatives.ALTERNATIVES, *alternatives.LIBRARY_DEFAULTS)
@@ -290,6 +301,8 @@ def flagged_section(images: dict) -> tuple[dict, dict]:
                            "result": result, "why": why,
                            "paragraphs": reading_paragraphs(alt.reading), "effect": effect,
                            "calls": LIBRARY_CALLS.get(alt.name, [])}
+        if alt.name in READS:
+            notes[alt.name]["reads"] = READS[alt.name]
     section = {
         "about": "the claim-1 arrays of each alternative reading (refseg/claim1/"
                  "alternatives.py, spec/sensitivity.md) and of each library default (named "
@@ -299,9 +312,12 @@ def flagged_section(images: dict) -> tuple[dict, dict]:
         "diagnosis": "an alternative matches an image where the candidate fails the first "
                      "array the alternative changes, agrees with the alternative's array "
                      "there, and fails no array that one is computed from (computed_from, "
-                     "transitively); an agreement below a failing array the alternative "
-                     "leaves as refseg's is reported as 'not claimed' with that array; a "
-                     "root cause no alternative explains is reported as 'no known reading'",
+                     "transitively; for a step the alternative's note lists under 'reads', "
+                     "the arrays it names instead); an agreement below a failing array the "
+                     "alternative leaves as refseg's is reported as 'not claimed' with that "
+                     "array; a binary map that is the one the manifest's rule gives on the "
+                     "candidate's own arrays is attributed to no alternative; a root cause no "
+                     "alternative explains is reported as 'no known reading'",
         "storage": {"full": "member: the array itself",
                     "fingerprint": f"sample.value: the values at the {FINGERPRINT_SAMPLE} "
                                    "C-order positions of sample.index (uint32, shared by "
@@ -378,6 +394,36 @@ def ancestors(name: str, entries: dict) -> list[str]:
     return sorted(seen, key=order.__getitem__)
 
 
+def alternative_ancestors(name: str, entries: dict, reads: dict) -> list[str]:
+    """Every array ``name`` is computed from under an alternative: :func:`ancestors`, except
+    for a step the alternative's note lists under ``reads`` (``{step: [steps]}``), which is
+    computed from those steps of its image (and what they are computed from)."""
+    parts = name.split("/", 2)
+    if len(parts) < 3 or parts[2] not in reads:
+        return ancestors(name, entries)
+    order = {n: i for i, n in enumerate(entries)}
+    sources = [f"{parts[0]}/{parts[1]}/{step}" for step in reads[parts[2]]]
+    seen = {s for s in sources if s in entries}
+    for source in list(seen):
+        seen.update(ancestors(source, entries))
+    return sorted(seen, key=order.__getitem__)
+
+
+def follows_own_rule(name: str, values: dict) -> bool:
+    """Whether a candidate's binary map is the one the manifest's rule gives on the
+    candidate's own arrays: then a map that agrees with, or is near, an alternative's
+    (another Canny) is not that alternative, since the candidate applies refseg's rule and
+    its difference comes from the arrays the map is decided from."""
+    from refseg.golden.rounding import candidate_map
+    parts = name.split("/")
+    if len(parts) < 4 or parts[2] != "edges":
+        return False
+    own = candidate_map("/".join(parts[2:]), "/".join(parts[:2]), values)
+    value = values.get(name)
+    return (own is not None and value is not None and not isinstance(value, Exception)
+            and np.array_equal(own, np.asarray(value)))
+
+
 def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: dict,
              unclaimed: bool = False) -> list:
     """The alternatives a candidate matches, root cause first.
@@ -386,7 +432,10 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     fails the bundle and matches the alternative's (:func:`vector_matches`), and no array that
     one is computed from fails: every failing array upstream of it is one the alternative
     leaves as refseg's, so the candidate contradicts the alternative there and the agreement
-    downstream is another cause's effect.
+    downstream is another cause's effect. A step the alternative's note lists under ``reads``
+    is computed from the arrays named there instead of its ``computed_from``
+    (:func:`alternative_ancestors`). A binary map that is the map the manifest's rule gives
+    on the candidate's own arrays (:func:`follows_own_rule`) matches no alternative.
 
     Parameters
     ----------
@@ -421,6 +470,7 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     order = {name: i for i, name in enumerate(entries)}
     status = {r.name: r for r in rows}
     found = []
+    own_rule: dict = {}
     for vector in vectors:
         names = sorted((n for n in vector["arrays"] if n in status), key=order.__getitem__)
         supplied = [n for n in names if not isinstance(values.get(n), (Exception, type(None)))]
@@ -436,7 +486,12 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
         first = apart(failing[0])
         if first is None:
             continue
-        upstream = [n for n in ancestors(failing[0], entries)
+        if failing[0] not in own_rule:
+            own_rule[failing[0]] = follows_own_rule(failing[0], values)
+        if own_rule[failing[0]]:
+            continue
+        reads = notes[vector["flags"][1]].get("reads") or {}
+        upstream = [n for n in alternative_ancestors(failing[0], entries, reads)
                     if n in status and status[n].status == "fail"]
         if upstream and not unclaimed:
             continue
@@ -448,6 +503,10 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
                  "from_golden": status[failing[0]].count, "root_cause": not upstream,
                  "also_matches": also,
                  "differs_at": [n for n in supplied if n not in also and n != failing[0]]}
+        if not upstream and status[failing[0]].follows:
+            # a failure the pipeline puts below another that this alternative does not read
+            image, step = failing[0].split("/", 2)[1:]
+            entry["own_sources"] = [f"claim1/{image}/{s}" for s in reads.get(step, ())]
         if upstream:
             entry["contradicted_by"] = status[failing[0]].follows or upstream
         found.append(entry)
@@ -475,7 +534,9 @@ def image_vectors(image: str, rgb) -> tuple:
     so that memory holds refseg's arrays of the image and one alternative's, not every
     alternative's at once. The changes are :func:`compute_changes`' for one image.
     """
-    notes = {alt.name: {"does": alt.text} for alt in FLAGGED}
+    notes = {alt.name: {"does": alt.text, **({"reads": READS[alt.name]}
+                                             if alt.name in READS else {})}
+             for alt in FLAGGED}
     members: dict = {}
 
     def vectors():

@@ -55,7 +55,7 @@ FORMAT = "refseg-golden"
 #: The major version (changes when a reader of the previous one could misread a bundle) and
 #: the minor one (additions a reader may ignore); see ``manifest.schema.json``.
 FORMAT_VERSION = 3
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 READINGS = "readings.md"

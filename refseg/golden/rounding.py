@@ -40,7 +40,12 @@ RULE = ("a pixel of a binary map is rounding-level when changing the arrays its 
         "map the manifest's rule gives on the candidate's own upstream arrays, which must pass; "
         "the arrays computed from such maps (mean_image ... final_weight) are then compared, "
         "within their tolerance, with the values the manifest's formulas give on the "
-        "candidate's maps")
+        "candidate's maps. An automatic threshold that equals the manifest's Otsu rule on the "
+        "candidate's own response (which passes) passes as rounding-level (a value on a bin "
+        "edge binned by rounding); a map below such a moved threshold may also differ at the "
+        "pixels between the two thresholds and, for Canny, at every pixel of the chains those "
+        "pixels join (8-connected through pixels that survive non-maximum suppression above "
+        "the lower low threshold)")
 #: The binary maps of an image and the arrays each is decided from.
 MAPS = (*(f"edges/{op}" for op in OPERATORS), "feature_map")
 #: The arrays computed from the four edge maps (and the weights), in pipeline order.
@@ -211,6 +216,23 @@ def _moved_mask(op, reference_response, reference_thresholds, moved):
     return mask
 
 
+def _moved_canny_chains(blurred, m, band, lows):
+    """The pixels a moved Canny threshold may add or cut with its band: every pixel connected
+    (8 neighbours, through pixels that survive non-maximum suppression above the lower of the
+    low thresholds) to a pixel of the band. A band pixel that becomes a candidate joins its
+    chain to a seed, or a seed in the band lights its whole chain, so the chain moves with
+    it."""
+    gx, gy, _ = ops._gradient(np.ascontiguousarray(blurred, dtype=np.float64),
+                              ops.SOBEL_SMOOTH, "cython")
+    low = min(lows) - 2 * _tol(m)
+    candidates = np.empty(m.shape, np.uint8)
+    kernels("cython").non_maximum_suppression(gx, gy, np.ascontiguousarray(m), low, low,
+                                              ops.TAN_22_5, ops.TAN_67_5, candidates)
+    labels, _ = ndimage.label((candidates > 0) | band, structure=np.ones((3, 3), bool))
+    reached = np.unique(labels[band])
+    return np.isin(labels, reached[reached > 0])
+
+
 def apply_rounding(rows, entries: dict, stored: dict, values: dict, check_array) -> None:
     """Turn the failing automatic thresholds and binary maps whose differences are all
     rounding-level (and that follow the manifest's rule on the candidate's own arrays) into
@@ -247,10 +269,15 @@ def apply_rounding(rows, entries: dict, stored: dict, values: dict, check_array)
         response = stored.get(f"{prefix}/response/{op}")
         if op in moved.get(prefix, {}) and isinstance(response, np.ndarray):
             keys = {"canny": ("low", "high"), "log": ("slope",)}.get(op, ("magnitude",))
-            allowed = allowed | _moved_mask(
-                op, response,
-                [float(stored[f"{prefix}/threshold/{op}/{k}"]) for k in keys],
-                [float(values[f"{prefix}/threshold/{op}/{k}"]) for k in keys])
+            references = [float(stored[f"{prefix}/threshold/{op}/{k}"]) for k in keys]
+            candidates = [float(values[f"{prefix}/threshold/{op}/{k}"]) for k in keys]
+            band = _moved_mask(op, response, references, candidates)
+            allowed = allowed | band
+            blurred = stored.get(f"{prefix}/blurred")
+            if (op == "canny" and isinstance(blurred, np.ndarray)
+                    and blurred.shape == response.shape):
+                allowed |= _moved_canny_chains(blurred, response, band,
+                                               (references[0], candidates[0]))
         if np.any(differ & ~allowed):
             r.reason += f"; {int((differ & allowed).sum())} of them rounding-level"
             continue

@@ -9,7 +9,7 @@ from anchors import require
 from refseg.claim1 import alternatives as al
 from refseg.claim1 import features, libraries, operators as ops
 from refseg.data.synthetic import weld_image
-from refseg.golden.bundle_images import shipped_photos
+from refseg.golden.bundle_images import shipped_photos, synthetic_welds
 from refseg.golden.edge_cases import edge_case_images
 
 pytestmark = pytest.mark.infrastructure
@@ -119,3 +119,82 @@ def test_the_calls_the_notes_name_for_border_replicate_and_the_binomial_table(im
     _close(replicate.blurred, ndimage.correlate(gray, kernel))  # SciPy's default mode
     binomial = al.extract_variant(IMAGES[image], al.BY_NAME["gauss-binomial"].variant)
     _close(binomial.blurred, cv2.GaussianBlur(gray, (3, 3), 0))
+
+
+def _canny_images():
+    """The standard bundle's images (edge cases, shipped photographs, welds) and crops of
+    three skimage.data photographs (gray, RGB and a high-contrast scan) it does not ship."""
+    data = require("skimage.data")
+    images = dict(edge_case_images()[0])
+    images.update(shipped_photos()[0])
+    images.update({name: s.rgb for name, s in synthetic_welds()[0].items()})
+    images.update({"camera": data.camera()[100:260, 150:374],
+                   "rocket": data.rocket()[120:280, 200:424],
+                   "text": data.text()[:, :224]})
+    return images
+
+
+CANNY_IMAGES = _canny_images()
+
+
+@pytest.mark.parametrize("image", CANNY_IMAGES)
+def test_skimage_canny_pixel_for_pixel_with_the_real_call(image):
+    """The flagged `skimage.feature.canny` (defaults) and `-otsu` (given refseg's Otsu
+    thresholds) against the real call on the blurred image, and the function itself on the
+    [0, 1] scale, where the default thresholds 0.1 and 0.2 mean 255 times more."""
+    feature = require("skimage.feature")
+    rgb = CANNY_IMAGES[image]
+    chosen = features.extract(rgb)
+    low, high = chosen.thresholds["canny"]["low"], chosen.thresholds["canny"]["high"]
+    default = al.extract_variant(rgb, _variant("skimage.feature.canny"))
+    otsu = al.extract_variant(rgb, _variant("skimage.feature.canny-otsu"))
+    np.testing.assert_array_equal(default.edges["canny"],
+                                  feature.canny(chosen.blurred).astype(np.uint8))
+    np.testing.assert_array_equal(otsu.edges["canny"], feature.canny(
+        chosen.blurred, low_threshold=low, high_threshold=high).astype(np.uint8))
+    # the thresholds reported stay the Otsu ones: the call replaces the edges only
+    assert otsu.thresholds["canny"] == chosen.thresholds["canny"]
+    unit = chosen.blurred / 255.0
+    np.testing.assert_array_equal(libraries.skimage_canny(unit),
+                                  feature.canny(unit).astype(np.uint8))
+    np.testing.assert_array_equal(
+        libraries.skimage_canny(unit, low=low / 255.0, high=high / 255.0),
+        feature.canny(unit, low_threshold=low / 255.0,
+                      high_threshold=high / 255.0).astype(np.uint8))
+
+
+def test_skimage_canny_is_not_refseg_s_canny():
+    """Its second Gaussian and interpolating suppression move real edges on every
+    photograph (or the tests above would hold nothing)."""
+    for name in ("astronaut", "coffee", "chelsea", "camera", "rocket"):
+        rgb = CANNY_IMAGES[name]
+        mine = features.extract(rgb).edges["canny"]
+        otsu = al.extract_variant(rgb, _variant("skimage.feature.canny-otsu")).edges["canny"]
+        assert otsu.sum() > 100 and (otsu != mine).sum() > 100
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_scipy_gaussian_laplace_of_the_gray_image(image):
+    r = al.extract_variant(IMAGES[image], _variant("scipy.ndimage.gaussian_laplace"))
+    _close(r.responses["log"], ndimage.gaussian_laplace(r.gray, 0.8))
+    # a 7x7 kernel on the gray image, not the 3x3 Laplacian of the blurred image
+    assert np.abs(r.responses["log"] - features.extract(IMAGES[image]).responses["log"]
+                  ).max() > 1.0
+    assert r.thresholds["log"]["slope"] == 2 * ops.otsu_threshold(np.abs(r.responses["log"]))
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_skimage_sobel_fed_into_canny(image):
+    """`skimage.filters.sobel-canny`: every magnitude is skimage's, and Canny's thresholds
+    and suppression work on it."""
+    filters = require("skimage.filters")
+    r = al.extract_variant(IMAGES[image], _variant("skimage.filters.sobel-canny"))
+    real = filters.sobel(r.blurred)
+    _close(r.responses["canny"], real)
+    _close(r.responses["sobel"], real)
+    _close(r.responses["prewitt"], filters.prewitt(r.blurred))
+    low = ops.otsu_threshold(r.responses["canny"])
+    assert r.thresholds["canny"] == {"low": low, "high": 2 * low}
+    gx, gy, _ = ops._gradient(r.blurred, ops.SOBEL_SMOOTH, "cython")
+    mine = ops._canny_from_gradient(gx, gy, r.responses["canny"], low, 2 * low, "cython")
+    np.testing.assert_array_equal(r.edges["canny"], mine.edges)

@@ -103,8 +103,13 @@ def test_an_agreement_downstream_of_a_failure_is_not_claimed_and_says_why(golden
         gray = f"claim1/{image}/gray"
         unclaimed = [d for d in report.diagnosis if d["verdict"] == "not claimed"
                      and d["image"] == image]
-        assert [d["alternative"] for d in unclaimed] == ["canny-ratio-3"]
+        assert [d["alternative"] for d in unclaimed][:1] == ["canny-ratio-3"]
         assert unclaimed[0]["contradicted_by"] == [gray] and not unclaimed[0]["root_cause"]
+        # on the small images skimage's Canny given the Otsu thresholds draws the same map as
+        # a ratio of 3: an exact agreement, also contradicted by the gray image
+        for other in unclaimed[1:]:
+            assert other["array"] == f"claim1/{image}/edges/canny" and other["apart"] == 0
+            assert other["contradicted_by"] == [gray] and not other["root_cause"]
         assert (f"diagnosis: {unclaimed[0]['array']}: agrees with R-canny canny-ratio-3 "
                 f"(high = 3 x low), not claimed: upstream {gray} fails, which canny-ratio-3 "
                 "leaves as refseg's") in text

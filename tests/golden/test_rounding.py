@@ -160,3 +160,109 @@ def test_golden_compare_applies_the_rounding_rule_per_image(tmp_path):
         np.savez(candidate, **{f"claim1/{name}/{k}": v
                                for k, v in _separable(rgb, zero_rule).items()})
         assert compare_image(reference, candidate)["status"] == status
+
+
+def _moved_canny(stored, image, nudge):
+    """refseg's arrays of one image with Canny's response nudged by ``nudge`` (within the
+    float tolerance), the thresholds and the map the manifest's rules give on it, and the
+    downstream arrays recomputed from the maps."""
+    from refseg.golden.rounding import candidate_map, own_threshold
+    arrays = variant_arrays(stored[f"input/{image}"])
+    arrays["response/canny"] = nudge(arrays["response/canny"].copy())
+    values = {f"claim1/{image}/{k}": v for k, v in arrays.items()}
+    for key in ("low", "high"):
+        name = f"claim1/{image}/threshold/canny/{key}"
+        values[name] = np.float64(own_threshold(name, values))
+    values[f"claim1/{image}/edges/canny"] = candidate_map("edges/canny", f"claim1/{image}",
+                                                          values)
+    edges = {op: values[f"claim1/{image}/edges/{op}"] for op in OPERATORS}
+    weights, stats = al._statistics(edges, al.Variant(), "cython")
+    final, decided = al.vote(edges, weights)
+    values.update({f"claim1/{image}/{k}": v for k, v in stats.items()})
+    values[f"claim1/{image}/weights"] = np.array([weights[op] for op in OPERATORS])
+    values[f"claim1/{image}/final_weight"] = final
+    values[f"claim1/{image}/feature_map"] = decided
+    return values
+
+
+def _ulp_up_at_the_maximum(m):
+    """The largest magnitude one ulp up: the half-maximum values of few-levels then fall
+    below the bin edge, and Otsu's threshold moves down a bin."""
+    top = np.unravel_index(np.argmax(m), m.shape)
+    m[top] = np.nextafter(m[top], np.inf)
+    return m
+
+
+def test_a_canny_threshold_moved_by_rounding_lets_whole_chains_through(golden_bundle):
+    """few-levels' Sobel magnitude holds values on an Otsu bin edge: one ulp on its largest
+    value moves Canny's thresholds a bin (the manifest's rule on that response), and pixels
+    of the band between the two thresholds join chains whose other pixels are above both
+    thresholds. The whole chain is rounding-level: the candidate passes."""
+    folder, manifest, stored, _ = golden_bundle
+    image = "few-levels"
+    candidate = _moved_canny(stored, image, _ulp_up_at_the_maximum)
+    low = f"claim1/{image}/threshold/canny/low"
+    assert candidate[low] < float(stored[low]) - 1.0  # a bin down, far beyond tolerance
+    name = f"claim1/{image}/edges/canny"
+    differ = candidate[name] != stored[name]
+    mask = stored[manifest["arrays"][name]["rounding"]["member"]].astype(bool)
+    m = stored[f"claim1/{image}/response/canny"]
+    band = (m >= candidate[low] - 1e-6) & (m <= float(stored[low]) + 1e-6)
+    # the chains reach beyond the band and the stored rounding pixels (or this holds nothing)
+    assert np.count_nonzero(differ & ~mask & ~band) > 0
+    report = check_bundle(folder, candidate, parts=["claim1"], select=[f"claim1/{image}/*"])
+    assert report.passed, report.text()
+    rows = {r.name: r for r in report.rows}
+    assert rows[low].rounding == -2 and rows[name].rounding == int(differ.sum())
+
+
+@pytest.mark.parametrize("direction", [-np.inf, np.inf])
+def test_a_canny_threshold_one_ulp_off_passes(golden_bundle, direction):
+    """Thresholds one ulp from refseg's (within the tolerance) and the map the manifest's
+    rule gives with them pass on every image."""
+    folder, manifest, stored, _ = golden_bundle
+    candidate = {}
+    for image in _images(manifest):
+        arrays = variant_arrays(stored[f"input/{image}"])
+        low = np.nextafter(arrays["threshold/canny/low"], direction)
+        arrays["threshold/canny/low"], arrays["threshold/canny/high"] = low, 2 * low
+        candidate.update({f"claim1/{image}/{k}": v for k, v in arrays.items()})
+    report = check_bundle(folder, candidate, parts=["claim1"])
+    assert report.passed, report.text()
+
+
+def test_skimage_s_binning_still_fails_where_a_value_sits_on_the_bin_edge(golden_bundle):
+    """The same image with refseg's exact responses and np.histogram's bins: the Prewitt
+    magnitude's value on the bin edge goes to the upper bin, which the manifest's rule on
+    that very response does not do. It fails, named, while the moved Canny chains pass."""
+    from refseg.claim1 import libraries
+    folder, manifest, stored, _ = golden_bundle
+    image = "few-levels"
+    candidate = _moved_canny(stored, image, _ulp_up_at_the_maximum)
+    name = f"claim1/{image}/threshold/prewitt/magnitude"
+    response = stored[f"claim1/{image}/response/prewitt"]
+    candidate[name] = np.float64(libraries.numpy_otsu(response))
+    candidate[f"claim1/{image}/edges/prewitt"] = (response > candidate[name]).astype(np.uint8)
+    report = check_bundle(folder, candidate, parts=["claim1"], select=[f"claim1/{image}/*"])
+    rows = {r.name: r for r in report.rows}
+    assert rows[name].status == "fail" and rows[name].root_cause
+    assert rows[f"claim1/{image}/edges/canny"].status == "pass"
+    assert {d["alternative"] for d in report.diagnosis if d["verdict"] == "matches"} == {
+        "skimage.filters.threshold_otsu"}
+
+
+def test_a_map_that_follows_the_manifest_s_rule_is_not_near_matched_to_another_canny(
+        golden_bundle, monkeypatch):
+    """Without the chains of a moved threshold the map above fails; it is the manifest's
+    rule on the candidate's own arrays, so its nearness to cv2.Canny-L1's map (four times
+    closer than to refseg's) names no library: no known reading."""
+    from refseg.golden import rounding
+    folder, manifest, stored, _ = golden_bundle
+    candidate = _moved_canny(stored, "few-levels", _ulp_up_at_the_maximum)
+    monkeypatch.setattr(rounding, "_moved_canny_chains",
+                        lambda blurred, m, band, lows: np.zeros(m.shape, bool))
+    report = check_bundle(folder, candidate, parts=["claim1"], select=["claim1/few-levels/*"])
+    assert not report.passed
+    name = "claim1/few-levels/edges/canny"
+    assert [(d["verdict"], d["array"]) for d in report.diagnosis] == [
+        ("no known reading", name)]
