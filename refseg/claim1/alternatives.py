@@ -84,8 +84,11 @@ def _correlate(g, kernel, border, backend):
 def _gradient(g, smooth, border, backend):
     if border == "reflect101":
         return ops._gradient(g, smooth, backend)
-    gx, gy, m = ops._gradient(_padded(g, border), smooth, backend)
-    return tuple(np.ascontiguousarray(a[1:-1, 1:-1]) for a in (gx, gy, m))
+    planes = list(ops._gradient(_padded(g, border), smooth, backend))
+    for i, plane in enumerate(planes):  # each padded plane dropped once its inside is copied
+        planes[i] = np.ascontiguousarray(plane[1:-1, 1:-1])
+    del plane
+    return tuple(planes)
 
 
 def log13_kernel() -> np.ndarray:
@@ -122,10 +125,17 @@ def _normalised(response):
     return response / top if top > 0 else np.zeros_like(response)
 
 
+def _normalised_own(response):
+    """:func:`_normalised` of an array nothing else holds: divided in place, the same
+    values without a second plane."""
+    top = float(response.max())
+    return np.divide(response, top, out=response) if top > 0 else np.zeros_like(response)
+
+
 def _canny(gx, gy, m, v, backend):
     """(edge image, thresholds)."""
     if v.edge_kind != "binary":
-        return _normalised(np.where(_nms(gx, gy, m, 0.0, 0.0, backend) > 0, m, 0.0)), {}
+        return _normalised_own(np.where(_nms(gx, gy, m, 0.0, 0.0, backend) > 0, m, 0.0)), {}
     if v.thresholds == "matlab":
         high = float(np.quantile(m, MATLAB_CANNY_QUANTILE))
         low = MATLAB_CANNY_LOW_RATIO * high
@@ -204,7 +214,7 @@ def _log_edges(blurred, v, backend):
     signed = response
     response = np.ascontiguousarray(response if v.log_side == "negative" else -response)
     if v.edge_kind != "binary":
-        return _normalised(_jump_strength(response)), signed, {}
+        return _normalised_own(_jump_strength(response)), signed, {}
     if v.thresholds == "matlab":
         t = MATLAB_LOG_SCALE * float(np.mean(np.abs(response)))
     else:
@@ -402,6 +412,87 @@ def extract_variant(rgb, variant: Variant = Variant(), *, backend: str = "cython
         image = feature_map.astype(np.float32)
     return VariantResult(gray, blurred, edges, weights, final, feature_map, image, responses,
                          thresholds, statistics)
+
+
+def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython"):
+    """The claim-1 arrays of :func:`extract_variant` (``keep="all"``) one step at a time.
+
+    Yields ``(step, array)`` in pipeline order under the golden bundle's step names:
+    ``gray``, ``blurred``, per operator ``response/<op>``, ``threshold/<op>/<key>`` (0-d
+    float64; none for the continuous edge kinds) and ``edges/<op>``, then ``mean_image``,
+    ``std``, ``mean``, ``cv``, ``intermediate_cv``, ``weights`` (length 4), ``final_weight``
+    and ``feature_map``: the same arrays, bit for bit, as the fields of ``extract_variant(rgb,
+    variant)``. Each plane is dropped as soon as no later step needs it (the gray image once
+    blurred, one operator's gradients before the next operator's are made, the blurred image
+    after the LoG), so that a caller comparing two variants step by step holds a few planes of
+    each, not every array of both.
+    """
+    v = variant.check()
+    gray = _gray(rgb, v.gray, backend)
+    g = as_float_image(gray, "gray", min_size=MIN_SIZE)
+    yield "gray", gray
+    if v.blur == "refseg":
+        kernel = BINOMIAL_3X3 if v.sigma is None else preprocess.gaussian_kernel(v.sigma)
+        blurred = _correlate(g, kernel, v.border, backend)
+    else:
+        blurred = libraries.gaussian(g, v.sigma or DEFAULT_SIGMA, v.blur)
+    del g, gray
+    yield "blurred", blurred
+    edges = {}
+
+    def operator(op, made):
+        edge_map, thresholds = made
+        edges[op] = edge_map
+        for key, value in thresholds.items():
+            yield f"threshold/{op}/{key}", np.float64(value)
+        yield f"edges/{op}", np.asarray(edge_map)
+
+    # each operator's edges are made before its response is yielded, and its gradients
+    # dropped then (only thinned gradient edges need them after Canny): a caller running two
+    # variants side by side holds one's gradients while the other holds its responses only
+    gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
+    canny = _canny(gx, gy, magnitude, v, backend)
+    if not v.thin_gradients:
+        gx = gy = None
+    sobel_m = magnitude
+    if v.gradient_scale == "skimage":
+        sobel_m = libraries.skimage_magnitude(blurred, "sobel")
+    sobel = _gradient_edges("sobel", gx, gy, sobel_m, v, backend)
+    del gx, gy
+    yield "response/canny", magnitude
+    del magnitude
+    yield from operator("canny", canny)
+    del canny
+    yield "response/sobel", sobel_m
+    del sobel_m
+    yield from operator("sobel", sobel)
+    del sobel
+    px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
+    if not v.thin_gradients:
+        px = py = None
+    if v.gradient_scale == "skimage":
+        prewitt = libraries.skimage_magnitude(blurred, "prewitt")
+    made = _gradient_edges("prewitt", px, py, prewitt, v, backend)
+    del px, py
+    yield "response/prewitt", prewitt
+    del prewitt
+    yield from operator("prewitt", made)
+    del made
+    log_edges, log_response, log_thresholds = _log_edges(blurred, v, backend)
+    del blurred
+    yield "response/log", log_response
+    del log_response
+    yield from operator("log", (log_edges, log_thresholds))
+    del log_edges
+    weights, statistics = _statistics(edges, v, backend)
+    yield from statistics.items()
+    del statistics
+    yield "weights", np.array([weights[op] for op in OPERATORS], dtype=np.float64)
+    final, feature_map = vote(edges, weights, v, backend=backend)
+    del edges
+    yield "final_weight", final
+    del final
+    yield "feature_map", feature_map
 
 
 #: The :class:`Variant` fields read after the edge maps are made: a variant changing only

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import publish
+from refseg import memory, publish
 from refseg.images import (MAX_NPZ_BYTES, MAX_PIXELS, check_max_pixels, check_npz_members,
                            decode_image, read_bytes, read_image)
 from refseg.errors import InputError
@@ -35,7 +35,7 @@ from refseg.golden import references
 from refseg.golden.accepted import accepted_lines
 from refseg.golden.outputs import per_image_lines
 from refseg.golden.check import CheckRow, _extra_row, check_array, link_causes
-from refseg.golden.flagged import diagnose, image_vectors
+from refseg.golden.flagged import diagnose_image, image_vectors
 from refseg.golden.own import image_name
 from refseg.golden.rounding import apply_rounding
 
@@ -87,6 +87,7 @@ class _Candidate(Mapping):
                 raise InputError(f"{path}: not an .npz archive (candidate)")
         check_npz_members(path, max_bytes, objects_ok=True)
         self.path = path
+        self._supplies: dict[str, bool] = {}
         try:
             self._npz = np.load(path, allow_pickle=False)
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -102,6 +103,13 @@ class _Candidate(Mapping):
             return exc  # an object array: reported as its row
         except (OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
             raise InputError(f"{self.path}: member {key!r} is not readable ({exc})") from None
+
+    def supplies(self, key) -> bool:
+        """Whether the file holds ``key`` as a readable array (read once, not kept)."""
+        if key not in self._supplies:
+            self._supplies[key] = key in self._npz.files and not isinstance(self[key],
+                                                                               Exception)
+        return self._supplies[key]
 
     def __iter__(self):
         return iter(self._npz.files)
@@ -173,7 +181,10 @@ def compare_image(reference, candidate, sha256: str | None = None, accept=(),
     except InputError as exc:
         return {**out, "status": "error", "error": str(exc)}
     try:
-        return _compare(out, ref, values, accept, pictures)
+        # whole-image arrays made and dropped one after the other (refseg's steps beside an
+        # alternative's): freed memory goes back at once instead of adding to the next peak
+        with memory.return_freed_memory():
+            return _compare(out, ref, values, accept, pictures)
     except InputError as exc:
         return {**out, "status": "error", "error": str(exc)}
     finally:
@@ -215,9 +226,12 @@ def _compare(out: dict, ref, values, accept, pictures) -> dict:
     if out["failed"]:
         out["status"] = "fail"
     if roots and out["first_failing"][0] != "input":
-        # the candidate's image is the reference's: which reading explains the failure
-        vectors, notes, members = image_vectors(name, ref.stored[f"input/{name}"])
-        found = diagnose(vectors, notes, members, rows, values, entries)
+        # the candidate's image is the reference's: which reading explains the failure. Of
+        # the reference file only the input is needed from here on (the rounding masks and
+        # summaries are used): the rest is dropped before the alternatives are computed
+        rgb = ref.stored[f"input/{name}"]
+        ref.stored.clear()
+        found = diagnose_image(name, rgb, rows, values, entries)
         out["diagnosis"] = list(dict.fromkeys(f"{d['reading']} {d['alternative']}"
                                               for d in found))
     return out
