@@ -271,21 +271,25 @@ class _Beyond:
 
     def __init__(self, golden, candidate, allowed):
         self.count, self.first, self.differs, worst = 0, [], None, []
+        # buffers of a block, reused: no whole plane, and no fresh mapping per block
+        buffer = np.empty(min(BLOCK, golden.size))
+        above = np.empty(min(BLOCK, golden.size), bool)
         for start, (g, c) in _blocks(golden, candidate):
-            diff = np.abs(c.astype(np.float64) - g.astype(np.float64))
-            bad = np.flatnonzero(diff > allowed)
+            diff = buffer[:g.size]
+            np.abs(np.subtract(c, g, out=diff, dtype=np.float64), out=diff)
+            bad = np.flatnonzero(np.greater(diff, allowed, out=above[:g.size]))
             self.count += bad.size
             self.first += [start + int(i) for i in bad[:POSITIONS_SHOWN - len(self.first)]]
             worst.append(diff.max())
             if self.differs is None:
-                differ = np.flatnonzero(diff > 0)
+                differ = np.flatnonzero(np.greater(diff, 0, out=above[:g.size]))
                 self.differs = start + int(differ[0]) if differ.size else None
         self.max_abs = float(np.max(worst)) if worst else 0.0
 
 
 def _check_full(name, entry, golden, value, tolerance, identical):
     exact = tolerance["rule"] == "exact"
-    scale = (float(np.max([np.abs(g.astype(np.float64)).max() for _, (g,) in _blocks(golden)]))
+    scale = (float(np.max([np.abs(g, dtype=np.float64).max() for _, (g,) in _blocks(golden)]))
              if golden.size else 0.0) or 1.0
     allowed = 0.0 if exact else tolerance["rtol"] * scale
     beyond = _Beyond(golden, value, allowed)

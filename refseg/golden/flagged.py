@@ -147,24 +147,31 @@ def difference(value, reference, kind: str) -> tuple[int, float | None]:
     if value.shape != reference.shape:
         return int(max(value.size, reference.size, 1)), None
     value, reference = value.reshape(-1), reference.reshape(-1)
+    # two buffers of a block, reused: the blocks' temporaries are neither whole planes nor
+    # fresh mappings of the allocator per block
+    diff, above = np.empty(min(BLOCK, value.size)), np.empty(min(BLOCK, value.size), bool)
 
     def blocks():
         for start in range(0, value.size, BLOCK):
-            end = start + BLOCK
-            yield np.abs(value[start:end].astype(np.float64)
-                         - reference[start:end].astype(np.float64))
+            d = diff[:value[start:start + BLOCK].size]
+            np.subtract(value[start:start + BLOCK], reference[start:start + BLOCK], out=d,
+                        dtype=np.float64)
+            yield np.abs(d, out=d)
 
     if kind == "exact" or TOLERANCES[kind]["rule"] == "exact":
-        return sum(int(np.count_nonzero(diff)) for diff in blocks()), None
+        return sum(int(np.count_nonzero(d)) for d in blocks()), None
     # np.max over the blocks' maxima, as over the whole array: a NaN anywhere is the maximum
-    scale = (float(np.max([np.abs(reference[i:i + BLOCK].astype(np.float64)).max()
-                           for i in range(0, reference.size, BLOCK)]))
-             if reference.size else 0.0) or 1.0
+    top = []
+    for start in range(0, reference.size, BLOCK):
+        d = diff[:reference[start:start + BLOCK].size]
+        np.copyto(d, reference[start:start + BLOCK], casting="unsafe")
+        top.append(np.abs(d, out=d).max())
+    scale = (float(np.max(top)) if reference.size else 0.0) or 1.0
     allowed = TOLERANCES[kind]["rtol"] * scale
     count, worst = 0, []
-    for diff in blocks():
-        count += int(np.count_nonzero(diff > allowed))
-        worst.append(diff.max())
+    for d in blocks():
+        count += int(np.count_nonzero(np.greater(d, allowed, out=above[:d.size])))
+        worst.append(d.max())
     worst = float(np.max(worst)) if worst else 0.0
     return count, worst / allowed
 

@@ -35,7 +35,8 @@ from refseg.golden import references
 from refseg.golden.accepted import accepted_lines
 from refseg.golden.outputs import per_image_lines
 from refseg.golden.check import CheckRow, _extra_row, check_array, link_causes
-from refseg.golden.flagged import diagnose_image, image_vectors
+from refseg.golden.flagged import (FLAGGED, changed_steps, diagnose_image, result_of,
+                                    vector_matches)
 from refseg.golden.own import image_name
 from refseg.golden.rounding import apply_rounding
 
@@ -207,8 +208,10 @@ def _compare(out: dict, ref, values, accept, pictures) -> dict:
     rows += [_extra_row(key, list(entries)) for key in sorted(set(values) - set(entries))]
     same_image = not any(r.root_cause and _step(r.name) == "input" for r in rows)
     if accept and same_image and any(r.status == "fail" for r in rows):
-        vectors, members = _accepted_vectors(name, ref.stored[f"input/{name}"], accept)
-        used = apply_acceptances(accept, rows, entries, values, vectors, members)
+        vectors = _accepted_vectors(name, ref.stored[f"input/{name}"], accept, rows, values,
+                                    entries)
+        used = apply_acceptances(accept, rows, entries, values, vectors, {})
+        del vectors
         out["accepted_by"] = sorted({d["entry"] for d in used})
     roots = [r for r in rows if r.root_cause]
     out.update(checked=sum(r.status != "extra" for r in rows),
@@ -237,18 +240,32 @@ def _compare(out: dict, ref, values, accept, pictures) -> dict:
     return out
 
 
-def _accepted_vectors(name: str, rgb, accept) -> tuple[list, dict]:
-    """The flagged vectors of the readings ``accept`` names, with their arrays, for one
-    image (the other alternatives are computed and dropped one at a time)."""
+def _accepted_vectors(name: str, rgb, accept, rows, values, entries) -> list:
+    """The flagged vectors of the alternatives ``accept`` names, for one image, with no array
+    kept: each array of theirs is matched with the candidate's as it is computed where the
+    candidate fails (``apart``: the only arrays ``apply_acceptances`` matches), the others
+    named only."""
     wanted = {a.reading for a in accept if a.reading}
-    vectors, kept = [], {}
-    if wanted:
-        generated, _, members = image_vectors(name, rgb)
-        for vector in generated:
-            if vector["flags"][1] in wanted:
-                vectors.append(vector)
-                kept.update(members)
-    return vectors, kept
+    failing = {r.name: r for r in rows if r.status == "fail"}
+    vectors = []
+    for alt in FLAGGED:
+        if alt.name not in wanted:
+            continue
+        described, apart = {}, {}
+        for step, array in changed_steps(rgb, alt.variant):
+            key = f"claim1/{name}/{step}"
+            described[key] = {"storage": "full", "member": key, "shape": list(array.shape),
+                              "dtype": array.dtype.str}
+            if key in failing:
+                apart[key] = vector_matches(described[key], {key: array}, values[key],
+                                            entries[key]["tolerance"]["name"],
+                                            failing[key].count)
+            del array
+        if described:
+            vectors.append({"id": f"{alt.name}/{name}", "image": name,
+                            "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
+                            "arrays": described, "apart": apart})
+    return vectors
 
 
 def _run(function, work: list, jobs: int):
