@@ -484,6 +484,16 @@ def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython")
     del log_response
     yield from operator("log", (log_edges, log_thresholds))
     del log_edges
+    yield from vote_steps(edges, v, backend=backend)
+
+
+def vote_steps(edges, variant: Variant = Variant(), *, backend: str = "cython"):
+    """The steps of :func:`variant_steps` after the edge maps, from the four maps ``edges``
+    (keys :data:`OPERATORS`): ``mean_image``, ``std``, ``mean``, ``cv``, ``intermediate_cv``,
+    ``weights``, ``final_weight`` and ``feature_map``, one at a time. With refseg's own maps
+    and a variant that changes only :data:`VOTE_FIELDS`, they are the variant's own, bit for
+    bit (:func:`revote`)."""
+    v = variant.check()
     weights, statistics = _statistics(edges, v, backend)
     yield from statistics.items()
     del statistics

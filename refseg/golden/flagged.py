@@ -513,7 +513,19 @@ def changed_steps(rgb, variant):
     refseg's array beyond the step's tolerance (or its dtype), in pipeline order: the
     variant's steps and refseg's computed side by side, one step of each held at a time."""
     base = alternatives.variant_steps(rgb)
-    steps = alternatives.variant_steps(rgb, variant)
+    if set(variant.changes()) <= set(alternatives.VOTE_FIELDS):
+        # the variant's steps up to the edge maps are refseg's, bit for bit: computed once,
+        # refseg's maps kept (a byte per pixel each) for the variant's vote
+        edges = {}
+        for step, array in base:
+            if step.startswith("edges/"):
+                edges[step.split("/")[1]] = array
+            if step == f"edges/{OPERATORS[-1]}":
+                break
+        steps = alternatives.vote_steps(edges, variant)
+        del edges
+    else:
+        steps = alternatives.variant_steps(rgb, variant)
     try:
         for step, array in steps:
             reference = _base_step(base, step)

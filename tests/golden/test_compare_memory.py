@@ -133,6 +133,28 @@ def test_the_diagnosis_as_it_goes_is_the_diagnosis_of_the_whole_vectors(
     assert all(seen) if reading else not any(seen)
 
 
+def test_the_steps_an_alternative_changes_are_found_one_at_a_time():
+    """``changed_steps`` (each step beside refseg's; the vote alone for an alternative of the
+    vote's fields) gives the steps where the whole arrays of the alternative differ from
+    refseg's beyond their tolerance or in dtype, with the alternative's arrays, bit for
+    bit, for every flagged alternative."""
+    rgb = refseg.weld_image(1, (36, 50)).rgb
+    base = variant_arrays(rgb)
+    vote_only = 0
+    for alt in flagged.FLAGGED:
+        whole = variant_arrays(rgb, alt.variant)
+        expected = [s for s in flagged.STEPS if s in whole and (
+            flagged.difference(whole[s], base[s], flagged.step_tolerance(s))[0]
+            or whole[s].dtype != base[s].dtype)]
+        found = list(flagged.changed_steps(rgb, alt.variant))
+        assert [s for s, _ in found] == expected, alt.name
+        for step, array in found:
+            assert array.dtype == whole[step].dtype, (alt.name, step)
+            np.testing.assert_array_equal(array, whole[step], err_msg=f"{alt.name} {step}")
+        vote_only += set(alt.variant.changes()) <= set(flagged.alternatives.VOTE_FIELDS)
+    assert vote_only >= 10  # the offsets, statistics and weights: the vote alone is computed
+
+
 def test_whole_array_comparisons_a_block_at_a_time_are_the_whole_arrays(monkeypatch):
     """``check``'s and ``flagged.difference``'s blocks: the same rows and counts with blocks
     of 7 elements as in one block (NaN and an empty array included)."""
