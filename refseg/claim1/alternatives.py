@@ -423,8 +423,8 @@ def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython")
     ``std``, ``mean``, ``cv``, ``intermediate_cv``, ``weights`` (length 4), ``final_weight``
     and ``feature_map``: the same arrays, bit for bit, as the fields of ``extract_variant(rgb,
     variant)``. Each plane is dropped as soon as no later step needs it (the gray image once
-    blurred, one operator's gradients before the next operator's are made, the blurred image
-    after the LoG), so that a caller comparing two variants step by step holds a few planes of
+    blurred, the gradients once Canny's edges are made, the blurred image after the LoG),
+    so that a caller comparing two variants step by step holds a few planes of
     each, not every array of both.
     """
     v = variant.check()
@@ -447,34 +447,43 @@ def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython")
             yield f"threshold/{op}/{key}", np.float64(value)
         yield f"edges/{op}", np.asarray(edge_map)
 
-    # each operator's edges are made before its response is yielded, and its gradients
-    # dropped then (only thinned gradient edges need them after Canny): a caller running two
-    # variants side by side holds one's gradients while the other holds its responses only
+    # the gradients are dropped as soon as what needs them is made (Canny's edges; thinned
+    # gradient edges), before the response is yielded, and the other edge maps are made after
+    # it: a caller running two variants side by side holds one's gradients while the other
+    # holds its responses and maps only
+    def magnitude_of(name, refseg_magnitude):
+        if v.gradient_scale == "skimage":
+            return libraries.skimage_magnitude(blurred, name)
+        return refseg_magnitude
+
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
     canny = _canny(gx, gy, magnitude, v, backend)
-    if not v.thin_gradients:
-        gx = gy = None
-    sobel_m = magnitude
-    if v.gradient_scale == "skimage":
-        sobel_m = libraries.skimage_magnitude(blurred, "sobel")
-    sobel = _gradient_edges("sobel", gx, gy, sobel_m, v, backend)
+    sobel_m = sobel = None
+    if v.thin_gradients:
+        sobel_m = magnitude_of("sobel", magnitude)
+        sobel = _gradient_edges("sobel", gx, gy, sobel_m, v, backend)
     del gx, gy
     yield "response/canny", magnitude
-    del magnitude
     yield from operator("canny", canny)
     del canny
+    if sobel_m is None:
+        sobel_m = magnitude_of("sobel", magnitude)
+    del magnitude
     yield "response/sobel", sobel_m
+    if sobel is None:
+        sobel = _gradient_edges("sobel", None, None, sobel_m, v, backend)
     del sobel_m
     yield from operator("sobel", sobel)
     del sobel
     px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
     if not v.thin_gradients:
         px = py = None
-    if v.gradient_scale == "skimage":
-        prewitt = libraries.skimage_magnitude(blurred, "prewitt")
-    made = _gradient_edges("prewitt", px, py, prewitt, v, backend)
+    prewitt = magnitude_of("prewitt", prewitt)
+    made = _gradient_edges("prewitt", px, py, prewitt, v, backend) if v.thin_gradients else None
     del px, py
     yield "response/prewitt", prewitt
+    if made is None:
+        made = _gradient_edges("prewitt", None, None, prewitt, v, backend)
     del prewitt
     yield from operator("prewitt", made)
     del made

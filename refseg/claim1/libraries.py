@@ -67,12 +67,16 @@ def skimage_magnitude(blurred, operator: str) -> np.ndarray:
     (Prewitt) of refseg's magnitude inside the border ring."""
     b = np.asarray(blurred, dtype=np.float64)
     smooth, diff = SKIMAGE_SMOOTH[operator], np.array([1.0, 0.0, -1.0])
-    total = np.zeros_like(b)
+    # the same operations in place, into two planes reused for both axes: three planes at
+    # most, not five
+    total, across, along = np.zeros_like(b), np.empty_like(b), np.empty_like(b)
     for axis in (0, 1):
-        g = ndimage.correlate1d(b, diff, axis=axis, mode=SKIMAGE_EDGE_MODE)
-        g = ndimage.correlate1d(g, smooth, axis=1 - axis, mode=SKIMAGE_EDGE_MODE)
-        total += g * g
-    return np.sqrt(total / 2.0)
+        ndimage.correlate1d(b, diff, axis=axis, output=across, mode=SKIMAGE_EDGE_MODE)
+        ndimage.correlate1d(across, smooth, axis=1 - axis, output=along,
+                            mode=SKIMAGE_EDGE_MODE)
+        total += np.multiply(along, along, out=along)
+    del across, along
+    return np.sqrt(np.divide(total, 2.0, out=total), out=total)
 
 
 def numpy_otsu(values, bins: int = 256, absolute: bool = False) -> float:

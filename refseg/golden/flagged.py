@@ -593,17 +593,19 @@ def diagnose_image(image: str, rgb, rows, values, entries: dict) -> list:
             described[name] = entry
             row = status.get(name)
             given = row is not None and _supplied(values, name)
+            if given and first is None:
+                first = name
+                if row.status != "fail" or any(n in status and status[n].status == "fail"
+                                               for n in ancestors(name, entries)):
+                    changes.close()
+                    break
             if given and row.status == "fail":
                 matched[name] = vector_matches(entry, {name: array}, values[name],
                                                entries[name]["tolerance"]["name"], row.count)
             del array
-            if given and first is None:
-                first = name
-                if (row.status != "fail" or matched[name] is None
-                        or any(n in status and status[n].status == "fail"
-                               for n in ancestors(name, entries))):
-                    changes.close()
-                    break
+            if name == first and matched[name] is None:
+                changes.close()
+                break
         else:
             if first is not None:
                 vectors.append({"id": f"{alt.name}/{image}", "image": image,

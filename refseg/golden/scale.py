@@ -167,9 +167,18 @@ def compare_image(reference, candidate, sha256: str | None = None, accept=(),
     Notes
     -----
     The candidate's arrays are read one at a time, so that memory holds the reference file
-    (whole arrays only up to the summary threshold), one candidate array and its comparison.
+    (whole arrays only up to the summary threshold), one candidate array and its comparison;
+    a failing image's diagnosis holds a few planes of refseg's steps and of one
+    alternative's (:func:`refseg.golden.flagged.diagnose_image`).
     """
-    reference, candidate = Path(reference), Path(candidate)
+    # whole-image arrays made and dropped one after the other (the reference file's, refseg's
+    # steps beside an alternative's): freed memory goes back at once instead of adding to the
+    # next peak
+    with memory.return_freed_memory():
+        return _compare_files(Path(reference), Path(candidate), sha256, accept, pictures)
+
+
+def _compare_files(reference: Path, candidate: Path, sha256, accept, pictures) -> dict:
     out = _result(reference.stem, "pass", "")
     try:
         ref = references.read_reference(reference, sha256)
@@ -182,10 +191,7 @@ def compare_image(reference, candidate, sha256: str | None = None, accept=(),
     except InputError as exc:
         return {**out, "status": "error", "error": str(exc)}
     try:
-        # whole-image arrays made and dropped one after the other (refseg's steps beside an
-        # alternative's): freed memory goes back at once instead of adding to the next peak
-        with memory.return_freed_memory():
-            return _compare(out, ref, values, accept, pictures)
+        return _compare(out, ref, values, accept, pictures)
     except InputError as exc:
         return {**out, "status": "error", "error": str(exc)}
     finally:
