@@ -17,8 +17,8 @@ compare`` imports and loads the compiled kernels with no image, is subtracted an
 divided by the image's pixels.
 
 Images: ``skimage.data.astronaut`` tiled to each size and saved as JPEG (quality 95), as in
-``bench_edges_memory.py``. The compare of a failing 6 MP image computes 44 alternatives and
-takes minutes; the machine's load changes the time, not the peak.
+``bench_edges_memory.py``. The failing compare of a 6 MP image computes every flagged
+alternative (tens of seconds); the machine's load changes the time, not the peak.
 
 Usage::
 
