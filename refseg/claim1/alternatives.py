@@ -84,8 +84,11 @@ def _correlate(g, kernel, border, backend):
 def _gradient(g, smooth, border, backend):
     if border == "reflect101":
         return ops._gradient(g, smooth, backend)
-    gx, gy, m = ops._gradient(_padded(g, border), smooth, backend)
-    return tuple(np.ascontiguousarray(a[1:-1, 1:-1]) for a in (gx, gy, m))
+    planes = list(ops._gradient(_padded(g, border), smooth, backend))
+    for i, plane in enumerate(planes):  # each padded plane dropped once its inside is copied
+        planes[i] = np.ascontiguousarray(plane[1:-1, 1:-1])
+    del plane
+    return tuple(planes)
 
 
 def log13_kernel() -> np.ndarray:
@@ -122,10 +125,17 @@ def _normalised(response):
     return response / top if top > 0 else np.zeros_like(response)
 
 
+def _normalised_own(response):
+    """:func:`_normalised` of an array nothing else holds: divided in place, the same
+    values without a second plane."""
+    top = float(response.max())
+    return np.divide(response, top, out=response) if top > 0 else np.zeros_like(response)
+
+
 def _canny(gx, gy, m, v, backend):
     """(edge image, thresholds)."""
     if v.edge_kind != "binary":
-        return _normalised(np.where(_nms(gx, gy, m, 0.0, 0.0, backend) > 0, m, 0.0)), {}
+        return _normalised_own(np.where(_nms(gx, gy, m, 0.0, 0.0, backend) > 0, m, 0.0)), {}
     if v.thresholds == "matlab":
         high = float(np.quantile(m, MATLAB_CANNY_QUANTILE))
         low = MATLAB_CANNY_LOW_RATIO * high
@@ -218,7 +228,7 @@ def _log_edges(blurred, v, backend, gray=None):
     signed = response
     response = np.ascontiguousarray(response if v.log_side == "negative" else -response)
     if v.edge_kind != "binary":
-        return _normalised(_jump_strength(response)), signed, {}
+        return _normalised_own(_jump_strength(response)), signed, {}
     if v.thresholds == "matlab":
         t = MATLAB_LOG_SCALE * float(np.mean(np.abs(response)))
     else:
@@ -422,6 +432,106 @@ def extract_variant(rgb, variant: Variant = Variant(), *, backend: str = "cython
         image = feature_map.astype(np.float32)
     return VariantResult(gray, blurred, edges, weights, final, feature_map, image, responses,
                          thresholds, statistics)
+
+
+def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython"):
+    """The claim-1 arrays of :func:`extract_variant` (``keep="all"``) one step at a time.
+
+    Yields ``(step, array)`` in pipeline order under the golden bundle's step names:
+    ``gray``, ``blurred``, per operator ``response/<op>``, ``threshold/<op>/<key>`` (0-d
+    float64; none for the continuous edge kinds) and ``edges/<op>``, then ``mean_image``,
+    ``std``, ``mean``, ``cv``, ``intermediate_cv``, ``weights`` (length 4), ``final_weight``
+    and ``feature_map``: the same arrays, bit for bit, as the fields of ``extract_variant(rgb,
+    variant)``. Each plane is dropped as soon as no later step needs it (the gray image once
+    blurred, the gradients once Canny's edges are made, the blurred image after the LoG),
+    so that a caller comparing two variants step by step holds a few planes of
+    each, not every array of both.
+    """
+    v = variant.check()
+    gray = _gray(rgb, v.gray, backend)
+    g = as_float_image(gray, "gray", min_size=MIN_SIZE)
+    yield "gray", gray
+    if v.blur == "refseg":
+        kernel = BINOMIAL_3X3 if v.sigma is None else preprocess.gaussian_kernel(v.sigma)
+        blurred = _correlate(g, kernel, v.border, backend)
+    else:
+        blurred = libraries.gaussian(g, v.sigma or DEFAULT_SIGMA, v.blur)
+    del g, gray
+    yield "blurred", blurred
+    edges = {}
+
+    def operator(op, made):
+        edge_map, thresholds = made
+        edges[op] = edge_map
+        for key, value in thresholds.items():
+            yield f"threshold/{op}/{key}", np.float64(value)
+        yield f"edges/{op}", np.asarray(edge_map)
+
+    # the gradients are dropped as soon as what needs them is made (Canny's edges; thinned
+    # gradient edges), before the response is yielded, and the other edge maps are made after
+    # it: a caller running two variants side by side holds one's gradients while the other
+    # holds its responses and maps only
+    def magnitude_of(name, refseg_magnitude):
+        if v.gradient_scale == "skimage":
+            return libraries.skimage_magnitude(blurred, name)
+        return refseg_magnitude
+
+    gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
+    canny = _canny(gx, gy, magnitude, v, backend)
+    sobel_m = sobel = None
+    if v.thin_gradients:
+        sobel_m = magnitude_of("sobel", magnitude)
+        sobel = _gradient_edges("sobel", gx, gy, sobel_m, v, backend)
+    del gx, gy
+    yield "response/canny", magnitude
+    yield from operator("canny", canny)
+    del canny
+    if sobel_m is None:
+        sobel_m = magnitude_of("sobel", magnitude)
+    del magnitude
+    yield "response/sobel", sobel_m
+    if sobel is None:
+        sobel = _gradient_edges("sobel", None, None, sobel_m, v, backend)
+    del sobel_m
+    yield from operator("sobel", sobel)
+    del sobel
+    px, py, prewitt = _gradient(blurred, ops.PREWITT_SMOOTH, v.border, backend)
+    if not v.thin_gradients:
+        px = py = None
+    prewitt = magnitude_of("prewitt", prewitt)
+    made = _gradient_edges("prewitt", px, py, prewitt, v, backend) if v.thin_gradients else None
+    del px, py
+    yield "response/prewitt", prewitt
+    if made is None:
+        made = _gradient_edges("prewitt", None, None, prewitt, v, backend)
+    del prewitt
+    yield from operator("prewitt", made)
+    del made
+    log_edges, log_response, log_thresholds = _log_edges(blurred, v, backend)
+    del blurred
+    yield "response/log", log_response
+    del log_response
+    yield from operator("log", (log_edges, log_thresholds))
+    del log_edges
+    yield from vote_steps(edges, v, backend=backend)
+
+
+def vote_steps(edges, variant: Variant = Variant(), *, backend: str = "cython"):
+    """The steps of :func:`variant_steps` after the edge maps, from the four maps ``edges``
+    (keys :data:`OPERATORS`): ``mean_image``, ``std``, ``mean``, ``cv``, ``intermediate_cv``,
+    ``weights``, ``final_weight`` and ``feature_map``, one at a time. With refseg's own maps
+    and a variant that changes only :data:`VOTE_FIELDS`, they are the variant's own, bit for
+    bit (:func:`revote`)."""
+    v = variant.check()
+    weights, statistics = _statistics(edges, v, backend)
+    yield from statistics.items()
+    del statistics
+    yield "weights", np.array([weights[op] for op in OPERATORS], dtype=np.float64)
+    final, feature_map = vote(edges, weights, v, backend=backend)
+    del edges
+    yield "final_weight", final
+    del final
+    yield "feature_map", feature_map
 
 
 #: The :class:`Variant` fields read after the edge maps are made: a variant changing only

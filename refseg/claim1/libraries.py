@@ -78,12 +78,16 @@ def skimage_magnitude(blurred, operator: str) -> np.ndarray:
     (Prewitt) of refseg's magnitude inside the border ring."""
     b = np.asarray(blurred, dtype=np.float64)
     smooth, diff = SKIMAGE_SMOOTH[operator], np.array([1.0, 0.0, -1.0])
-    total = np.zeros_like(b)
+    # the same operations in place, into two planes reused for both axes: three planes at
+    # most, not five
+    total, across, along = np.zeros_like(b), np.empty_like(b), np.empty_like(b)
     for axis in (0, 1):
-        g = ndimage.correlate1d(b, diff, axis=axis, mode=SKIMAGE_EDGE_MODE)
-        g = ndimage.correlate1d(g, smooth, axis=1 - axis, mode=SKIMAGE_EDGE_MODE)
-        total += g * g
-    return np.sqrt(total / 2.0)
+        ndimage.correlate1d(b, diff, axis=axis, output=across, mode=SKIMAGE_EDGE_MODE)
+        ndimage.correlate1d(across, smooth, axis=1 - axis, output=along,
+                            mode=SKIMAGE_EDGE_MODE)
+        total += np.multiply(along, along, out=along)
+    del across, along
+    return np.sqrt(np.divide(total, 2.0, out=total), out=total)
 
 
 def numpy_otsu(values, bins: int = 256, absolute: bool = False) -> float:
@@ -106,10 +110,27 @@ def numpy_otsu(values, bins: int = 256, absolute: bool = False) -> float:
     return float(centres[int(np.argmax(variance))])
 
 
+#: Pixels per block of rows of :func:`int16_gradients` and :func:`opencv_canny`: their
+#: float and int64 temporaries are a block's, not a whole image's.
+BLOCK_PIXELS = 1 << 16
+
+
+def _row_blocks(rows: int, cols: int):
+    """Slices of at most :data:`BLOCK_PIXELS` pixels (at least one row) covering ``rows``."""
+    step = max(1, BLOCK_PIXELS // max(cols, 1))
+    return [slice(start, start + step) for start in range(0, rows, step)]
+
+
 def int16_gradients(gx, gy, scale: float = CV2_GRADIENT_SCALE):
     """The gradients as ``cv2.Canny(dx, dy, ...)`` takes them: ``np.round(scale * g)`` as
     int16."""
-    return tuple(np.round(np.asarray(g) * scale).astype(np.int16) for g in (gx, gy))
+    out = []
+    for g in (np.asarray(gx), np.asarray(gy)):
+        rounded = np.empty(g.shape, dtype=np.int16)
+        for rows in _row_blocks(g.shape[0], g.shape[1] if g.ndim > 1 else 1):
+            rounded[rows] = np.round(g[rows] * scale).astype(np.int16)
+        out.append(rounded)
+    return tuple(out)
 
 
 def opencv_canny(dx, dy, low: float, high: float, l2gradient: bool) -> np.ndarray:
@@ -126,36 +147,48 @@ def opencv_canny(dx, dy, low: float, high: float, l2gradient: bool) -> np.ndarra
        both.
     4. Candidates above low, seeds above high, hysteresis through 8 neighbours.
     """
-    dx, dy = np.asarray(dx, dtype=np.int64), np.asarray(dy, dtype=np.int64)
+    dx, dy = np.asarray(dx), np.asarray(dy)
     if l2gradient:
         low, high = min(32767.0, low), min(32767.0, high)
         low, high = (low * low if low > 0 else low), (high * high if high > 0 else high)
-        mag = dx * dx + dy * dy
-    else:
-        mag = np.abs(dx) + np.abs(dy)
     low_i, high_i = math.floor(low), math.floor(high)
-    rows, cols = mag.shape
+    rows, cols = dx.shape
+    blocks = _row_blocks(rows, cols)
+    # the magnitude with a ring of zeros, the neighbours outside the image; the rest a block
+    # of rows at a time
     m = np.zeros((rows + 2, cols + 2), dtype=np.int64)
-    m[1:-1, 1:-1] = mag
+    mag = m[1:-1, 1:-1]
+    for block in blocks:
+        bx, by = dx[block].astype(np.int64), dy[block].astype(np.int64)
+        mag[block] = bx * bx + by * by if l2gradient else np.abs(bx) + np.abs(by)
+    candidates = np.empty((rows, cols), dtype=bool)
+    seeds = np.empty((rows, cols), dtype=bool)
+    for block in blocks:
+        top, count = block.start, len(range(rows)[block])
+        bx, by = dx[block].astype(np.int64), dy[block].astype(np.int64)
+        here = mag[block]
 
-    def at(dr, dc):
-        return m[1 + dr:1 + dr + rows, 1 + dc:1 + dc + cols]
+        def at(dr, dc):
+            return m[1 + top + dr:1 + top + dr + count, 1 + dc:1 + dc + cols]
 
-    x, y = np.abs(dx), np.abs(dy) << CANNY_SHIFT
-    tg22x = x * CANNY_TG22
-    tg67x = tg22x + (x << (CANNY_SHIFT + 1))
-    horizontal = y < tg22x
-    vertical = ~horizontal & (y > tg67x)
-    diagonal = ~horizontal & ~vertical
-    s = np.where((dx ^ dy) < 0, -1, 1)
-    keep_h = (mag > at(0, -1)) & (mag >= at(0, 1))
-    keep_v = (mag > at(-1, 0)) & (mag >= at(1, 0))
-    keep_d = np.where(s < 0, (mag > at(-1, 1)) & (mag > at(1, -1)),
-                      (mag > at(-1, -1)) & (mag > at(1, 1)))
-    maximum = (horizontal & keep_h) | (vertical & keep_v) | (diagonal & keep_d)
-    candidates = (mag > low_i) & maximum
+        x, y = np.abs(bx), np.abs(by) << CANNY_SHIFT
+        tg22x = x * CANNY_TG22
+        tg67x = tg22x + (x << (CANNY_SHIFT + 1))
+        horizontal = y < tg22x
+        vertical = ~horizontal & (y > tg67x)
+        diagonal = ~horizontal & ~vertical
+        s = np.where((bx ^ by) < 0, -1, 1)
+        keep_h = (here > at(0, -1)) & (here >= at(0, 1))
+        keep_v = (here > at(-1, 0)) & (here >= at(1, 0))
+        keep_d = np.where(s < 0, (here > at(-1, 1)) & (here > at(1, -1)),
+                          (here > at(-1, -1)) & (here > at(1, 1)))
+        maximum = (horizontal & keep_h) | (vertical & keep_v) | (diagonal & keep_d)
+        candidates[block] = (here > low_i) & maximum
+        seeds[block] = candidates[block] & (here > high_i)
+    del m, mag
     labels, _ = ndimage.label(candidates, structure=np.ones((3, 3)))
-    strong = np.unique(labels[candidates & (mag > high_i)])
+    del candidates
+    strong = np.unique(labels[seeds])
     return np.isin(labels, strong[strong > 0]).astype(np.uint8)
 
 

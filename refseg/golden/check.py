@@ -251,27 +251,66 @@ def _what(shape, exact):
     return unit
 
 
+#: Elements per block of a whole array's comparison (2 MiB of float64): its float64
+#: temporaries are a block's, not the array's (an image's input is 24 bytes per pixel as
+#: float64).
+BLOCK = 1 << 18
+
+
+def _blocks(*arrays):
+    """(first flat index, the arrays' flat slices) of :data:`BLOCK` elements, C order."""
+    flat = [a.reshape(-1) for a in arrays]
+    for start in range(0, flat[0].size, BLOCK):
+        yield start, [f[start:start + BLOCK] for f in flat]
+
+
+class _Beyond:
+    """The differences of a whole candidate array from refseg's, gathered a block at a time:
+    ``count`` elements beyond ``allowed``, the first :data:`POSITIONS_SHOWN` of them (flat
+    C-order indices), the largest difference and the first element that differs at all."""
+
+    def __init__(self, golden, candidate, allowed):
+        self.count, self.first, self.differs, worst = 0, [], None, []
+        # buffers of a block, reused: no whole plane, and no fresh mapping per block
+        buffer = np.empty(min(BLOCK, golden.size))
+        above = np.empty(min(BLOCK, golden.size), bool)
+        for start, (g, c) in _blocks(golden, candidate):
+            diff = buffer[:g.size]
+            np.abs(np.subtract(c, g, out=diff, dtype=np.float64), out=diff)
+            bad = np.flatnonzero(np.greater(diff, allowed, out=above[:g.size]))
+            self.count += bad.size
+            self.first += [start + int(i) for i in bad[:POSITIONS_SHOWN - len(self.first)]]
+            worst.append(diff.max())
+            if self.differs is None:
+                differ = np.flatnonzero(np.greater(diff, 0, out=above[:g.size]))
+                self.differs = start + int(differ[0]) if differ.size else None
+        self.max_abs = float(np.max(worst)) if worst else 0.0
+
+
 def _check_full(name, entry, golden, value, tolerance, identical):
     exact = tolerance["rule"] == "exact"
-    scale = (float(np.abs(golden.astype(np.float64)).max()) if golden.size else 0.0) or 1.0
+    scale = (float(np.max([np.abs(g, dtype=np.float64).max() for _, (g,) in _blocks(golden)]))
+             if golden.size else 0.0) or 1.0
     allowed = 0.0 if exact else tolerance["rtol"] * scale
-    bad, diff = _beyond(golden, value, allowed)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    if bad.size and golden.ndim == 0:
+    beyond = _Beyond(golden, value, allowed)
+    max_abs = beyond.max_abs
+    if beyond.count and golden.ndim == 0:
         return CheckRow(name, "fail", f"value {float(value):.12g}, expected "
                         f"{float(golden):.12g}, off by {max_abs:.3g} (allowed {allowed:.3g})",
                         max_abs, max_abs / scale, (), count=1, positions=[()])
-    if bad.size:
-        positions = _unravel(bad[:POSITIONS_SHOWN], golden.shape)
+    if beyond.count:
+        positions = _unravel(beyond.first, golden.shape)
         unit = _what(golden.shape, exact)
         rule = ("differ" if exact else
                 f"beyond relmax tolerance {tolerance['rtol']:g} (allowed {allowed:.3g})")
-        more = ", ..." if bad.size > POSITIONS_SHOWN else ""
-        return CheckRow(name, "fail", f"{bad.size} of {golden.size} {unit} {rule}; first at "
-                        + ", ".join(_pos(p) for p in positions) + more, max_abs,
-                        max_abs / scale, positions[0], count=int(bad.size), positions=positions)
-    differ = np.flatnonzero(diff > 0)
-    first = _unravel(differ[:1], golden.shape)[0] if differ.size and not identical else None
+        more = ", ..." if beyond.count > POSITIONS_SHOWN else ""
+        return CheckRow(name, "fail", f"{beyond.count} of {golden.size} {unit} {rule}; first "
+                        "at " + ", ".join(_pos(p) for p in positions) + more, max_abs,
+                        max_abs / scale, positions[0], count=int(beyond.count),
+                        positions=positions)
+    differs = beyond.differs
+    first = (_unravel([differs], golden.shape)[0] if differs is not None and not identical
+             else None)
     return CheckRow(name, "pass", "", max_abs, max_abs / scale, first, identical, count=0)
 
 

@@ -106,6 +106,9 @@ READS = {"scipy.ndimage.gaussian_laplace": {"response/log": ["gray"]},
          "skimage.feature.canny": {"edges/canny": ["blurred"]},
          "skimage.feature.canny-otsu": {"edges/canny": ["blurred", "threshold/canny/low",
                                                        "threshold/canny/high"]}}
+#: Elements per block of :func:`difference` (2 MiB of float64): its temporaries are a
+#: block's, not a whole image's.
+BLOCK = 1 << 18
 #: Every alternative a bundle carries flagged vectors of: the readings' alternatives, then
 #: the libraries' defaults.
 FLAGGED = (*alternatives.ALTERNATIVES, *alternatives.LIBRARY_DEFAULTS)
@@ -154,13 +157,34 @@ def difference(value, reference, kind: str) -> tuple[int, float | None]:
     value, reference = np.asarray(value), np.asarray(reference)
     if value.shape != reference.shape:
         return int(max(value.size, reference.size, 1)), None
-    diff = np.abs(value.astype(np.float64) - reference.astype(np.float64))
+    value, reference = value.reshape(-1), reference.reshape(-1)
+    # two buffers of a block, reused: the blocks' temporaries are neither whole planes nor
+    # fresh mappings of the allocator per block
+    diff, above = np.empty(min(BLOCK, value.size)), np.empty(min(BLOCK, value.size), bool)
+
+    def blocks():
+        for start in range(0, value.size, BLOCK):
+            d = diff[:value[start:start + BLOCK].size]
+            np.subtract(value[start:start + BLOCK], reference[start:start + BLOCK], out=d,
+                        dtype=np.float64)
+            yield np.abs(d, out=d)
+
     if kind == "exact" or TOLERANCES[kind]["rule"] == "exact":
-        return int(np.count_nonzero(diff)), None
-    scale = (float(np.abs(reference.astype(np.float64)).max()) if reference.size else 0.0) or 1.0
+        return sum(int(np.count_nonzero(d)) for d in blocks()), None
+    # np.max over the blocks' maxima, as over the whole array: a NaN anywhere is the maximum
+    top = []
+    for start in range(0, reference.size, BLOCK):
+        d = diff[:reference[start:start + BLOCK].size]
+        np.copyto(d, reference[start:start + BLOCK], casting="unsafe")
+        top.append(np.abs(d, out=d).max())
+    scale = (float(np.max(top)) if reference.size else 0.0) or 1.0
     allowed = TOLERANCES[kind]["rtol"] * scale
-    worst = float(diff.max()) if diff.size else 0.0
-    return int(np.count_nonzero(diff > allowed)), worst / allowed
+    count, worst = 0, []
+    for d in blocks():
+        count += int(np.count_nonzero(np.greater(d, allowed, out=above[:d.size])))
+        worst.append(d.max())
+    worst = float(np.max(worst)) if worst else 0.0
+    return count, worst / allowed
 
 
 def reading_paragraphs(reading: str) -> str:
@@ -473,12 +497,14 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     own_rule: dict = {}
     for vector in vectors:
         names = sorted((n for n in vector["arrays"] if n in status), key=order.__getitem__)
-        supplied = [n for n in names if not isinstance(values.get(n), (Exception, type(None)))]
+        supplied = [n for n in names if _supplied(values, n)]
         failing = [n for n in supplied if status[n].status == "fail"]
         if not failing or failing[0] != supplied[0]:
             continue  # the candidate does not follow the alternative at its first step
 
         def apart(name):
+            if "apart" in vector:  # matched as the vector was computed (diagnose_image)
+                return vector["apart"][name]
             kind = entries[name]["tolerance"]["name"]
             return vector_matches(vector["arrays"][name], members, values[name], kind,
                                   status[name].count)
@@ -525,14 +551,63 @@ def diagnose(vectors, notes: dict, members: dict, rows, values: dict, entries: d
     return found
 
 
+def _supplied(values, name: str) -> bool:
+    """Whether the candidate gives ``name`` as an array (not missing, not unreadable)."""
+    if hasattr(values, "supplies"):  # a file read one array at a time: asked once per name
+        return values.supplies(name)
+    return not isinstance(values.get(name), (Exception, type(None)))
+
+
+def _base_step(base, step: str):
+    """refseg's array of ``step``, advancing ``base`` (:func:`~refseg.claim1.alternatives.
+    variant_steps` of refseg's readings) past the steps before it."""
+    for name, array in base:
+        if name == step:
+            return array
+    raise ValueError(f"refseg's readings give no step {step!r}")
+
+
+def changed_steps(rgb, variant):
+    """Yield ``(step, array)`` for each step of :data:`STEPS` where ``variant`` changes
+    refseg's array beyond the step's tolerance (or its dtype), in pipeline order: the
+    variant's steps and refseg's computed side by side, one step of each held at a time."""
+    base = alternatives.variant_steps(rgb)
+    if set(variant.changes()) <= set(alternatives.VOTE_FIELDS):
+        # the variant's steps up to the edge maps are refseg's, bit for bit: computed once,
+        # refseg's maps kept (a byte per pixel each) for the variant's vote
+        edges = {}
+        for step, array in base:
+            if step.startswith("edges/"):
+                edges[step.split("/")[1]] = array
+            if step == f"edges/{OPERATORS[-1]}":
+                break
+        steps = alternatives.vote_steps(edges, variant)
+        del edges
+    else:
+        steps = alternatives.variant_steps(rgb, variant)
+    try:
+        for step, array in steps:
+            reference = _base_step(base, step)
+            count, _ = difference(array, reference, step_tolerance(step))
+            same = not count and array.dtype == reference.dtype
+            del reference
+            if not same:
+                yield step, array
+            del array
+    finally:
+        steps.close()
+        base.close()
+
+
 def image_vectors(image: str, rgb) -> tuple:
     """The flagged vectors of one image, every array whole: (vectors, notes, members) as
     :func:`diagnose` takes them (for folder comparisons, which carry no bundle).
 
     ``vectors`` is a generator: each alternative (and library default) is computed when
     :func:`diagnose` reaches it, and ``members`` holds the arrays of that alternative alone,
-    so that memory holds refseg's arrays of the image and one alternative's, not every
-    alternative's at once. The changes are :func:`compute_changes`' for one image.
+    computed step by step beside refseg's (:func:`changed_steps`), so that memory holds the
+    arrays one alternative changes, not every alternative's at once. The changes are
+    :func:`compute_changes`' for one image.
     """
     notes = {alt.name: {"does": alt.text, **({"reads": READS[alt.name]}
                                              if alt.name in READS else {})}
@@ -540,21 +615,15 @@ def image_vectors(image: str, rgb) -> tuple:
     members: dict = {}
 
     def vectors():
-        base = variant_arrays(rgb)
         for alt in FLAGGED:
             members.clear()
-            arrays = variant_arrays(rgb, alt.variant)
             described = {}
-            for step in (s for s in STEPS if s in arrays):
-                count, _ = difference(arrays[step], base[step], step_tolerance(step))
-                if not count and arrays[step].dtype == base[step].dtype:
-                    continue
+            for step, array in changed_steps(rgb, alt.variant):
                 key = f"{alt.name}/{step}"
-                members[key] = arrays[step]
+                members[key] = array
                 described[f"claim1/{image}/{step}"] = {
-                    "storage": "full", "member": key, "shape": list(arrays[step].shape),
-                    "dtype": arrays[step].dtype.str}
-            del arrays
+                    "storage": "full", "member": key, "shape": list(array.shape),
+                    "dtype": array.dtype.str}
             if described:
                 yield {"id": f"{alt.name}/{image}", "image": image,
                        "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
@@ -562,3 +631,49 @@ def image_vectors(image: str, rgb) -> tuple:
         members.clear()
 
     return vectors(), notes, members
+
+
+def diagnose_image(image: str, rgb, rows, values, entries: dict) -> list:
+    """``diagnose(*image_vectors(image, rgb), rows, values, entries)``, without holding any
+    alternative's arrays: each array an alternative changes is matched with the candidate's
+    as it is computed (:func:`vector_matches`, only where the candidate fails, the only
+    arrays :func:`diagnose` matches) and dropped, and an alternative is given up at the first
+    step it changes that the candidate gives when :func:`diagnose` would pass it over there
+    (the candidate passes that step, does not match it, or fails an array it is computed
+    from)."""
+    status = {r.name: r for r in rows}
+    notes = {alt.name: {"does": alt.text, **({"reads": READS[alt.name]}
+                                             if alt.name in READS else {})}
+             for alt in FLAGGED}
+    vectors = []
+    for alt in FLAGGED:
+        described, matched, first = {}, {}, None
+        changes = changed_steps(rgb, alt.variant)
+        for step, array in changes:
+            name = f"claim1/{image}/{step}"
+            entry = {"storage": "full", "member": name, "shape": list(array.shape),
+                     "dtype": array.dtype.str}
+            described[name] = entry
+            row = status.get(name)
+            given = row is not None and _supplied(values, name)
+            if given and first is None:
+                first = name
+                upstream = alternative_ancestors(name, entries, READS.get(alt.name, {}))
+                if row.status != "fail" or any(n in status and status[n].status == "fail"
+                                               for n in upstream):
+                    changes.close()
+                    break
+            if given and row.status == "fail":
+                matched[name] = vector_matches(entry, {name: array}, values[name],
+                                               entries[name]["tolerance"]["name"], row.count)
+            del array
+            if name == first and matched[name] is None:
+                changes.close()
+                break
+        else:
+            if first is not None:
+                vectors.append({"id": f"{alt.name}/{image}", "image": image,
+                                "result": result_of(alt.name)[0],
+                                "flags": [alt.reading, alt.name], "arrays": described,
+                                "apart": matched})
+    return diagnose(vectors, notes, {}, rows, values, entries)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from refseg import publish
+from refseg import memory, publish
 from refseg.images import (MAX_NPZ_BYTES, MAX_PIXELS, check_max_pixels, check_npz_members,
                            decode_image, read_bytes, read_image)
 from refseg.errors import InputError
@@ -35,7 +35,8 @@ from refseg.golden import references
 from refseg.golden.accepted import accepted_lines
 from refseg.golden.outputs import per_image_lines
 from refseg.golden.check import CheckRow, _extra_row, check_array, link_causes
-from refseg.golden.flagged import diagnose, image_vectors
+from refseg.golden.flagged import (FLAGGED, changed_steps, diagnose_image, result_of,
+                                    vector_matches)
 from refseg.golden.own import image_name
 from refseg.golden.rounding import apply_rounding
 
@@ -87,6 +88,7 @@ class _Candidate(Mapping):
                 raise InputError(f"{path}: not an .npz archive (candidate)")
         check_npz_members(path, max_bytes, objects_ok=True)
         self.path = path
+        self._supplies: dict[str, bool] = {}
         try:
             self._npz = np.load(path, allow_pickle=False)
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -102,6 +104,13 @@ class _Candidate(Mapping):
             return exc  # an object array: reported as its row
         except (OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
             raise InputError(f"{self.path}: member {key!r} is not readable ({exc})") from None
+
+    def supplies(self, key) -> bool:
+        """Whether the file holds ``key`` as a readable array (read once, not kept)."""
+        if key not in self._supplies:
+            self._supplies[key] = key in self._npz.files and not isinstance(self[key],
+                                                                               Exception)
+        return self._supplies[key]
 
     def __iter__(self):
         return iter(self._npz.files)
@@ -158,9 +167,18 @@ def compare_image(reference, candidate, sha256: str | None = None, accept=(),
     Notes
     -----
     The candidate's arrays are read one at a time, so that memory holds the reference file
-    (whole arrays only up to the summary threshold), one candidate array and its comparison.
+    (whole arrays only up to the summary threshold), one candidate array and its comparison;
+    a failing image's diagnosis holds a few planes of refseg's steps and of one
+    alternative's (:func:`refseg.golden.flagged.diagnose_image`).
     """
-    reference, candidate = Path(reference), Path(candidate)
+    # whole-image arrays made and dropped one after the other (the reference file's, refseg's
+    # steps beside an alternative's): freed memory goes back at once instead of adding to the
+    # next peak
+    with memory.return_freed_memory():
+        return _compare_files(Path(reference), Path(candidate), sha256, accept, pictures)
+
+
+def _compare_files(reference: Path, candidate: Path, sha256, accept, pictures) -> dict:
     out = _result(reference.stem, "pass", "")
     try:
         ref = references.read_reference(reference, sha256)
@@ -196,8 +214,10 @@ def _compare(out: dict, ref, values, accept, pictures) -> dict:
     rows += [_extra_row(key, list(entries)) for key in sorted(set(values) - set(entries))]
     same_image = not any(r.root_cause and _step(r.name) == "input" for r in rows)
     if accept and same_image and any(r.status == "fail" for r in rows):
-        vectors, members = _accepted_vectors(name, ref.stored[f"input/{name}"], accept)
-        used = apply_acceptances(accept, rows, entries, values, vectors, members)
+        vectors = _accepted_vectors(name, ref.stored[f"input/{name}"], accept, rows, values,
+                                    entries)
+        used = apply_acceptances(accept, rows, entries, values, vectors, {})
+        del vectors
         out["accepted_by"] = sorted({d["entry"] for d in used})
     roots = [r for r in rows if r.root_cause]
     out.update(checked=sum(r.status != "extra" for r in rows),
@@ -215,26 +235,43 @@ def _compare(out: dict, ref, values, accept, pictures) -> dict:
     if out["failed"]:
         out["status"] = "fail"
     if roots and out["first_failing"][0] != "input":
-        # the candidate's image is the reference's: which reading explains the failure
-        vectors, notes, members = image_vectors(name, ref.stored[f"input/{name}"])
-        found = diagnose(vectors, notes, members, rows, values, entries)
+        # the candidate's image is the reference's: which reading explains the failure. Of
+        # the reference file only the input is needed from here on (the rounding masks and
+        # summaries are used): the rest is dropped before the alternatives are computed
+        rgb = ref.stored[f"input/{name}"]
+        ref.stored.clear()
+        found = diagnose_image(name, rgb, rows, values, entries)
         out["diagnosis"] = list(dict.fromkeys(f"{d['reading']} {d['alternative']}"
                                               for d in found))
     return out
 
 
-def _accepted_vectors(name: str, rgb, accept) -> tuple[list, dict]:
-    """The flagged vectors of the readings ``accept`` names, with their arrays, for one
-    image (the other alternatives are computed and dropped one at a time)."""
+def _accepted_vectors(name: str, rgb, accept, rows, values, entries) -> list:
+    """The flagged vectors of the alternatives ``accept`` names, for one image, with no array
+    kept: each array of theirs is matched with the candidate's as it is computed where the
+    candidate fails (``apart``: the only arrays ``apply_acceptances`` matches), the others
+    named only."""
     wanted = {a.reading for a in accept if a.reading}
-    vectors, kept = [], {}
-    if wanted:
-        generated, _, members = image_vectors(name, rgb)
-        for vector in generated:
-            if vector["flags"][1] in wanted:
-                vectors.append(vector)
-                kept.update(members)
-    return vectors, kept
+    failing = {r.name: r for r in rows if r.status == "fail"}
+    vectors = []
+    for alt in FLAGGED:
+        if alt.name not in wanted:
+            continue
+        described, apart = {}, {}
+        for step, array in changed_steps(rgb, alt.variant):
+            key = f"claim1/{name}/{step}"
+            described[key] = {"storage": "full", "member": key, "shape": list(array.shape),
+                              "dtype": array.dtype.str}
+            if key in failing:
+                apart[key] = vector_matches(described[key], {key: array}, values[key],
+                                            entries[key]["tolerance"]["name"],
+                                            failing[key].count)
+            del array
+        if described:
+            vectors.append({"id": f"{alt.name}/{name}", "image": name,
+                            "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
+                            "arrays": described, "apart": apart})
+    return vectors
 
 
 def _run(function, work: list, jobs: int):

@@ -76,6 +76,25 @@ def test_keeping_the_maps_only_gives_the_same_maps_and_weights_for_every_alterna
         al.extract_variant(WELD, keep="some")
 
 
+def test_the_steps_one_at_a_time_are_the_extraction_bit_for_bit_under_every_alternative():
+    """``variant_steps`` (what ``golden compare`` runs beside refseg's steps) yields the arrays
+    of ``extract_variant`` in pipeline order, bit for bit and of the same dtypes, under refseg's
+    readings, every alternative and every library default."""
+    from refseg.golden.flagged import variant_arrays
+
+    few_levels = np.zeros((20, 24, 3), np.uint8)
+    few_levels[5:15, 6:18] = 90
+    for rgb in (WELD, few_levels):
+        for variant in (al.Variant(), *(a.variant for a in (*al.ALTERNATIVES,
+                                                            *al.LIBRARY_DEFAULTS))):
+            whole = variant_arrays(rgb, variant)
+            steps = list(al.variant_steps(rgb, variant))
+            assert [s for s, _ in steps] == list(whole), variant
+            for step, array in steps:
+                assert array.dtype == whole[step].dtype and array.shape == whole[step].shape
+                np.testing.assert_array_equal(array, whole[step], err_msg=f"{variant} {step}")
+
+
 def test_a_revote_from_refsegs_maps_is_the_alternatives_extraction():
     """Every alternative that changes only the statistics, weights or vote gives from
     ``extract``'s own edge maps the feature map ``extract_variant`` gives (12 of them); an
