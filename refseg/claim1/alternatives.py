@@ -456,6 +456,7 @@ def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython")
         blurred = _correlate(g, kernel, v.border, backend)
     else:
         blurred = libraries.gaussian(g, v.sigma or DEFAULT_SIGMA, v.blur)
+    log_source = g if v.log_kernel == "scipy-gaussian-laplace" else None
     del g, gray
     yield "blurred", blurred
     edges = {}
@@ -472,12 +473,16 @@ def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython")
     # it: a caller running two variants side by side holds one's gradients while the other
     # holds its responses and maps only
     def magnitude_of(name, refseg_magnitude):
-        if v.gradient_scale == "skimage":
+        if v.gradient_scale in ("skimage", "skimage-canny"):
             return libraries.skimage_magnitude(blurred, name)
         return refseg_magnitude
 
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
+    if v.gradient_scale == "skimage-canny":
+        magnitude = magnitude_of("sobel", magnitude)
     canny = _canny(gx, gy, magnitude, v, backend)
+    if v.canny_library in ("skimage", "skimage-otsu"):
+        canny = _skimage_canny_edges(blurred, canny[1], v)
     sobel_m = sobel = None
     if v.thin_gradients:
         sobel_m = magnitude_of("sobel", magnitude)
@@ -507,8 +512,8 @@ def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython")
     del prewitt
     yield from operator("prewitt", made)
     del made
-    log_edges, log_response, log_thresholds = _log_edges(blurred, v, backend)
-    del blurred
+    log_edges, log_response, log_thresholds = _log_edges(blurred, v, backend, log_source)
+    del blurred, log_source
     yield "response/log", log_response
     del log_response
     yield from operator("log", (log_edges, log_thresholds))

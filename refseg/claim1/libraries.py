@@ -218,47 +218,71 @@ def skimage_canny(image, sigma: float = SKIMAGE_CANNY_SIGMA, low: float | None =
     if low == 0:
         low = SKIMAGE_CANNY_ZERO_LOW
     low = float(np.float32(low))
+    # computed in place and, past the gradients, a block of rows at a time: the golden
+    # comparison runs this on photographs beside refseg's own arrays
+    smoothed = ndimage.gaussian_filter(img, sigma, mode="constant", truncate=GAUSSIAN_TRUNCATE)
     support = ndimage.gaussian_filter(np.ones_like(img), sigma, mode="constant",
-                                      truncate=GAUSSIAN_TRUNCATE) + np.finfo(np.float64).eps
-    smoothed = ndimage.gaussian_filter(img, sigma, mode="constant",
-                                       truncate=GAUSSIAN_TRUNCATE) / support
-    gi, gj = ndimage.sobel(smoothed, axis=0), ndimage.sobel(smoothed, axis=1)
-    mag = np.sqrt(gi * gi + gj * gj)
-    rows, cols = mag.shape
+                                      truncate=GAUSSIAN_TRUNCATE)
+    support += np.finfo(np.float64).eps
+    smoothed /= support
+    del support
+    gi = ndimage.sobel(smoothed, axis=0)
+    gj = ndimage.sobel(smoothed, axis=1)
+    del smoothed
+    rows, cols = gi.shape
+    mag = np.empty_like(gi)
+    for block in _row_blocks(rows, cols):
+        square = gj[block] * gj[block]
+        np.multiply(gi[block], gi[block], out=mag[block])
+        mag[block] += square
+        np.sqrt(mag[block], out=mag[block])
     kept = np.zeros(mag.shape, dtype=bool)
     if rows > 2 and cols > 2:
-        inner = (slice(1, -1), slice(1, -1))
-
-        def at(dr, dc):
-            return mag[1 + dr:rows - 1 + dr, 1 + dc:cols - 1 + dc]
-
-        i, j, m = gi[inner], gj[inner], mag[inner]
-        ai, aj = np.abs(i), np.abs(j)
-        # same sign (zero counting as negative): the direction lies in the 1st/3rd quadrant
-        same = (i > 0) == (j > 0)
-        rows_major = np.where(same, ai > aj, ai >= aj)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            w = np.where(rows_major, aj / ai, ai / aj)
-        # the two neighbours bracketing the direction on each side: (nearest, diagonal)
-        pairs = {(True, True): (((1, 0), (1, 1)), ((-1, 0), (-1, -1))),
-                 (True, False): (((0, 1), (1, 1)), ((0, -1), (-1, -1))),
-                 (False, False): (((0, 1), (-1, 1)), ((0, -1), (1, -1))),
-                 (False, True): (((-1, 0), (-1, 1)), ((1, 0), (1, -1)))}
-        keep = np.zeros(m.shape, dtype=bool)
-        for (same_sign, major), sides in pairs.items():
-            where = (same == same_sign) & (rows_major == major)
-            ok = where.copy()
-            for near, diagonal in sides:
-                ok &= (at(*diagonal) * w + at(*near) * (1.0 - w)) <= m
-            keep |= ok
-        kept[inner] = keep & (m >= low)
+        for block in _row_blocks(rows - 2, cols):
+            r0, r1 = block.start + 1, min(block.stop, rows - 2) + 1
+            kept[r0:r1, 1:-1] = _skimage_nms(gi, gj, mag, r0, r1) & (mag[r0:r1, 1:-1] >= low)
+    del gi, gj
+    strong = kept & (mag >= high)
+    del mag
     labels, count = ndimage.label(kept, structure=np.ones((3, 3), dtype=bool))
     if count == 0:
         return kept.astype(np.uint8)
     seeded = np.zeros(count + 1, dtype=bool)
-    seeded[labels[kept & (mag >= high)]] = True
+    seeded[labels[strong]] = True
     seeded[0] = False
     return seeded[labels].astype(np.uint8)
+
+
+#: For each (same sign of the two gradients, rows the major axis): the two neighbours
+#: bracketing the gradient direction on each side of a pixel, (nearest, diagonal).
+SKIMAGE_NMS_NEIGHBOURS = {(True, True): (((1, 0), (1, 1)), ((-1, 0), (-1, -1))),
+                          (True, False): (((0, 1), (1, 1)), ((0, -1), (-1, -1))),
+                          (False, False): (((0, 1), (-1, 1)), ((0, -1), (1, -1))),
+                          (False, True): (((-1, 0), (-1, 1)), ((1, 0), (1, -1)))}
+
+
+def _skimage_nms(gi, gj, mag, r0: int, r1: int) -> np.ndarray:
+    """skimage's suppression of rows ``r0:r1`` of the inner pixels (columns 1 to N-2):
+    True where neither neighbour interpolated along the gradient exceeds the magnitude."""
+    cols = mag.shape[1]
+
+    def at(dr, dc):
+        return mag[r0 + dr:r1 + dr, 1 + dc:cols - 1 + dc]
+
+    i, j, m = gi[r0:r1, 1:-1], gj[r0:r1, 1:-1], mag[r0:r1, 1:-1]
+    ai, aj = np.abs(i), np.abs(j)
+    # same sign (zero counting as negative): the direction lies in the 1st/3rd quadrant
+    same = (i > 0) == (j > 0)
+    rows_major = np.where(same, ai > aj, ai >= aj)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(rows_major, aj / ai, ai / aj)
+    keep = np.zeros(m.shape, dtype=bool)
+    for (same_sign, major), sides in SKIMAGE_NMS_NEIGHBOURS.items():
+        ok = (same == same_sign) & (rows_major == major)
+        for near, diagonal in sides:
+            ok &= (at(*diagonal) * w + at(*near) * (1.0 - w)) <= m
+        keep |= ok
+    return keep
 
 
 def gaussian_laplace(gray, sigma: float) -> np.ndarray:

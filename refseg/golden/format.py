@@ -54,8 +54,8 @@ INFRASTRUCTURE = "golden files: the bundle format"
 FORMAT = "refseg-golden"
 #: The major version (changes when a reader of the previous one could misread a bundle) and
 #: the minor one (additions a reader may ignore); see ``manifest.schema.json``.
-FORMAT_VERSION = 3
-FORMAT_MINOR = 2
+FORMAT_VERSION = 4
+FORMAT_MINOR = 0
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"
 READINGS = "readings.md"
