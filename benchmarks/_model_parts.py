@@ -19,9 +19,13 @@ PATENT_S_PER_IMAGE = patent_figure("seconds_per_image")
 #: refseg / torch at most this, by condition (none: a quiet machine; the neighbours of
 #: --background-load otherwise; no target beside the matmul neighbour, whose target is the
 #: thread count's alone)
-TARGET_TORCH_RATIO = {"none": 0.7, "busy": 1.0, "mixed": 1.0, "matmul": None}
+TARGET_TORCH_RATIO = {"none": 0.6, "busy": 1.0, "mixed": 1.0, "matmul": None}
+#: refseg / torch's best CPU inference (frozen, compiled where it runs) at most this, quiet
+TARGET_BEST_RATIO = 1.0
 #: refseg's batch-1 prediction at least this share of the sgemm ceiling of the same run, quiet
-TARGET_CEILING_SHARE = 0.55
+TARGET_CEILING_SHARE = 0.65
+#: refseg's default threads over its 1 thread at most this, under every condition
+TARGET_THREAD_RATIO = 1.05
 
 
 # --- where refseg's time goes --------------------------------------------------------------
