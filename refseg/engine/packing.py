@@ -1,20 +1,16 @@
 """Weights packed once into the engine's layout, batch norms folded into them, and the tables
 of input offsets of the indirect convolutions.
 
-Layout of a packed convolution kernel: panels of 16 output channels,
-``packed[panel, tap, c, j] = kernel[tap, c, 16 * panel + j]`` (zero for the channels past the
-last), flat float32; the micro-kernel reads one panel's ``taps x cin x 16`` floats in order.
+The layout of a packed kernel and Winograd's transform of it: :mod:`refseg.engine.panels`.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from refseg.engine.panels import PANEL, pack_panels
 from refseg.engine.runtime import DOT_MAX, Phase
 
-INFRASTRUCTURE = "the engine's weight layout and offset tables"
-
-#: Output channels per panel (engine_kernels.h, ENGINE_PANEL).
-PANEL = 16
+INFRASTRUCTURE = "the engine's folded weights and offset tables"
 
 
 def folded(kernel: np.ndarray, bias, scale, shift, axis: int = -1):
@@ -55,46 +51,12 @@ def batch_norm_affine(layer) -> tuple[np.ndarray, np.ndarray]:
     return scale, shift
 
 
-def pack_panels(taps_kernel: np.ndarray) -> np.ndarray:
-    """Weights (taps, cin, cout) as panels of 16 output channels: flat float32 of
-    ``panels * taps * cin * 16`` (see the module docstring)."""
-    taps, cin, cout = taps_kernel.shape
-    panels = -(-cout // PANEL)
-    padded = np.zeros((taps, cin, panels * PANEL), np.float32)
-    padded[:, :, :cout] = taps_kernel
-    return np.ascontiguousarray(padded.reshape(taps, cin, panels, PANEL).transpose(2, 0, 1, 3)
-                                ).reshape(-1)
-
-
 def dot_weights(taps_kernel: np.ndarray) -> np.ndarray | None:
     """Weights (taps, cin, cout) as the dot-product kernel reads them, (taps, cout, cin) flat
     float32; None for more than DOT_MAX output channels."""
     if taps_kernel.shape[2] > DOT_MAX:
         return None
     return np.ascontiguousarray(taps_kernel.transpose(0, 2, 1), np.float32).reshape(-1)
-
-
-#: Winograd F(2x2, 3x3)'s kernel transform (engine_kernels.c): U = G g G^T.
-WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
-
-
-def winograd_weights(taps_kernel: np.ndarray) -> np.ndarray:
-    """A 3x3 kernel (9, cin, cout) transformed for Winograd F(2x2, 3x3), ``G g G^T`` for
-    every channel pair (in float64, rounded once), packed as 16 panel sets:
-    flat float32 of ``16 * panels * cin * 16``, set ``xi = 4 i + j`` first."""
-    taps, cin, cout = taps_kernel.shape
-    if taps != 9:
-        raise ValueError(f"Winograd F(2x2, 3x3) takes 3x3 kernels, got {taps} taps")
-    g = np.asarray(taps_kernel, np.float64).reshape(3, 3, cin, cout)
-    u = np.einsum("ia,abco,jb->ijco", WINOGRAD_G, g, WINOGRAD_G).reshape(16, cin, cout)
-    return np.concatenate([pack_panels(u[xi][None].astype(np.float32)) for xi in range(16)])
-
-
-def unpacked_panels(packed: np.ndarray, taps: int, cin: int, cout: int) -> np.ndarray:
-    """The kernel (taps, cin, cout) float32 that ``pack_panels`` packed."""
-    panels = -(-cout // PANEL)
-    return packed.reshape(panels, taps, cin, PANEL).transpose(1, 2, 0, 3).reshape(
-        taps, cin, panels * PANEL)[:, :, :cout]
 
 
 def padded_bias(bias: np.ndarray) -> np.ndarray:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from refseg.engine import panels
 from refseg.errors import InputError
 
 INFRASTRUCTURE = ("the engine's run-time steps: the network of claim 2 computed faster, held to "
@@ -197,7 +198,7 @@ class ConvStep:
     #: (top, left) zero padding of a stride-1 3x3 convolution, which can run Winograd; None
     #: for the others
     winograd_pads: tuple[int, int] | None = None
-    #: the Winograd weights (packing.winograd_weights), built when first needed
+    #: the Winograd weights (panels.winograd_weights), built when first needed
     winograd: np.ndarray | None = None
     #: a second output, ``clamp(out * scale + shift, lo, hi)`` (a batch norm and ReLU that
     #: read this step's output): (its name, scale and shift padded to whole panels, lo, hi)
@@ -253,11 +254,10 @@ class ConvStep:
         from the packed panels on first use: a plan that does not choose it never holds
         both)."""
         if algorithm == "winograd" and self.winograd is None:
-            from refseg.engine import packing
             phase = self.phases[0]
-            kernel = packing.unpacked_panels(phase.packed, phase.taps, phase.cin,
-                                             self.out_shape[2])
-            self.winograd = packing.winograd_weights(kernel)
+            kernel = panels.unpacked_panels(phase.packed, phase.taps, phase.cin,
+                                            self.out_shape[2])
+            self.winograd = panels.winograd_weights(kernel)
 
     def settle(self, algorithm: str) -> None:
         """Run ``algorithm`` from now on and drop the weights only the others read."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from refseg import _kernels
-from refseg.engine import _twins, packing
+from refseg.engine import _twins, packing, panels
 from refseg.engine.runtime import UNIT_ROUNDOFF
 
 pytestmark = pytest.mark.infrastructure
@@ -45,7 +45,7 @@ def test_engine_conv_matches_its_twin_within_the_summation_bound(backend, case):
     wo = (w + 2 * pads[1] - k) // stride + 1
     x = rng.normal(0, 1, (batch, h, w, cin)).astype(np.float32)
     kernel = rng.normal(0, 1, (k * k, cin, cout)).astype(np.float32)
-    packed = packing.pack_panels(kernel)
+    packed = panels.pack_panels(kernel)
     bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
     in_off = packing.conv_offsets((h, w), cin, (k, k), stride, pads, (ho, wo))
     if in_off is not None:
@@ -79,7 +79,7 @@ def test_engine_conv_second_output_is_the_affine_map_of_its_first(backend, cout)
     rng = np.random.default_rng(cout)
     h, w, cin, batch = 5, 6, 24, 2
     x = rng.normal(0, 1, (batch, h, w, cin)).astype(np.float32)
-    packed = packing.pack_panels(rng.normal(0, 1, (1, cin, cout)).astype(np.float32))
+    packed = panels.pack_panels(rng.normal(0, 1, (1, cin, cout)).astype(np.float32))
     bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
     scale = packing.padded_bias(rng.uniform(0.5, 2, cout).astype(np.float32))
     shift = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
@@ -131,7 +131,7 @@ def test_engine_dot_matches_its_twin_within_the_summation_bound(backend, cin, co
     _twins.engine_dot(*args, want, size, None, r, size, None, 0.0, np.inf, 2, backend, 2,
                       False)
     bound = _bound(x.reshape(-1), in_off, h * w, k * k, cin,
-                   packing.pack_panels(taps_kernel), bias, cout, r, 2, h * w * cin, size)
+                   panels.pack_panels(taps_kernel), bias, cout, r, 2, h * w * cin, size)
     assert not np.isnan(got).any()
     assert (np.abs(got.astype(np.float64) - want) <= bound + 1e-30).all()
     # the softmax epilogue: probabilities within a few float32 roundings of the twin's
@@ -208,7 +208,7 @@ def test_engine_winograd_matches_its_twin_within_its_rounding_bound(backend, cas
     rng = np.random.default_rng(hash(case) % 2**32)
     ho, wo = h + 2 * pads[0] - 2, w + 2 * pads[1] - 2
     x = rng.normal(0, 1, (2, h, w, cin)).astype(np.float32)
-    u = packing.winograd_weights(rng.normal(0, 1, (9, cin, cout)).astype(np.float32))
+    u = panels.winograd_weights(rng.normal(0, 1, (9, cin, cout)).astype(np.float32))
     bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
     r = rng.normal(0, 1, (2, ho, wo, cout)).astype(np.float32) if residual else None
     chunk = _kernels.engine_winograd_chunk(2, ho, wo, cin, cout)
@@ -240,7 +240,7 @@ def test_the_winograd_twin_is_the_direct_convolution(pads):
     kernel = rng.normal(0, 1, (9, cin, cout)).astype(np.float32)
     # the transform of a kernel of small integers is exact in float32
     kernel = np.round(kernel * 4) / 4
-    got = _twins._winograd_sums(x, *pads, packing.winograd_weights(kernel), cout, (ho, wo))
+    got = _twins._winograd_sums(x, *pads, panels.winograd_weights(kernel), cout, (ho, wo))
     padded = np.pad(x, ((0, 0), (pads[0], ho + 2 - h - pads[0]),
                         (pads[1], wo + 2 - w - pads[1]), (0, 0)))
     want = sum(padded[:, a:a + ho, b:b + wo] @ kernel[3 * a + b].astype(np.float64)

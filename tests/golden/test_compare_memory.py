@@ -3,8 +3,6 @@ comparison (its diagnosis computes every flagged alternative for the image) per 
 pieces that keep it bounded giving what the whole-array computations give: the lazy diagnosis
 against the vectors built whole, and the comparisons and OpenCV's Canny a block at a time
 against one block."""
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from refseg import cli
 from refseg.claim1 import libraries
 from refseg.golden import check, flagged, scale
 from refseg.golden.flagged import diagnose, image_vectors, variant_arrays
+from peak_memory import command_peak
 from reference_folders import make_image
 
 pytestmark = pytest.mark.infrastructure
@@ -37,23 +36,6 @@ def _candidate(reference, folder, reading=None, change=None):
     return folder
 
 
-#: Runs the imports in argv[1], notes the resident memory they leave (VmRSS), runs the code in
-#: argv[2] (``golden compare`` exits 1 on a failing candidate), then prints both, and the peak
-#: resident memory (VmHWM of its own address space), in kilobytes. Not ru_maxrss: Linux folds
-#: the parent's peak into a child's at exec, so a child of pytest would report pytest's size.
-_PEAK_CHILD = """
-import sys
-def status(field):
-    with open('/proc/self/status') as lines:
-        return next(int(line.split()[1]) for line in lines if line.startswith(field))
-exec(compile(sys.argv[1], '<imports>', 'exec'))
-resident = status('VmRSS:')
-try:
-    exec(compile(sys.argv[2], '<measured>', 'exec'))
-except SystemExit as stop:
-    print('EXIT', stop.code)
-print('MEMORY', resident, status('VmHWM:'))
-"""
 #: What ``golden compare`` imports, and its kernels loaded.
 _IMPORTS = ("import refseg.cli, refseg.golden.scale, refseg.golden.outputs\n"
             "from refseg.backend import kernels\nkernels('cython')\n")
@@ -79,14 +61,11 @@ def test_a_failing_compare_of_a_3_megapixel_image_stays_within_90_bytes_per_pixe
     candidate = _candidate(reference, tmp_path / "candidate", "gauss-binomial")
     argv = ["refseg", "golden", "compare", str(reference), str(candidate), "--jobs", "1",
             "--report", str(tmp_path / "report.json")]
-    done = subprocess.run([sys.executable, "-P", "-c", _PEAK_CHILD, _IMPORTS,
-                           f"import sys\nsys.argv = {argv!r}\nimport refseg.__main__\n"],
-                          cwd=tmp_path, capture_output=True, text=True)
-    assert done.returncode == 0 and "EXIT 1" in done.stdout, done.stderr[-3000:]
-    resident, peak = (int(v) * 1024 for v in done.stdout.split("MEMORY")[-1].split())
+    status, above = command_peak(_IMPORTS, argv, tmp_path)
+    assert status == 1, status
     report = (tmp_path / "report.json").read_text()
     assert '"R-gauss gauss-binomial": 1' in report.replace("\n", "").replace("  ", "")
-    per_pixel = (peak - resident) / (2000 * 1500)
+    per_pixel = above / (2000 * 1500)
     print(f"golden compare, failing, 2000x1500: {per_pixel:.1f} bytes per pixel")
     assert 10 < per_pixel <= 90, per_pixel
 

@@ -19,6 +19,7 @@ from refseg.report.who_decided import (COMBINATION_COLOURS, OUTVOTED_COLOUR, dec
 
 from browser import load_page
 from checkout import ROOT, run_refseg
+from peak_memory import command_peak
 
 pytestmark = pytest.mark.infrastructure
 
@@ -322,23 +323,6 @@ def test_a_flat_image_is_said_to_have_no_feature_pixel():
     assert shares.rows == () and words == ["No pixel reaches 0.5: the feature map is empty."]
 
 
-#: Runs the imports in argv[1], notes the resident memory they leave (VmRSS), runs the code in
-#: argv[2], then prints both, and the peak resident memory (VmHWM of its own address space), in
-#: kilobytes. Not ru_maxrss: Linux folds the parent's peak into a child's at exec, so a child
-#: of a large pytest process would report pytest's size.
-_PEAK_CHILD = """
-import sys
-def status(field):
-    with open('/proc/self/status') as lines:
-        return next(int(line.split()[1]) for line in lines if line.startswith(field))
-exec(compile(sys.argv[1], '<imports>', 'exec'))
-resident = status('VmRSS:')
-try:
-    exec(compile(sys.argv[2], '<measured>', 'exec'))
-except SystemExit as stop:
-    assert stop.code in (0, None), stop.code
-print('MEMORY', resident, status('VmHWM:'))
-"""
 #: What ``refseg explain claim1 --image`` imports, and its kernels loaded.
 _IMPORTS = ("import refseg.cli, refseg.report.walkthrough\n"
             "from refseg.backend import kernels\nkernels('cython')\n")
@@ -355,11 +339,8 @@ def test_the_walkthrough_of_a_3_megapixel_image_stays_within_100_bytes_per_pixel
     Image.fromarray(tiled[:1500, :2000]).save(tmp_path / "welds.png")
     argv = ["refseg", "explain", "claim1", "--image", str(tmp_path / "welds.png"), "--out",
             str(tmp_path / "out")]
-    done = subprocess.run([sys.executable, "-P", "-c", _PEAK_CHILD, _IMPORTS,
-                           f"import sys\nsys.argv = {argv!r}\nimport refseg.__main__\n"],
-                          cwd=tmp_path, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    resident, peak = (int(v) * 1024 for v in done.stdout.split("MEMORY")[-1].split())
+    status, above = command_peak(_IMPORTS, argv, tmp_path)
+    assert status == 0, status
     assert (tmp_path / "out" / "welds" / "index.html").is_file()
-    per_pixel = (peak - resident) / (2000 * 1500)
+    per_pixel = above / (2000 * 1500)
     assert 10 < per_pixel <= 100, per_pixel

@@ -1,0 +1,49 @@
+"""The engine's panel layout of convolution weights, and Winograd's transform of them: a leaf
+of the engine, which the runtime's steps and the planner's packing both read.
+
+Layout of a packed convolution kernel: panels of 16 output channels,
+``packed[panel, tap, c, j] = kernel[tap, c, 16 * panel + j]`` (zero for the channels past the
+last), flat float32; the micro-kernel reads one panel's ``taps x cin x 16`` floats in order.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+INFRASTRUCTURE = "the engine's weight layout"
+
+#: Output channels per panel (engine_kernels.h, ENGINE_PANEL).
+PANEL = 16
+
+
+def pack_panels(taps_kernel: np.ndarray) -> np.ndarray:
+    """Weights (taps, cin, cout) as panels of 16 output channels: flat float32 of
+    ``panels * taps * cin * 16`` (see the module docstring)."""
+    taps, cin, cout = taps_kernel.shape
+    panels = -(-cout // PANEL)
+    padded = np.zeros((taps, cin, panels * PANEL), np.float32)
+    padded[:, :, :cout] = taps_kernel
+    return np.ascontiguousarray(padded.reshape(taps, cin, panels, PANEL).transpose(2, 0, 1, 3)
+                                ).reshape(-1)
+
+
+#: Winograd F(2x2, 3x3)'s kernel transform (engine_kernels.c): U = G g G^T.
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+
+
+def winograd_weights(taps_kernel: np.ndarray) -> np.ndarray:
+    """A 3x3 kernel (9, cin, cout) transformed for Winograd F(2x2, 3x3), ``G g G^T`` for
+    every channel pair (in float64, rounded once), packed as 16 panel sets:
+    flat float32 of ``16 * panels * cin * 16``, set ``xi = 4 i + j`` first."""
+    taps, cin, cout = taps_kernel.shape
+    if taps != 9:
+        raise ValueError(f"Winograd F(2x2, 3x3) takes 3x3 kernels, got {taps} taps")
+    g = np.asarray(taps_kernel, np.float64).reshape(3, 3, cin, cout)
+    u = np.einsum("ia,abco,jb->ijco", WINOGRAD_G, g, WINOGRAD_G).reshape(16, cin, cout)
+    return np.concatenate([pack_panels(u[xi][None].astype(np.float32)) for xi in range(16)])
+
+
+def unpacked_panels(packed: np.ndarray, taps: int, cin: int, cout: int) -> np.ndarray:
+    """The kernel (taps, cin, cout) float32 that ``pack_panels`` packed."""
+    panels = -(-cout // PANEL)
+    return packed.reshape(panels, taps, cin, PANEL).transpose(1, 2, 0, 3).reshape(
+        taps, cin, panels * PANEL)[:, :, :cout]
