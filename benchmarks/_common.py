@@ -37,7 +37,13 @@ def all_cores() -> int:
 
 def pin_threads(threads: int) -> None:
     """Set every thread-count variable. OpenMP and OpenBLAS read them once, when they load:
-    call this before NumPy, refseg or torch is imported."""
+    call this before NumPy, refseg or torch is imported (a benchmark module imports NumPy
+    inside its functions, not at its top, for this)."""
+    if "numpy" in sys.modules:
+        # OpenBLAS loaded already: its thread count and the short spin refseg sets would be
+        # shown in the header but not in effect (its idle threads then spin after each product
+        # and halve refseg's next prediction on 2 cores)
+        raise SystemExit("benchmark setup: NumPy was imported before the thread settings")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
     # the waiting policies refseg sets when it is imported first (refseg/__init__.py), here for

@@ -43,7 +43,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 from PIL import Image
 
 from _common import machine_lines, verdict
@@ -139,6 +138,7 @@ def median_peak(code, cwd, repeat) -> float:
 
 
 def photograph(width: int, height: int, folder: Path) -> Path:
+    import numpy as np
     import skimage.data
 
     tile = skimage.data.astronaut()
@@ -150,6 +150,8 @@ def photograph(width: int, height: int, folder: Path) -> Path:
 
 def returned_bytes_per_pixel() -> float:
     """Bytes per pixel of the arrays ``extract`` returns, each buffer once, plus the input's."""
+    import numpy as np
+
     from refseg.claim1 import features
 
     rgb = np.tile(np.arange(256, dtype=np.uint8).reshape(16, 16, 1), (8, 8, 3))
@@ -215,6 +217,8 @@ def claim1_target_rows(memory: dict) -> list[str]:
 
 
 def main(argv=None) -> None:
+    import numpy as np
+
     args = parse_args(argv)
     memory = claim1_memory(args.sizes, args.repeat)
     baseline, budget = memory["baseline"], memory["budget"]
