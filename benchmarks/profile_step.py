@@ -25,7 +25,7 @@ import time
 os.environ.setdefault("REFSEG_ADAPTIVE_THREADS", "0")
 
 # refseg's waiting policies for OpenBLAS and OpenMP take effect only if refseg loads first
-import refseg  # noqa: E402, F401
+import refseg as _refseg  # noqa: E402, F401
 import _decoder_layers  # noqa: E402
 import _training_step as steps  # noqa: E402
 from _common import OtherLoad, all_cores  # noqa: E402
