@@ -473,13 +473,15 @@ def variant_steps(rgb, variant: Variant = Variant(), *, backend: str = "cython")
     # it: a caller running two variants side by side holds one's gradients while the other
     # holds its responses and maps only
     def magnitude_of(name, refseg_magnitude):
-        if v.gradient_scale in ("skimage", "skimage-canny"):
+        # under "skimage-canny" Canny's magnitude already is skimage's Sobel
+        if v.gradient_scale == "skimage" or (v.gradient_scale == "skimage-canny"
+                                              and name == "prewitt"):
             return libraries.skimage_magnitude(blurred, name)
         return refseg_magnitude
 
     gx, gy, magnitude = _gradient(blurred, ops.SOBEL_SMOOTH, v.border, backend)
     if v.gradient_scale == "skimage-canny":
-        magnitude = magnitude_of("sobel", magnitude)
+        magnitude = libraries.skimage_magnitude(blurred, "sobel")
     canny = _canny(gx, gy, magnitude, v, backend)
     if v.canny_library in ("skimage", "skimage-otsu"):
         canny = _skimage_canny_edges(blurred, canny[1], v)

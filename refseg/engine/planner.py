@@ -356,12 +356,8 @@ def _within_memory(model, steps, chosen: dict, gain: dict) -> dict:
     def total():
         packed = sum(step.nbytes_for(chosen[step.name]) if isinstance(step, ConvStep)
                      else step.nbytes for step in steps)
-        scratch = {}
-        for step in steps:
-            if isinstance(step, ConvStep) and chosen[step.name] == "winograd":
-                order, step.order = step.order, "winograd"
-                scratch[step.name] = step.scratch_bytes(1)
-                step.order = order
+        scratch = {step.name: step.scratch_bytes(1, chosen[step.name]) for step in steps
+                   if isinstance(step, ConvStep)}
         return packed + _workspace(model, steps, scratch)
 
     convs = {step.name: step for step in steps if isinstance(step, ConvStep)}

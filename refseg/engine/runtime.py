@@ -239,9 +239,10 @@ class ConvStep:
                      if a is not None)
         return self.bias.nbytes + weights + tables + self._second_bytes()
 
-    def scratch_bytes(self, batch: int = 1) -> int:
-        """The bytes of scratch one call on ``batch`` images allocates (Winograd's tiles)."""
-        if self.order != "winograd":
+    def scratch_bytes(self, batch: int = 1, algorithm: str | None = None) -> int:
+        """The bytes of scratch one call on ``batch`` images allocates on ``algorithm`` (by
+        default the step's own): Winograd's tiles."""
+        if (algorithm or self.order) != "winograd":
             return 0
         from refseg import _kernels
         ho, wo, cout = self.out_shape

@@ -599,61 +599,44 @@ def changed_steps(rgb, variant):
         base.close()
 
 
-def image_vectors(image: str, rgb) -> tuple:
-    """The flagged vectors of one image, every array whole: (vectors, notes, members) as
-    :func:`diagnose` takes them (for folder comparisons, which carry no bundle).
+def whole_entry(member: str, array) -> dict:
+    """A flagged vector's entry of an array held whole, under ``member``."""
+    return {"storage": "full", "member": member, "shape": list(array.shape),
+            "dtype": array.dtype.str}
 
-    ``vectors`` is a generator: each alternative (and library default) is computed when
-    :func:`diagnose` reaches it, and ``members`` holds the arrays of that alternative alone,
-    computed step by step beside refseg's (:func:`changed_steps`), so that memory holds the
-    arrays one alternative changes, not every alternative's at once. The changes are
-    :func:`compute_changes`' for one image.
-    """
-    notes = {alt.name: {"does": alt.text, **({"reads": READS[alt.name]}
-                                             if alt.name in READS else {})}
-             for alt in FLAGGED}
-    members: dict = {}
 
-    def vectors():
-        for alt in FLAGGED:
-            members.clear()
-            described = {}
-            for step, array in changed_steps(rgb, alt.variant):
-                key = f"{alt.name}/{step}"
-                members[key] = array
-                described[f"claim1/{image}/{step}"] = {
-                    "storage": "full", "member": key, "shape": list(array.shape),
-                    "dtype": array.dtype.str}
-            if described:
-                yield {"id": f"{alt.name}/{image}", "image": image,
-                       "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
-                       "arrays": described}
-        members.clear()
+def image_vector(alt, image: str, arrays: dict, **more) -> dict:
+    """The flagged vector of alternative ``alt`` on ``image``: its ``arrays`` entries (and
+    ``more`` fields, such as ``apart``)."""
+    return {"id": f"{alt.name}/{image}", "image": image, "result": result_of(alt.name)[0],
+            "flags": [alt.reading, alt.name], "arrays": arrays, **more}
 
-    return vectors(), notes, members
+
+def alternative_notes() -> dict:
+    """``flagged.notes`` as :func:`diagnose` reads them, without a bundle: what each
+    alternative does, and the steps it reads (:data:`READS`)."""
+    return {alt.name: {"does": alt.text, **({"reads": READS[alt.name]}
+                                            if alt.name in READS else {})}
+            for alt in FLAGGED}
 
 
 def diagnose_image(image: str, rgb, rows, values, entries: dict) -> list:
-    """``diagnose(*image_vectors(image, rgb), rows, values, entries)``, without holding any
-    alternative's arrays: each array an alternative changes is matched with the candidate's
+    """:func:`diagnose` of the image's flagged vectors for a folder comparison (which carries
+    no bundle), without holding any alternative's arrays: each array an alternative changes is matched with the candidate's
     as it is computed (:func:`vector_matches`, only where the candidate fails, the only
     arrays :func:`diagnose` matches) and dropped, and an alternative is given up at the first
     step it changes that the candidate gives when :func:`diagnose` would pass it over there
     (the candidate passes that step, does not match it, or fails an array it is computed
     from)."""
     status = {r.name: r for r in rows}
-    notes = {alt.name: {"does": alt.text, **({"reads": READS[alt.name]}
-                                             if alt.name in READS else {})}
-             for alt in FLAGGED}
+    notes = alternative_notes()
     vectors = []
     for alt in FLAGGED:
         described, matched, first = {}, {}, None
         changes = changed_steps(rgb, alt.variant)
         for step, array in changes:
             name = f"claim1/{image}/{step}"
-            entry = {"storage": "full", "member": name, "shape": list(array.shape),
-                     "dtype": array.dtype.str}
-            described[name] = entry
+            entry = described[name] = whole_entry(name, array)
             row = status.get(name)
             given = row is not None and _supplied(values, name)
             if given and first is None:
@@ -672,8 +655,5 @@ def diagnose_image(image: str, rgb, rows, values, entries: dict) -> list:
                 break
         else:
             if first is not None:
-                vectors.append({"id": f"{alt.name}/{image}", "image": image,
-                                "result": result_of(alt.name)[0],
-                                "flags": [alt.reading, alt.name], "arrays": described,
-                                "apart": matched})
+                vectors.append(image_vector(alt, image, described, apart=matched))
     return diagnose(vectors, notes, {}, rows, values, entries)

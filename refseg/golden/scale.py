@@ -35,8 +35,8 @@ from refseg.golden import references
 from refseg.golden.accepted import accepted_lines
 from refseg.golden.outputs import per_image_lines
 from refseg.golden.check import CheckRow, _extra_row, check_array, link_causes
-from refseg.golden.flagged import (FLAGGED, changed_steps, diagnose_image, result_of,
-                                    vector_matches)
+from refseg.golden.flagged import (FLAGGED, changed_steps, diagnose_image, image_vector,
+                                    vector_matches, whole_entry)
 from refseg.golden.own import image_name
 from refseg.golden.rounding import apply_rounding
 
@@ -260,17 +260,14 @@ def _accepted_vectors(name: str, rgb, accept, rows, values, entries) -> list:
         described, apart = {}, {}
         for step, array in changed_steps(rgb, alt.variant):
             key = f"claim1/{name}/{step}"
-            described[key] = {"storage": "full", "member": key, "shape": list(array.shape),
-                              "dtype": array.dtype.str}
+            described[key] = whole_entry(key, array)
             if key in failing:
                 apart[key] = vector_matches(described[key], {key: array}, values[key],
                                             entries[key]["tolerance"]["name"],
                                             failing[key].count)
             del array
         if described:
-            vectors.append({"id": f"{alt.name}/{name}", "image": name,
-                            "result": result_of(alt.name)[0], "flags": [alt.reading, alt.name],
-                            "arrays": described, "apart": apart})
+            vectors.append(image_vector(alt, name, described, apart=apart))
     return vectors
 
 

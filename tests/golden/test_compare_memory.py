@@ -12,7 +12,8 @@ import refseg
 from refseg import cli
 from refseg.claim1 import libraries
 from refseg.golden import check, flagged, scale
-from refseg.golden.flagged import diagnose, image_vectors, variant_arrays
+from refseg.golden.flagged import (FLAGGED, alternative_notes, changed_steps, diagnose,
+                                   image_vector, variant_arrays, whole_entry)
 from peak_memory import command_peak
 from reference_folders import make_image
 
@@ -87,6 +88,27 @@ def _flip_a_sobel_pixel(name, arrays):
     edges = arrays[f"claim1/{name}/edges/sobel"].copy()
     edges[2, 3] ^= 1
     arrays[f"claim1/{name}/edges/sobel"] = edges
+
+
+def image_vectors(image: str, rgb) -> tuple:
+    """The flagged vectors of one image, every array an alternative changes whole: (vectors,
+    notes, members) as ``diagnose`` takes them; the vectors computed one alternative at a
+    time as ``diagnose`` reaches them. The oracle of the diagnosis as it goes."""
+    members: dict = {}
+
+    def vectors():
+        for alt in FLAGGED:
+            members.clear()
+            described = {}
+            for step, array in changed_steps(rgb, alt.variant):
+                key = f"{alt.name}/{step}"
+                members[key] = array
+                described[f"claim1/{image}/{step}"] = whole_entry(key, array)
+            if described:
+                yield image_vector(alt, image, described)
+        members.clear()
+
+    return vectors(), alternative_notes(), members
 
 
 @pytest.mark.parametrize("reading, change", [
