@@ -1,12 +1,15 @@
-"""Where the whole network's training step (``refseg train --train-backbone``: batch 8 at
-64x224, both backbones and the decoder trainable, Adam) spends its time, op by op, on all
-threads and on one, against torch's step in the same process.
+"""Where a training step spends its time, op by op, on all threads and on one, against torch's
+step in the same process: the whole network's (``--step net``, the default: ``refseg train
+--train-backbone``, batch 8 at 64x224, both backbones and the decoder trainable, Adam) or the
+demo's (``--step demo``: the decoder alone on cached backbone taps, as ``refseg demo`` and
+``refseg train`` run it).
 
-    python benchmarks/profile_step.py --rounds 5
+    python benchmarks/profile_step.py --rounds 5 [--step demo]
 
 Each round times refseg's step on the machine's threads and on one thread
 (``refseg.engine.training.threads.limit_threads``; the order alternates from round to round) and, unless
-``--no-torch``, torch's same step (NCHW, ``_training_step.TorchNetTrainer``) on the same
+``--no-torch``, torch's same step (NCHW, ``_training_step.TorchNetTrainer`` or
+``TorchDemoTrainer``) on the same
 threads. Every autograd op's forward (``Op.__call__``) and backward is timed by wrapping them
 at run time (in memory only), keyed by op, kernel, stride and input shape; Adam's step is
 timed as one. The report gives, per op, the median times on T threads and on one, and
@@ -28,7 +31,7 @@ os.environ.setdefault("REFSEG_ADAPTIVE_THREADS", "0")
 import refseg as _refseg  # noqa: E402, F401
 import _decoder_layers  # noqa: E402
 import _training_step as steps  # noqa: E402
-from _common import OtherLoad, all_cores  # noqa: E402
+from _common import OtherLoad, all_cores, engine_for_the_process  # noqa: E402
 from refseg.autograd import optim  # noqa: E402
 from refseg.autograd.tensor import Op  # noqa: E402
 from refseg.engine.training.threads import limit_threads  # noqa: E402
@@ -117,12 +120,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=all_cores())
     parser.add_argument("--no-torch", dest="torch", action="store_false")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--step", choices=("net", "demo"), default="net")
     args = parser.parse_args()
-    refseg = steps.RefsegNetTrainer(8)
+    engine_for_the_process()  # the step as refseg train runs it, not the reference route
+    ours, theirs = ((steps.RefsegNetTrainer, steps.TorchNetTrainer) if args.step == "net"
+                    else (steps.RefsegDemoTrainer, steps.TorchDemoTrainer))
+    refseg = ours(8)
     torch = None
     if args.torch:
         _decoder_layers.load_torch(args.threads)
-        torch = steps.TorchNetTrainer(8, channels_last=False)
+        torch = theirs(8, channels_last=False)
     per_op = {n: collections.defaultdict(list) for n in (args.threads, 1)}
     totals = {n: [] for n in (args.threads, 1, "torch")}
     with StepTimer() as timer:

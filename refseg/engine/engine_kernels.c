@@ -387,6 +387,185 @@ void engine_conv_c(int backend, int threads, int order, int batch,
     free(zeros);
 }
 
+/* ---- a matrix product on the panel micro-kernels -----------------------------------------
+ * c (m x n) = a (m x k) @ b (k x n), plus c where `accumulate`, for training's products on one
+ * thread (its caller hands out the tiles): the same micro-kernels as the convolution, with one
+ * tap. b is packed, a block of ENGINE_GEMM_KC rows at a time, into panels of 16 columns; a's
+ * rows are read in place where they are contiguous, else a block of ENGINE_GEMM_MC rows is
+ * copied (a transposed view). Each block's sums start from zero in registers and are added to
+ * c by the epilogue's residual (bias 0, no clamp), so every element of c is the same sum of
+ * the same blocks in the same order whatever tile it lies in: the result depends on the
+ * shapes and the backend alone, not on how a caller cuts the output.
+ * Element (i, j) of a is a[i * lda + j] (a_trans: a[j * lda + i]); likewise b. */
+#define ENGINE_GEMM_KC 256
+#define ENGINE_GEMM_MC 240
+/* the most bytes of packed b that the strips of a walk whole (see engine_gemm_c) */
+#define ENGINE_GEMM_L1_B (40 << 10)
+
+static void gemm_pack_b(const float *b, int64_t ldb, int b_trans, int k0, int kc, int n,
+                        float *restrict packed)
+{
+    const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    for (int p = 0; p < panels; p++) {
+        float *dst = packed + (size_t)p * kc * ENGINE_PANEL;
+        const int j0 = p * ENGINE_PANEL;
+        const int cols = n - j0 < ENGINE_PANEL ? n - j0 : ENGINE_PANEL;
+        if (cols < ENGINE_PANEL)
+            memset(dst, 0, (size_t)kc * ENGINE_PANEL * sizeof(float));
+        if (!b_trans) {
+            for (int kk = 0; kk < kc; kk++)
+                memcpy(dst + (size_t)kk * ENGINE_PANEL, b + (int64_t)(k0 + kk) * ldb + j0,
+                       (size_t)cols * sizeof(float));
+        } else {
+            for (int jj = 0; jj < cols; jj++) {
+                const float *src = b + (int64_t)(j0 + jj) * ldb + k0;
+                for (int kk = 0; kk < kc; kk++)
+                    dst[(size_t)kk * ENGINE_PANEL + jj] = src[kk];
+            }
+        }
+    }
+}
+
+/* rows i0..i0+mc of a transposed view of a, columns k0..k0+kc, copied row-major (mc x kc), in
+ * blocks of 16 x 16 so that both the reads and the writes stay within a few cache lines; with
+ * AVX-512, each whole block is transposed in registers */
+__attribute__((target("avx512f")))
+static void transpose16_avx512(const float *src, int64_t lds, float *dst, size_t ldd)
+{
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_ps(src + (int64_t)i * lds);
+    /* 2x2 blocks of single floats, then of pairs, then 4x4 blocks of 128-bit lanes */
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]),
+                                                   _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]),
+                                                       _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]),
+                                                       _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]),
+                                                       _mm512_castps_pd(t[i + 3])));
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+    /* r[j] now holds column j of the block: row j of its transpose */
+    for (int j = 0; j < 16; j++)
+        _mm512_storeu_ps(dst + (size_t)j * ldd, r[j]);
+}
+
+static void gemm_pack_a_transposed(int backend, const float *a, int64_t lda, int i0, int mc,
+                                   int k0, int kc, float *restrict packed)
+{
+    for (int kb = 0; kb < kc; kb += 16) {
+        const int kend = kc - kb < 16 ? kc : kb + 16;
+        for (int rb = 0; rb < mc; rb += 16) {
+            const int rend = mc - rb < 16 ? mc : rb + 16;
+            if (backend == ENGINE_AVX512 && kend - kb == 16 && rend - rb == 16) {
+                transpose16_avx512(a + (int64_t)(k0 + kb) * lda + i0 + rb, lda,
+                                   packed + (size_t)rb * kc + kb, (size_t)kc);
+                continue;
+            }
+            for (int kk = kb; kk < kend; kk++) {
+                const float *src = a + (int64_t)(k0 + kk) * lda + i0;
+                for (int r = rb; r < rend; r++)
+                    packed[(size_t)r * kc + kk] = src[r];
+            }
+        }
+    }
+}
+
+int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda, int a_trans,
+                  const float *b, int64_t ldb, int b_trans, float *c, int64_t ldc,
+                  int accumulate)
+{
+    TileKernel kernel = tile_portable, pair_kernel = NULL;
+    int mr = MR_PORTABLE;
+    if (backend == ENGINE_AVX512) {
+        kernel = tile_avx512;
+        pair_kernel = tile_avx512_pair;
+        mr = MR_AVX512;
+    } else if (backend == ENGINE_AVX2) {
+        kernel = tile_avx2;
+        mr = MR_AVX2;
+    }
+    const int width = pair_kernel ? 2 : 1;
+    const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    const int kc_most = k < ENGINE_GEMM_KC ? k : ENGINE_GEMM_KC;
+    float *packed_b = malloc((size_t)panels * kc_most * ENGINE_PANEL * sizeof(float));
+    float *packed_a = a_trans ? malloc((size_t)ENGINE_GEMM_MC * kc_most * sizeof(float)) : NULL;
+    float *zeros = calloc((size_t)(kc_most > 2 * ENGINE_PANEL ? kc_most : 2 * ENGINE_PANEL),
+                          sizeof(float));
+    if (!packed_b || !zeros || (a_trans && !packed_a)) {
+        free(packed_b);
+        free(packed_a);
+        free(zeros);
+        return -1;
+    }
+    for (int k0 = 0; k0 < k; k0 += ENGINE_GEMM_KC) {
+        const int kc = k - k0 < ENGINE_GEMM_KC ? k - k0 : ENGINE_GEMM_KC;
+        const int add = accumulate || k0 > 0;
+        gemm_pack_b(b, ldb, b_trans, k0, kc, n, packed_b);
+        for (int i0 = 0; i0 < m; i0 += ENGINE_GEMM_MC) {
+            const int mc = m - i0 < ENGINE_GEMM_MC ? m - i0 : ENGINE_GEMM_MC;
+            if (a_trans)
+                gemm_pack_a_transposed(backend, a, lda, i0, mc, k0, kc, packed_a);
+            /* the packed block of b small enough to stay in L1 with a strip of a: each strip of
+             * rows walks the panels (a's strip read once); else each pair of panels walks the
+             * strips (the panels stay in L1, a's block comes from L2) */
+            const int strips_outer = (size_t)kc * panels * ENGINE_PANEL * sizeof(float)
+                                     <= ENGINE_GEMM_L1_B;
+            const int outer = strips_outer ? (mc + mr - 1) / mr : (panels + width - 1) / width;
+            const int inner = strips_outer ? (panels + width - 1) / width : (mc + mr - 1) / mr;
+            for (int o = 0; o < outer; o++) {
+                for (int in = 0; in < inner; in++) {
+                    const int p = (strips_outer ? in : o) * width;
+                    const int r0 = (strips_outer ? o : in) * mr;
+                    const int covered = panels - p < width ? panels - p : width;
+                    const int left = n - p * ENGINE_PANEL;
+                    const float *rows[MAX_MR];
+                    Epilogue e;
+                    e.rows = mc - r0 < mr ? mc - r0 : mr;
+                    e.ncols = left < covered * ENGINE_PANEL ? left : covered * ENGINE_PANEL;
+                    e.lo = -INFINITY;
+                    e.hi = INFINITY;
+                    e.second = 0;
+                    for (int q = 0; q < mr; q++) {
+                        if (q >= e.rows) {
+                            rows[q] = zeros;
+                            continue;
+                        }
+                        const int i = i0 + r0 + q;
+                        rows[q] = a_trans ? packed_a + (size_t)(r0 + q) * kc
+                                          : a + (int64_t)i * lda + k0;
+                        e.out[q] = c + (int64_t)i * ldc + p * ENGINE_PANEL;
+                        e.res[q] = add ? e.out[q] : NULL;
+                    }
+                    (covered == 2 ? pair_kernel : kernel)(
+                        1, kc, rows, packed_b + (size_t)p * kc * ENGINE_PANEL, zeros, &e);
+                }
+            }
+        }
+    }
+    free(packed_b);
+    free(packed_a);
+    free(zeros);
+    return 0;
+}
+
 /* ---- few output channels: dot products --------------------------------------------------
  * For cout <= ENGINE_DOT_MAX (the decoder's 3-class layers) a panel of 16 would compute mostly
  * padding: each output is instead a dot product over the input channels, vectorised along

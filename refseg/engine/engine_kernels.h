@@ -26,6 +26,12 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                    float lo, float hi, float *y2, const float *scale2, const float *shift2,
                    float lo2, float hi2);
 
+/* c (m x n) = a (m x k) @ b (k x n) (+ c), one thread, on the panel micro-kernels; 0, or -1
+ * where its packing buffers could not be allocated (c untouched) */
+int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda, int a_trans,
+                  const float *b, int64_t ldb, int b_trans, float *c, int64_t ldc,
+                  int accumulate);
+
 void engine_dot_c(int backend, int threads, int batch,
                   const float *x, int64_t x_image, const int32_t *in_off,
                   int pixels, int taps, int cin, const float *w, const float *bias, int cout,

@@ -1,6 +1,7 @@
-"""The matrix products on refseg's one thread pool (``refseg.engine.training.products``): the tile
-loop against its twin bit for bit, against NumPy's float64 products within rounding, the same
-bits at any thread count, and the BLAS it calls kept at one thread of its own."""
+"""The matrix products on refseg's one thread pool (``refseg.engine.training.products``), their
+tiles on BLAS: the tile loop against its twin bit for bit, against NumPy's float64 products
+within rounding, the same bits at any thread count, and the BLAS it calls kept at one thread of
+its own. The tiles on the engine's micro-kernels: ``test_products_engine.py``."""
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refseg.engine.training.products import (PARALLEL_MIN_MACS, TILES_PER_THREAD, matmul,
-                                      matmul_stack, product_tiles)
+                                             matmul_stack, product_kernels, product_tiles)
 from refseg.engine.training.threads import kernel_blas_pool, limit_threads
 
 from anchors import require
@@ -18,6 +19,13 @@ from anchors import require
 pytestmark = pytest.mark.claim("claim4.propagation")
 
 DTYPES = [np.float32, np.float64]
+
+
+@pytest.fixture(autouse=True)
+def blas_tiles():
+    """Every product here on BLAS, whatever ``product_kernel`` would choose on this CPU."""
+    with product_kernels("blas"):
+        yield
 
 
 def _operand(rng, planes, rows, cols, dtype, transposed):
@@ -280,14 +288,14 @@ def test_the_kernels_blas_is_put_back_to_one_thread_before_each_product():
 
 _FRESH_THREAD_SCRIPT = """
 import numpy as np
-from refseg.engine.training.products import matmul_stack
+from refseg.engine.training.products import matmul_stack, product_kernels
 from refseg.engine.training.threads import limit_threads
 
 rng = np.random.default_rng(5)
 for planes, m, k, n in ((1, 49, 4608, 512), (4, 784, 256, 96)):
     a = rng.standard_normal((planes, m, k)).astype(np.float32)
     b = rng.standard_normal((planes, k, n)).astype(np.float32)
-    with limit_threads(1):
+    with limit_threads(1), product_kernels("blas"):
         # the twin first: its BLAS calls come from this thread before any tile loop has run
         fresh = matmul_stack(a, b, backend="numpy")
         prepared = matmul_stack(a, b)

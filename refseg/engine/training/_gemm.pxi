@@ -12,7 +12,17 @@
 # Each output element is computed by the one BLAS call of its tile, over the whole inner
 # dimension; the tiles depend on the shapes and the thread count (products.py), not on which
 # thread takes which tile.
+#
+# A float32 product can instead run each tile on the engine's own panel micro-kernels
+# (engine_kernels.c, engine_gemm_c: AVX-512, AVX2 or portable), whose sums do not depend on
+# the tiles at all; products.py decides which (``product_kernel``).
 from scipy.linalg.cython_blas cimport sgemm, dgemm
+from libc.stdint cimport int64_t
+
+cdef extern from "engine_kernels.h" nogil:
+    int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda,
+                      int a_trans, const float *b, int64_t ldb, int b_trans, float *c,
+                      int64_t ldc, int accumulate)
 
 
 cdef inline void _blas_gemm(char *op_b, char *op_a, int n, int m, int k, const real *b,
@@ -92,7 +102,8 @@ cdef inline void _tile_epilogue(real *c, Py_ssize_t ldc, Py_ssize_t rows, Py_ssi
 def gemm_stack(const real[:, :, :] a, const real[:, :, :] b, const Py_ssize_t[::1] b_plane,
                real[:, :, :] out, bint accumulate, Py_ssize_t tile_rows,
                Py_ssize_t tile_cols, bint parallel, const real[::1] scale,
-               const real[::1] shift, double low, double high, bint epilogue):
+               const real[::1] shift, double low, double high, bint epilogue,
+               int engine=-1):
     """out[p] = a[p] @ b[b_plane[p]] (+ out[p] if accumulate) for every plane p, one BLAS call
     per tile of tile_rows x tile_cols outputs, the tiles of all planes shared out over the
     OpenMP threads as they come free (on the calling thread alone unless parallel).
@@ -101,6 +112,9 @@ def gemm_stack(const real[:, :, :] a, const real[:, :, :] b, const Py_ssize_t[::
     scale: tile + shift; both empty: the tile itself), clamped to [low, high]: a
     convolution's bias, or the batch norm after it, and its ReLU, at no extra sweep over
     memory.
+
+    With ``engine`` >= 0 (float32 only), each tile is computed by the engine's micro-kernels of
+    that backend (2 AVX-512, 1 AVX2, 0 portable) instead of BLAS.
 
     Each plane of a and b is row-major (element stride 1 along its rows) or a transposed view
     (stride 1 down its columns); out's rows are contiguous. The inner dimension is not empty.
@@ -122,21 +136,36 @@ def gemm_stack(const real[:, :, :] a, const real[:, :, :] b, const Py_ssize_t[::
     cdef const real *shift_at = &shift[0] if shift.shape[0] else NULL
     cdef real lo = <real> low, hi = <real> high
     cdef Py_ssize_t rows, cols
+    cdef bint own = engine >= 0 and real is float
+    cdef int failed = 0
+    if engine >= 0 and real is not float:
+        raise ValueError("gemm_stack: the engine's kernels compute float32 products only")
     with nogil:
         for t in prange(total, schedule="dynamic", chunksize=1, num_threads=threads):
-            _prepare_blas_thread()
             p = t // per_plane
             r = t - p * per_plane
             i0 = (r // col_tiles) * tile_rows
             j0 = (r - (r // col_tiles) * col_tiles) * tile_cols
             rows = min(tile_rows, m - i0)
             cols = min(tile_cols, n - j0)
-            _blas_gemm(&op_b, &op_a, <int> cols, <int> rows, <int> k, &b[b_plane[p], 0, j0],
-                       ldb, &a[p, i0, 0], lda, beta, &out[p, i0, j0], ldc)
+            if own:
+                if engine_gemm_c(engine, <int> rows, <int> cols, <int> k,
+                                 <const float *> &a[p, i0, 0], lda, op_a == b'T',
+                                 <const float *> &b[b_plane[p], 0, j0], ldb, op_b == b'T',
+                                 <float *> &out[p, i0, j0], ldc, accumulate) != 0:
+                    failed += 1
+                    continue
+            else:
+                _prepare_blas_thread()
+                _blas_gemm(&op_b, &op_a, <int> cols, <int> rows, <int> k,
+                           &b[b_plane[p], 0, j0], ldb, &a[p, i0, 0], lda, beta,
+                           &out[p, i0, j0], ldc)
             if epilogue:
                 _tile_epilogue(&out[p, i0, j0], ldc, rows, cols,
                                NULL if scale_at == NULL else scale_at + j0,
                                NULL if shift_at == NULL else shift_at + j0, lo, hi)
+    if failed:
+        raise MemoryError("gemm_stack: no memory for the engine's packed operands")
 
 
 def openmp_threads():

@@ -272,7 +272,7 @@ def winograd4_kernel(w, u):
 # Twin of _gemm.pxi.
 
 def gemm_stack(a, b, b_plane, out, accumulate, tile_rows, tile_cols, parallel, scale, shift,
-               low, high, epilogue):
+               low, high, epilogue, engine=-1):
     """Twin of ``_kernels.gemm_stack`` (engine/training/_gemm.pxi), for ``claim2.fusion`` and
     ``claim4.propagation`` (the matrix products of the convolutions and their gradients).
 
@@ -284,7 +284,10 @@ def gemm_stack(a, b, b_plane, out, accumulate, tile_rows, tile_cols, parallel, s
     the call the kernel makes, through SciPy's wrapper of the same BLAS: Fortran BLAS sees a
     row-major matrix as its transpose, so the tile is computed as c^T = b^T a^T, with a plane
     stored as a transposed view passed as it lies and marked transposed (the orientation and
-    the transposition flags choose OpenBLAS's loops, and so the rounding).
+    the transposition flags choose OpenBLAS's loops, and so the rounding). With ``engine`` >= 0
+    (the engine's micro-kernels, ``engine_gemm_c``), each tile is its float64 product (plus
+    out where accumulating) rounded once to float32: held to the kernel within the rounding
+    bound, not bit for bit (the kernel fuses multiply and add).
     """
     from scipy.linalg import blas
 
@@ -299,6 +302,11 @@ def gemm_stack(a, b, b_plane, out, accumulate, tile_rows, tile_cols, parallel, s
         for i0 in range(0, m, tile_rows):
             for j0 in range(0, n, tile_cols):
                 tile = out[p, i0:i0 + tile_rows, j0:j0 + tile_cols]
+                if engine >= 0:
+                    exact = (a[p, i0:i0 + tile_rows].astype(np.float64)
+                             @ b[b_plane[p], :, j0:j0 + tile_cols].astype(np.float64))
+                    tile[...] = exact + tile if accumulate else exact
+                    continue
                 first, trans_first = operand(b[b_plane[p], :, j0:j0 + tile_cols])
                 second, trans_second = operand(a[p, i0:i0 + tile_rows])
                 kwargs = {"beta": 1, "c": tile.T.copy(order="F")} if accumulate else {}

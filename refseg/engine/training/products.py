@@ -16,8 +16,19 @@ twin (backend ``"numpy"``) makes the same calls one after another.
 SciPy's OpenBLAS is set back to one thread of its own before every product
 (``refseg.engine.training.threads.single_threaded_blas``), which holds for the whole process; NumPy's BLAS, a
 separate library in NumPy's and SciPy's wheels, is left as it is.
+
+On a CPU with AVX-512, float32 products of at least a panel's columns run each tile on the
+prediction engine's own micro-kernels instead (``product_kernel``; ``engine_gemm_c`` in
+``engine/engine_kernels.c``). OpenBLAS picks its kernels when it loads, from the CPU or from
+``OPENBLAS_CORETYPE``; an environment that names an older core (``Haswell`` on an AVX-512
+machine) halves its float32 rate, and a training step with it. The engine's kernels are chosen
+at run time from the CPU alone, and their sums do not depend on the tiles: such a product has
+the same bits at any thread count, inside ``bits_independent_of_load`` or not.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import numpy as np
 
@@ -47,6 +58,58 @@ REPACK_SIDE = 200
 TILE_STEP = 16
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+#: Fewest output rows and columns of a float32 product that the engine's micro-kernels take
+#: (``product_kernel``): below a tile of rows (AVX-512: 12) or a panel of columns (16) most of
+#: each micro-kernel call would compute padding, and BLAS's narrow kernels do better (the
+#: 3-class layers, and the bias gradients' row of ones).
+ENGINE_MIN_ROWS = 12
+ENGINE_MIN_COLUMNS = 16
+
+#: The kernels of float32 products: "auto" (``product_kernel`` decides), "blas" or "engine".
+PRODUCT_KERNELS = ("auto", "blas", "engine")
+_PRODUCT_KERNEL = contextvars.ContextVar("refseg_product_kernel", default="auto")
+
+
+@contextlib.contextmanager
+def product_kernels(kind: str):
+    """Within the block, float32 products run on ``kind``'s kernels: "blas" (SciPy's BLAS,
+    one call per tile), "engine" (the engine's micro-kernels, of the backend that
+    ``refseg.engine.runtime`` runs now, whatever the shape) or "auto" (``product_kernel``)."""
+    if kind not in PRODUCT_KERNELS:
+        raise InputError(f"product_kernels: expected one of {PRODUCT_KERNELS}, got {kind!r}")
+    token = _PRODUCT_KERNEL.set(kind)
+    try:
+        yield
+    finally:
+        _PRODUCT_KERNEL.reset(token)
+
+
+@infrastructure("which kernels compute a product: speed only, no claim element")
+def product_kernel(dtype, m: int, n: int) -> int:
+    """The kernels of a product with ``m`` x ``n`` outputs per plane: -1 for BLAS, else the
+    engine backend code (2 AVX-512, 1 AVX2, 0 portable) of ``engine_gemm_c``.
+
+    "auto" gives the engine's AVX-512 kernels to float32 products of at least
+    ENGINE_MIN_ROWS x ENGINE_MIN_COLUMNS outputs where the CPU has AVX-512 and the training
+    engine's AVX-512 loops are on (``refseg.engine.training.backend.row_loops``), BLAS to the
+    rest. The choice depends on the shapes and the machine, never on the tiles, so the bits
+    of a product stay independent of the thread count as they were.
+    """
+    kind = _PRODUCT_KERNEL.get()
+    if np.dtype(dtype) != np.float32 or kind == "blas":
+        return -1
+    from refseg.engine.runtime import backend_name
+
+    backend = {"avx512": 2, "avx2": 1, "portable": 0}.get(backend_name(), 0)
+    if kind == "engine":
+        return backend
+    from refseg.engine.training.backend import row_loops
+
+    if (backend == 2 and row_loops()[0] == "avx512" and m >= ENGINE_MIN_ROWS
+            and n >= ENGINE_MIN_COLUMNS):
+        return 2
+    return -1
 
 
 @infrastructure("how a product is cut into tiles for the threads: speed only, no claim element")
@@ -148,6 +211,9 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
     4. With scale, shift or bounds, each tile takes them as soon as its BLAS call returns,
        while it is in cache: the values of a separate ``channel_affine``, ``channel_add`` or
        ``clamp`` pass, without the pass.
+    5. A float32 product that ``product_kernel`` gives to the engine runs each tile on the
+       engine's micro-kernels instead of BLAS (the twin: in float64, rounded once); its
+       elements then do not depend on the tiles at all.
     Other dtypes fall back to NumPy's matmul.
     """
     planes, m, k = a.shape
@@ -174,12 +240,14 @@ def matmul_stack(a, b, out=None, *, b_plane=None, accumulate=False, scale=None, 
     if k == 0:
         _epilogue_of_zeros(target, scale, shift, bounds, backend)
     else:
-        single_threaded_blas()
+        engine = product_kernel(out.dtype, m, n)
+        if engine < 0:
+            single_threaded_blas()
         tile_rows, tile_cols = product_tiles(planes, m, n, k, tiling_threads())
         kernels(backend).gemm_stack(_blas_operand(a), _blas_operand(b), plane_index, target,
                                     accumulate, tile_rows, tile_cols,
                                     planes * m * n * k >= PARALLEL_MIN_MACS, scale, shift,
-                                    *bounds, epilogue)
+                                    *bounds, epilogue, engine)
     if target is not out:
         out[...] = target
     return out
