@@ -1,6 +1,7 @@
 """refseg's own thread control of the native libraries, read back by threadpoolctl (an anchor:
 an independent reading of the same libraries' thread counts), and the thread count of a network
 run sized to the machine's load, on real and on simulated neighbours."""
+import math
 import os
 import time
 
@@ -185,7 +186,7 @@ def test_read_cpu_reads_the_real_proc_stat():
 def test_thread_choice_times_each_count_then_runs_the_faster_and_rechecks_the_other(times):
     """The picks for candidates (1, 2) given the wall time each run would take on 1 and on 2
     threads: 1 until it has TIMED_RUNS timings, then 2 until it has, then 2 only where the
-    median of its last TIMED_RUNS timings is MORE_THREADS_GAIN below 1's, and the count not
+    mean of its last TIMED_RUNS timings is MORE_THREADS_GAIN below 1's, and the count not
     chosen every RECHECK_EVERY-th run after."""
     choice, kept, exploited = threads.ThreadChoice(), {1: [], 2: []}, 0
     for on_one, on_two in times:
@@ -196,8 +197,9 @@ def test_thread_choice_times_each_count_then_runs_the_faster_and_rechecks_the_ot
             expected = 2
         else:
             exploited += 1
-            medians = {t: float(np.median(kept[t][-threads.TIMED_RUNS:])) for t in (1, 2)}
-            faster = 2 if medians[2] < (1 - threads.MORE_THREADS_GAIN) * medians[1] else 1
+            means = {t: math.fsum(kept[t][-threads.TIMED_RUNS:]) / threads.TIMED_RUNS
+                     for t in (1, 2)}
+            faster = 2 if means[2] < (1 - threads.MORE_THREADS_GAIN) * means[1] else 1
             expected = 3 - faster if exploited % threads.RECHECK_EVERY == 0 else faster
         assert picked == expected
         seconds = on_one if picked == 1 else on_two

@@ -71,6 +71,7 @@ PRODUCT_KERNELS = ("auto", "blas", "engine")
 _PRODUCT_KERNEL = contextvars.ContextVar("refseg_product_kernel", default="auto")
 
 
+@infrastructure("a knob choosing the kernels of the products: speed only, no claim element")
 @contextlib.contextmanager
 def product_kernels(kind: str):
     """Within the block, float32 products run on ``kind``'s kernels: "blas" (SciPy's BLAS,

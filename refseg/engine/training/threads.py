@@ -253,19 +253,24 @@ def threads_for_load(ceiling: int, cores: int, others: float) -> int:
     return max(1, min(ceiling, cores - taken))
 
 
-#: Seconds kept per thread count and kind of run; their median decides between the counts.
-TIMED_RUNS = 3
+#: Seconds kept per thread count and kind of run; their mean decides between the counts.
+TIMED_RUNS = 5
 
 #: Every this many loaded runs of a kind, the count that is not the faster one runs once, so
 #: that a change in the load reaches the choice.
 RECHECK_EVERY = 8
 
-#: The share of the time that more threads must save, by median, to be chosen over fewer
+#: The share of the time that more threads must save, by mean, to be chosen over fewer
 #: beside other processes: a thread that saves nothing only takes its core's time from them.
 MORE_THREADS_GAIN = 0.05
 
 #: Kinds of run whose timings are kept at most (then all are forgotten and measured anew).
 KINDS_KEPT = 64
+
+
+def mean_seconds(seconds) -> float:
+    """The mean of the kept timings (``math.fsum``: the same value whatever their order)."""
+    return math.fsum(seconds) / len(seconds)
 
 
 class ThreadChoice:
@@ -276,7 +281,10 @@ class ThreadChoice:
     neighbour as much as on the run. Measured on 2 cores of an Intel Xeon: beside a busy
     loop, a batch-1 prediction took 6 % longer on 2 threads than on 1; beside a neighbour
     computing in bursts on 2 threads, a batch-8 prediction took 18 % less time on 2. So the
-    counts are timed, not assumed."""
+    counts are timed, not assumed. They are compared by their mean, the time a long job
+    spends per run: beside a neighbour running 2-thread NumPy products, a batch-1
+    prediction's runs on 2 threads of a Zen 5 were bimodal (105 ms at best, 173 by median,
+    against 135-148 on 1 thread), and a median of three hid the slow ones."""
 
     def __init__(self):
         self.seconds: dict[int, collections.deque] = {}
@@ -284,15 +292,15 @@ class ThreadChoice:
 
     def pick(self, candidates) -> int:
         """The count to run next, of two: each in turn until it has TIMED_RUNS timings, then
-        the one with more threads if its median time is MORE_THREADS_GAIN below the other's,
+        the one with more threads if its mean time is MORE_THREADS_GAIN below the other's,
         else the one with fewer; every RECHECK_EVERY-th run after that, the count not chosen."""
         for threads in candidates:
             if len(self.seconds.get(threads, ())) < TIMED_RUNS:
                 return threads
         self.loaded_runs += 1
         fewer, more = sorted(candidates)
-        median = {t: sorted(self.seconds[t])[TIMED_RUNS // 2] for t in (fewer, more)}
-        chosen, other = ((more, fewer) if median[more] < (1 - MORE_THREADS_GAIN) * median[fewer]
+        mean = {t: mean_seconds(self.seconds[t]) for t in (fewer, more)}
+        chosen, other = ((more, fewer) if mean[more] < (1 - MORE_THREADS_GAIN) * mean[fewer]
                          else (fewer, more))
         return other if self.loaded_runs % RECHECK_EVERY == 0 else chosen
 
