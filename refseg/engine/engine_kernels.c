@@ -402,30 +402,6 @@ void engine_conv_c(int backend, int threads, int order, int batch,
 /* the most bytes of packed b that the strips of a walk whole (see engine_gemm_c) */
 #define ENGINE_GEMM_L1_B (40 << 10)
 
-static void gemm_pack_b(const float *b, int64_t ldb, int b_trans, int k0, int kc, int n,
-                        float *restrict packed)
-{
-    const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
-    for (int p = 0; p < panels; p++) {
-        float *dst = packed + (size_t)p * kc * ENGINE_PANEL;
-        const int j0 = p * ENGINE_PANEL;
-        const int cols = n - j0 < ENGINE_PANEL ? n - j0 : ENGINE_PANEL;
-        if (cols < ENGINE_PANEL)
-            memset(dst, 0, (size_t)kc * ENGINE_PANEL * sizeof(float));
-        if (!b_trans) {
-            for (int kk = 0; kk < kc; kk++)
-                memcpy(dst + (size_t)kk * ENGINE_PANEL, b + (int64_t)(k0 + kk) * ldb + j0,
-                       (size_t)cols * sizeof(float));
-        } else {
-            for (int jj = 0; jj < cols; jj++) {
-                const float *src = b + (int64_t)(j0 + jj) * ldb + k0;
-                for (int kk = 0; kk < kc; kk++)
-                    dst[(size_t)kk * ENGINE_PANEL + jj] = src[kk];
-            }
-        }
-    }
-}
-
 /* rows i0..i0+mc of a transposed view of a, columns k0..k0+kc, copied row-major (mc x kc), in
  * blocks of 16 x 16 so that both the reads and the writes stay within a few cache lines; with
  * AVX-512, each whole block is transposed in registers */
@@ -488,6 +464,38 @@ static void gemm_pack_a_transposed(int backend, const float *a, int64_t lda, int
     }
 }
 
+static void gemm_pack_b(int backend, const float *b, int64_t ldb, int b_trans, int k0, int kc,
+                        int n, float *restrict packed)
+{
+    const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    for (int p = 0; p < panels; p++) {
+        float *dst = packed + (size_t)p * kc * ENGINE_PANEL;
+        const int j0 = p * ENGINE_PANEL;
+        const int cols = n - j0 < ENGINE_PANEL ? n - j0 : ENGINE_PANEL;
+        if (cols < ENGINE_PANEL)
+            memset(dst, 0, (size_t)kc * ENGINE_PANEL * sizeof(float));
+        if (!b_trans) {
+            for (int kk = 0; kk < kc; kk++)
+                memcpy(dst + (size_t)kk * ENGINE_PANEL, b + (int64_t)(k0 + kk) * ldb + j0,
+                       (size_t)cols * sizeof(float));
+        } else {
+            int kk0 = 0;
+            if (backend == ENGINE_AVX512 && cols == ENGINE_PANEL) {
+                /* whole 16 x 16 blocks transposed in registers (the panel's rows are 16
+                 * floats: a block is one 16-column, 16-row square of b) */
+                for (; kk0 + 16 <= kc; kk0 += 16)
+                    transpose16_avx512(b + (int64_t)j0 * ldb + k0 + kk0, ldb,
+                                       dst + (size_t)kk0 * ENGINE_PANEL, ENGINE_PANEL);
+            }
+            for (int jj = 0; jj < cols; jj++) {
+                const float *src = b + (int64_t)(j0 + jj) * ldb + k0;
+                for (int kk = kk0; kk < kc; kk++)
+                    dst[(size_t)kk * ENGINE_PANEL + jj] = src[kk];
+            }
+        }
+    }
+}
+
 int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda, int a_trans,
                   const float *b, int64_t ldb, int b_trans, float *c, int64_t ldc,
                   int accumulate)
@@ -518,7 +526,7 @@ int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda,
     for (int k0 = 0; k0 < k; k0 += ENGINE_GEMM_KC) {
         const int kc = k - k0 < ENGINE_GEMM_KC ? k - k0 : ENGINE_GEMM_KC;
         const int add = accumulate || k0 > 0;
-        gemm_pack_b(b, ldb, b_trans, k0, kc, n, packed_b);
+        gemm_pack_b(backend, b, ldb, b_trans, k0, kc, n, packed_b);
         for (int i0 = 0; i0 < m; i0 += ENGINE_GEMM_MC) {
             const int mc = m - i0 < ENGINE_GEMM_MC ? m - i0 : ENGINE_GEMM_MC;
             if (a_trans)
