@@ -195,7 +195,8 @@ def allocator_line() -> str:
 
     if allocator.applied:
         return (f"- glibc malloc: mmap threshold {allocator.MMAP_THRESHOLD >> 20} MiB, trim "
-                f"threshold {allocator.TRIM_THRESHOLD >> 20} MiB (set by refseg's engine when it "
+                f"threshold {allocator.TRIM_THRESHOLD >> 20} MiB, no block mapped on its own "
+                f"(mmap max {allocator.MMAP_MAX}; set by refseg's engine when it "
                 f"first ran; torch and Keras in this process allocate under the same "
                 f"settings from then on)")
     chosen = [f"{k}={os.environ[k]}" for k in allocator.USER_SETTINGS if k in os.environ]

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.infrastructure
 
 # Three 20 MB arrays made, touched and freed, twice; then the minor page faults of a third
 # round. Each array is below the 32 MiB mmap threshold, so it comes from the heap, and the 60 MB
-# freed at its top is more than glibc's default trim threshold lets it keep.
+# freed at its top is more than glibc's default trim threshold lets it keep. With {floats} =
+# 10 << 20 the arrays are 40 MB, above any mmap threshold glibc allows.
 PROBE = """
 import contextlib
 import resource
@@ -26,7 +27,7 @@ if {engine}:
         pass
 
 def cycle():
-    arrays = [np.ones(5 << 20, np.float32) for _ in range(3)]
+    arrays = [np.ones({floats}, np.float32) for _ in range(3)]
     del arrays
 
 block = return_freed_memory() if {returned} else contextlib.nullcontext()
@@ -42,7 +43,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def probe_faults(extra_env, folder, returned=False, engine=True):
+def probe_faults(extra_env, folder, returned=False, engine=True, floats=5 << 20):
     """The probe's faults in a fresh interpreter, run outside the checkout so that it imports
     the installed package: in its third round (inside ``return_freed_memory`` when
     ``returned``), and in the second round after it."""
@@ -51,7 +52,8 @@ def probe_faults(extra_env, folder, returned=False, engine=True):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     env.update(extra_env)
-    out = subprocess.run([sys.executable, "-c", PROBE.format(returned=returned, engine=engine)],
+    out = subprocess.run([sys.executable, "-c", PROBE.format(returned=returned, engine=engine,
+                                                             floats=floats)],
                          env=env,
                          capture_output=True, text=True, check=True, cwd=folder)
     return [int(line) for line in out.stdout.split()]
@@ -76,8 +78,21 @@ def test_import_alone_leaves_glibcs_thresholds(tmp_path):
     assert probe_faults({}, tmp_path, engine=False)[0] >= 500
 
 
+def test_blocks_above_any_mmap_threshold_are_reused_too(tmp_path):
+    """40 MB arrays, which glibc would map and unmap one by one: with the engine's settings the
+    third round faults no page in; inside ``return_freed_memory`` they are mapped and handed
+    back again, and with the user's own ``MALLOC_MMAP_MAX_`` refseg leaves glibc alone."""
+    big = 10 << 20
+    engine_round, after_block = probe_faults({}, tmp_path, floats=big)
+    assert engine_round <= 10 and after_block <= 10
+    inside, after = probe_faults({}, tmp_path, returned=True, floats=big)
+    assert inside >= 500 and after <= 10
+    assert probe_faults({"MALLOC_MMAP_MAX_": "65536"}, tmp_path, floats=big)[0] >= 500
+
+
 @pytest.mark.parametrize("environ", [{"MALLOC_MMAP_THRESHOLD_": "65536"},
                                      {"MALLOC_TRIM_THRESHOLD_": "0"},
+                                     {"MALLOC_MMAP_MAX_": "0"},
                                      {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}])
 def test_the_users_own_thresholds_stand(environ):
     assert keep_freed_memory(environ) is False
