@@ -10,7 +10,7 @@ One network, 224x224x3 float32 input in [-1, 1], class probabilities out, at bat
   (``mode="measure"``), then ``plan.predict(x, batch_size=N)`` on NHWC NumPy arrays: what
   ``refseg predict`` runs. **refseg reference** (quiet rounds only): the layer graph,
   ``ResMobileNet.predict``, on training's engine, which ``_common.py`` installs for the whole
-  process (Winograd, tiled BLAS products): the route ``refseg predict`` took before the plan,
+  process (Winograd, tiled products): the route ``refseg predict`` took before the plan,
   not the ordered products ``--route reference`` runs.
 * **torch frozen** and **torch compile** (quiet rounds only): torch's best CPU inference,
   ``_torch_best.py`` (``torch.jit.freeze`` of the traced channels_last network with

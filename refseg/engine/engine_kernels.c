@@ -301,6 +301,22 @@ static void tile_avx512_pair(int taps, int cin, const float *const *a, const flo
     ROWS_PAIR[e->rows - 1](taps, cin, a, w, bias, e);
 }
 
+/* the micro-kernels of a backend: one panel, two panels at once (NULL where the backend has
+ * none), and the rows of a tile */
+typedef struct {
+    TileKernel single, pair;
+    int mr;
+} TileKernels;
+
+static TileKernels tile_kernels(int backend)
+{
+    if (backend == ENGINE_AVX512)
+        return (TileKernels){tile_avx512, tile_avx512_pair, MR_AVX512};
+    if (backend == ENGINE_AVX2)
+        return (TileKernels){tile_avx2, NULL, MR_AVX2};
+    return (TileKernels){tile_portable, NULL, MR_PORTABLE};
+}
+
 /* ---- the tiled loop --------------------------------------------------------------------- */
 void engine_conv_c(int backend, int threads, int order, int batch,
                    const float *x, int64_t x_image, const int32_t *in_off,
@@ -311,16 +327,9 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                    float lo, float hi, float *y2, const float *scale2, const float *shift2,
                    float lo2, float hi2)
 {
-    TileKernel kernel = tile_portable, pair_kernel = NULL;
-    int mr = MR_PORTABLE;
-    if (backend == ENGINE_AVX512) {
-        kernel = tile_avx512;
-        pair_kernel = tile_avx512_pair;
-        mr = MR_AVX512;
-    } else if (backend == ENGINE_AVX2) {
-        kernel = tile_avx2;
-        mr = MR_AVX2;
-    }
+    const TileKernels tk = tile_kernels(backend);
+    const TileKernel kernel = tk.single, pair_kernel = tk.pair;
+    const int mr = tk.mr;
     /* a work item covers `width` panels: two where the pair kernel runs */
     const int width = pair_kernel ? 2 : 1;
     const int all_panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;
@@ -500,16 +509,9 @@ int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda,
                   const float *b, int64_t ldb, int b_trans, float *c, int64_t ldc,
                   int accumulate)
 {
-    TileKernel kernel = tile_portable, pair_kernel = NULL;
-    int mr = MR_PORTABLE;
-    if (backend == ENGINE_AVX512) {
-        kernel = tile_avx512;
-        pair_kernel = tile_avx512_pair;
-        mr = MR_AVX512;
-    } else if (backend == ENGINE_AVX2) {
-        kernel = tile_avx2;
-        mr = MR_AVX2;
-    }
+    const TileKernels tk = tile_kernels(backend);
+    const TileKernel kernel = tk.single, pair_kernel = tk.pair;
+    const int mr = tk.mr;
     const int width = pair_kernel ? 2 : 1;
     const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
     const int kc_most = k < ENGINE_GEMM_KC ? k : ENGINE_GEMM_KC;
@@ -1063,20 +1065,16 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
                        int cout, float *y, int ho, int wo, const float *r, float lo, float hi,
                        float *scratch, int64_t chunk)
 {
-    TileKernel kernel = tile_portable, pair_kernel = NULL;
-    int mr = MR_PORTABLE;
+    const TileKernels tk = tile_kernels(backend);
+    const TileKernel kernel = tk.single, pair_kernel = tk.pair;
+    const int mr = tk.mr;
     void (*input)(const float *const *, int, float *, size_t) = winograd_input_portable;
     void (*output)(const float *, size_t, int, const float *, float, float, float *const *,
                    const float *const *, float *) = winograd_output_portable;
     if (backend == ENGINE_AVX512) {
-        kernel = tile_avx512;
-        pair_kernel = tile_avx512_pair;
-        mr = MR_AVX512;
         input = winograd_input_avx512;
         output = winograd_output_avx512;
     } else if (backend == ENGINE_AVX2) {
-        kernel = tile_avx2;
-        mr = MR_AVX2;
         input = winograd_input_avx2;
         output = winograd_output_avx2;
     }

@@ -7,7 +7,8 @@ route ``conv_routes.conv_route`` chooses: im2col and products tiled over refseg'
 compiled direct kernels (``conv_direct``); the gradients are routed on their own. The bias, a
 folded batch norm and a ReLU are applied in the product's tiles or the Winograd output
 transform where the route allows. They agree with the reference to float rounding; their bits
-depend on the route, the thread count the products are cut for and the CPU's BLAS.
+depend on the route and the CPU's vector units, and, for products left to BLAS, on the thread
+count the products are cut for and the BLAS's kernels.
 
 ``refseg.engine.training.training_engine`` installs them through ``refseg.autograd.seam``.
 

@@ -121,11 +121,11 @@ def winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2,
        "winograd kernel".
     2. For each block of tiles (tile x tile output pixels each, WINOGRAD_BLOCK_BYTES of
        transformed data): V = B^T d B of each tile's a x a input window, (P, tiles, C); the P
-       products M[k] = V[k] @ U[k] (BLAS); out = A^T M A + bias, clamped to ``bounds``,
+       products M[k] = V[k] @ U[k] (``products.matmul_stack``); out = A^T M A + bias, clamped to ``bounds``,
        cropped at the bottom and right edges.
 
     For F(2x2, 3x3) the adjoint needs no transformed copy of the flipped kernel: its entry k
-    is U[j].T for j = _FLIPPED_ENTRY[k], a transposed view that BLAS reads as it is. F(4x4,
+    is U[j].T for j = _FLIPPED_ENTRY[k], a transposed view that the products read as it is. F(4x4,
     3x3)'s points (0, +-1, +-2, infinity) are not closed under p -> 1/p, which is what
     flipping does to them: it transforms the flipped kernel itself.
     """
