@@ -168,7 +168,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="steps of each training step kind (the demo's, the decoder on "
                              "cached taps; --train-backbone's) per implementation, each in a "
                              "child process of bench_ops.py, without neighbours, for the "
-                             "targets table (default 8, 3 with --quick; 0 skips them)")
+                             "targets table (default 12, 3 with --quick; 0 skips them: "
+                             "torch's steps speed up over the first several, and medians "
+                             "over 8 steps flattered refseg)")
     parser.add_argument("--train-rounds", type=int, default=1,
                         help="rounds of the training-step children, the implementations' "
                              "order rotated each round; the targets take the median of the "
@@ -199,7 +201,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.repeat is None:
         args.repeat = 3 if args.quick else 11
     if args.train_steps is None:
-        args.train_steps = 3 if args.quick else 8
+        args.train_steps = 3 if args.quick else 12
     if args.train_steps < 0:
         parser.error("--train-steps must be >= 0")
     if args.train_rounds < 1 or args.demo_rounds < 1:
