@@ -34,7 +34,7 @@ MMAP_THRESHOLD = 32 << 20
 #: made anew in every training step, took 34-48 ms on 2 threads of a Zen 5 (AMD EPYC, family 26
 #: model 2) inside the demo's step, where huge pages first had to be assembled, against 13 ms
 #: from the heap; the demo's step 370-394 -> 325-328 ms, and the default ``refseg demo`` 182 ->
-#: 172 s, peak resident memory 1.26 -> 1.28 GB.
+#: 168 s, peak resident memory 1.26 -> 1.28 GB.
 MMAP_MAX = 0
 
 #: Free memory at the top of the heap beyond which glibc returns it to the kernel.
