@@ -940,8 +940,8 @@ void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const f
     {                                                                                        \
         VEC t[4][4];                                                                         \
         for (int j = 0; j < 4; j++) {                                                        \
-            const VEC d0 = LOAD(p[j] + c), d1 = LOAD(p[4 + j] + c);                          \
-            const VEC d2 = LOAD(p[8 + j] + c), d3 = LOAD(p[12 + j] + c);                     \
+            const VEC d0 = LOAD(d[j] + c), d1 = LOAD(d[4 + j] + c);                          \
+            const VEC d2 = LOAD(d[8 + j] + c), d3 = LOAD(d[12 + j] + c);                     \
             t[0][j] = SUB(d0, d2);                                                           \
             t[1][j] = ADD(d1, d2);                                                           \
             t[2][j] = SUB(d2, d1);                                                           \
@@ -962,9 +962,6 @@ __attribute__((target("avx512f")))
 static void winograd_input_avx512(const float *const *d, int cin, float *restrict v,
                                   size_t stride)
 {
-    const float *p[16];
-    for (int k = 0; k < 16; k++)
-        p[k] = d[k];
     for (int c = 0; c < cin; c += 16) {
         const __mmask16 mask = (__mmask16)(cin - c >= 16 ? 0xFFFFu : (1u << (cin - c)) - 1u);
         WINOGRAD_INPUT_BODY(LOAD512, STORE512, _mm512_add_ps, _mm512_sub_ps)
@@ -976,9 +973,6 @@ __attribute__((target("avx2,fma")))
 static void winograd_input_avx2(const float *const *d, int cin, float *restrict v,
                                 size_t stride)
 {
-    const float *p[16];
-    for (int k = 0; k < 16; k++)
-        p[k] = d[k];
     int c = 0;
     for (; c + 8 <= cin; c += 8)
         WINOGRAD_INPUT_BODY(_mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps, _mm256_sub_ps)
@@ -1001,9 +995,6 @@ static void winograd_input_avx2(const float *const *d, int cin, float *restrict 
 static void winograd_input_portable(const float *const *d, int cin, float *restrict v,
                                     size_t stride)
 {
-    const float *p[16];
-    for (int k = 0; k < 16; k++)
-        p[k] = d[k];
     for (int c = 0; c < cin; c++)
         WINOGRAD_INPUT_BODY(LOADS, STORES, ADDS, SUBS)
 }

@@ -20,11 +20,16 @@ def _matches(report, image):
             if d["verdict"] == "matches" and d["image"] == image}
 
 
-def test_gaussian_laplace_of_the_gray_image_is_a_cause_below_a_failing_blur(golden_bundle):
+def _report_of(golden_bundle, variant):
+    """The claim-1 check of a candidate computed by ``variant`` on every bundle image."""
     folder, manifest, stored, _ = golden_bundle
-    both = al.Variant(blur="skimage", log_kernel="scipy-gaussian-laplace")
-    candidate = _candidate(manifest, stored, lambda rgb: variant_arrays(rgb, both))
-    report = check_bundle(folder, candidate, parts=["claim1"])
+    candidate = _candidate(manifest, stored, lambda rgb: variant_arrays(rgb, variant))
+    return check_bundle(folder, candidate, parts=["claim1"])
+
+
+def test_gaussian_laplace_of_the_gray_image_is_a_cause_below_a_failing_blur(golden_bundle):
+    report = _report_of(golden_bundle, al.Variant(blur="skimage",
+                                                  log_kernel="scipy-gaussian-laplace"))
     for image in PHOTOS:
         found = _matches(report, image)
         assert ("blurred", "skimage.filters.gaussian") in found
@@ -37,10 +42,8 @@ def test_gaussian_laplace_of_the_gray_image_is_a_cause_below_a_failing_blur(gold
 
 
 def test_skimage_canny_is_a_cause_below_a_failing_canny_response(golden_bundle):
-    folder, manifest, stored, _ = golden_bundle
-    both = al.Variant(gradient_scale="skimage-canny", canny_library="skimage")
-    candidate = _candidate(manifest, stored, lambda rgb: variant_arrays(rgb, both))
-    report = check_bundle(folder, candidate, parts=["claim1"])
+    report = _report_of(golden_bundle, al.Variant(gradient_scale="skimage-canny",
+                                                  canny_library="skimage"))
     for image in PHOTOS:
         found = _matches(report, image)
         assert ("response/canny", "skimage.filters.sobel-canny") in found

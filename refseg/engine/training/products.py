@@ -109,8 +109,8 @@ def product_kernel(dtype, m: int, n: int) -> int:
         return backend
     from refseg.engine.training.backend import row_loops
 
-    if (backend == 2 and row_loops()[0] == "avx512" and m >= ENGINE_MIN_ROWS
-            and n >= ENGINE_MIN_COLUMNS):
+    if (backend == 2 and m >= ENGINE_MIN_ROWS and n >= ENGINE_MIN_COLUMNS
+            and row_loops()[0] == "avx512"):
         return 2
     return -1
 
