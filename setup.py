@@ -40,6 +40,7 @@ kernels = Extension(
     "refseg._kernels",
     ["refseg/_kernels.pyx", "refseg/engine/training/direct_conv_avx512.c",
      "refseg/engine/training/winograd_f2x2.c", "refseg/engine/training/winograd_f4x4.c",
+     "refseg/engine/training/adam_update.c",
      "refseg/engine/engine_kernels.c"],
     include_dirs=[np.get_include(), "refseg/engine/training", "refseg/engine"],
     # the files _kernels.pyx includes and the headers of the C loops: a change rebuilds
@@ -48,7 +49,8 @@ kernels = Extension(
              "refseg/autograd/_optim.pxi", "refseg/autograd/_elementwise.pxi",
              "refseg/autograd/_matmul.pxi",
              "refseg/engine/training/_direct_conv.pxi", "refseg/engine/training/_winograd.pxi",
-             "refseg/engine/training/_gemm.pxi", "refseg/engine/training/direct_conv_avx512.h",
+             "refseg/engine/training/_gemm.pxi", "refseg/engine/training/_adam.pxi",
+             "refseg/engine/training/adam_update.h", "refseg/engine/training/direct_conv_avx512.h",
              "refseg/engine/training/winograd_f2x2.h", "refseg/engine/training/winograd_f4x4.h",
              "refseg/engine/_engine.pxi", "refseg/engine/engine_kernels.h"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -6,7 +6,9 @@ For each trainable parameter θ with gradient g at step t:
     θ = θ - α m̂ / (√v̂ + ε)
 with α = 0.001, β1 = 0.9, β2 = 0.999 ([0247]); ε is not given by the patent: 1e-7 (Keras'
 default), settable. This is torch's form of the update; Keras 3 adds ε to √v instead of √v̂
-(spec reading ``R-adam``). The elementwise update runs in ``_kernels.adam_update``.
+(spec reading ``R-adam``). The elementwise update is ``AdamUpdate``, which runs
+``_kernels.adam_update``; ``Adam.step`` takes it through ``refseg.autograd.seam``, so that a
+faster implementation of the same arithmetic can be installed in its place.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from refseg.autograd.seam import op_class
 from refseg.autograd.tensor import Tensor
 from refseg.backend import kernels
 from refseg.errors import InputError
@@ -25,6 +28,30 @@ BETA_1 = 0.9
 BETA_2 = 0.999
 #: Not in the patent: Keras' default (torch's is 1e-8).
 EPSILON = 1e-7
+
+
+@implements("claim4.update")
+class AdamUpdate:
+    """The update of one parameter in place, elementwise, in the parameter's precision:
+    ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``, ``p -= lr (m / bias1) /
+    (sqrt(v / bias2) + eps)``, with ``bias_k = 1 - b_k^t`` (``_kernels.adam_update``: each
+    value widened to double, the update in double, each result rounded once).
+
+    Parameters
+    ----------
+    backend : {"cython", "numpy"}
+    """
+
+    name = "adam_update"
+
+    def __init__(self, backend="cython"):
+        self.backend = backend
+
+    def __call__(self, param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
+        """Update ``param``, ``m`` and ``v`` (1-D, C-contiguous, one dtype) in place from
+        ``grad``."""
+        kernels(self.backend).adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1,
+                                          bias2)
 
 
 @implements("claim4.update")
@@ -71,7 +98,7 @@ class Adam:
 
     def step(self):
         """One update of every trainable parameter that has a gradient."""
-        update = kernels(self.backend).adam_update
+        update = op_class(AdamUpdate)(self.backend)
         stepped = [(name, p) for name, p in zip(self.names, self.params)
                    if p.requires_grad and p.grad is not None]
         # every gradient is checked before any parameter moves: a refused step changes nothing

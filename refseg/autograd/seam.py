@@ -1,10 +1,10 @@
-"""The one place that decides how the autograd's convolutions are computed.
+"""The one place that decides how the autograd's convolutions and Adam's update are computed.
 
 Outside any block, every convolution takes the reference route of ``refseg.autograd.conv``:
-im2col and one matrix product in a fixed order, then the bias, batch norm and ReLU as written.
-A faster implementation (training's engine, ``refseg.engine.training``) offers its own op
-classes, each a subclass of a reference op with the same inputs, outputs and gradients to
-rounding, and installs them for the length of a ``with`` block (``ops_replaced``). The
+im2col and one matrix product in a fixed order, then the bias, batch norm and ReLU as written;
+Adam's update is ``refseg.autograd.optim.AdamUpdate``'s one loop. A faster implementation
+(training's engine, ``refseg.engine.training``) offers its own op classes, each a subclass
+of a reference op with the same inputs, outputs and gradients to rounding, and installs them for the length of a ``with`` block (``ops_replaced``). The
 reference never imports an implementation; an implementation reaches the reference only
 through this module.
 

@@ -1,4 +1,5 @@
-"""Training's engine: the speed code of the autograd's convolutions, apart from the reference.
+"""Training's engine: the speed code of the autograd's convolutions and of Adam's update,
+apart from the reference.
 
 - ``conv``: ``FastConv2D`` and ``FastConv2DTranspose``, subclasses of the reference ops that
   choose among four algorithms (``conv_routes``): im2col with products tiled over refseg's
@@ -7,10 +8,12 @@
   kernels (``conv_direct``, with AVX-512 row loops in ``direct_conv_avx512.c``);
 - ``threads``: the native libraries' thread counts, each step sized to the machine's load, and
   products cut for one count whatever count runs them;
+- ``optim``: ``FastAdamUpdate``, Adam's elementwise update in vector loops, bit for bit the
+  reference's (``adam_update.c``);
 - ``allocator``: glibc's thresholds, so that freed arrays' memory serves the next ones.
 
-``training_engine`` installs the convolutions for the length of a ``with`` block, through
-``refseg.autograd.seam``; the reference never imports this package.
+``training_engine`` installs the convolutions and Adam's update for the length of a ``with``
+block, through ``refseg.autograd.seam``; the reference never imports this package.
 """
 from __future__ import annotations
 
@@ -21,8 +24,9 @@ INFRASTRUCTURE = "training's engine: speed only, no claim element"
 
 @contextlib.contextmanager
 def training_engine():
-    """Within the block, the autograd's convolutions take the engine's routes, and glibc keeps
-    freed memory for the next arrays (``allocator.keep_freed_memory``, once per process). Under
+    """Within the block, the autograd's convolutions take the engine's routes and Adam's
+    update its vector loops (``replacements``), and glibc keeps freed memory for the next
+    arrays (``allocator.keep_freed_memory``, once per process). Under
     ``refseg.engine.use_engine(False)`` it changes nothing: the reference route runs.
     Yields whether the engine runs."""
     from refseg.autograd.seam import ops_replaced
@@ -32,9 +36,18 @@ def training_engine():
         yield False
         return
     from refseg.engine.training import allocator
-    from refseg.engine.training.conv import REPLACEMENTS
 
     if not allocator.considered:
         allocator.keep_freed_memory()
-    with ops_replaced(REPLACEMENTS):
+    with ops_replaced(replacements()):
         yield True
+
+
+def replacements() -> dict:
+    """{reference op class: the engine's subclass}: the convolutions (``conv``) and Adam's
+    update (``optim``)."""
+    from refseg.autograd.optim import AdamUpdate
+    from refseg.engine.training.conv import CONV_REPLACEMENTS
+    from refseg.engine.training.optim import FastAdamUpdate
+
+    return {**CONV_REPLACEMENTS, AdamUpdate: FastAdamUpdate}

@@ -321,3 +321,19 @@ def gemm_stack(a, b, b_plane, out, accumulate, tile_rows, tile_cols, parallel, s
             channel_add(plane, shift, low, high, plane)
         else:
             clamp(plane, low, high, plane)
+
+
+# ------------------------------------------------------------------------------------------
+# Twin of _adam.pxi.
+
+def vector_adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2, backend):
+    """Twin of ``_kernels.vector_adam_update`` (engine/training/_adam.pxi), for
+    ``claim4.update``: the float32 arrays widened to float64, each operation of the update
+    rounded on its own in float64 in the kernel's order, each result rounded once to float32;
+    ``backend`` (the kernel's vector unit) changes nothing here. Bit for bit the kernel's."""
+    g = np.asarray(grad, np.float64)
+    m[...] = (beta1 * np.asarray(m, np.float64) + (1.0 - beta1) * g).astype(np.float32)
+    v[...] = (beta2 * np.asarray(v, np.float64) + (1.0 - beta2) * g * g).astype(np.float32)
+    step = lr * (np.asarray(m, np.float64) / bias1) / (
+        np.sqrt(np.asarray(v, np.float64) / bias2) + eps)
+    param[...] = (np.asarray(param, np.float64) - step).astype(np.float32)

@@ -206,7 +206,7 @@ class FastConv2DTranspose(Conv2DTranspose):
 
 
 #: The reference ops and the classes that compute them on the engine's routes.
-REPLACEMENTS = {Conv2D: FastConv2D, Conv2DTranspose: FastConv2DTranspose}
+CONV_REPLACEMENTS = {Conv2D: FastConv2D, Conv2DTranspose: FastConv2DTranspose}
 
 
 @infrastructure("forces one of the equivalent convolution algorithms, to hold them to each other")
@@ -220,5 +220,5 @@ def forced_route(route: str | None):
     route : {"direct", "im2col", "winograd", "winograd4"} or None
         As ``conv_routes.forcing``; None: the engine's own choice (``conv_route``).
     """
-    with forcing(route), ops_replaced(REPLACEMENTS):
+    with forcing(route), ops_replaced(CONV_REPLACEMENTS):
         yield
