@@ -30,7 +30,9 @@ from refseg.engine.training.conv_direct import direct_backward, direct_conv
 from refseg.engine.training.conv_im2col import (im2col_conv, im2col_input_grad,
                                                 im2col_transposed_backward,
                                                 im2col_transposed_conv, im2col_weight_grad)
-from refseg.engine.training.conv_routes import WINOGRAD_TILE, conv_route, forcing
+from refseg.engine.training.conv_panels import panels_transposed_conv
+from refseg.engine.training.conv_routes import (WINOGRAD_TILE, conv_route, forcing,
+                                                transposed_route)
 from refseg.engine.training.conv_winograd import winograd_conv, winograd_weight_grad
 from refseg.engine.training.products import matmul
 
@@ -146,7 +148,8 @@ class FastConv2D(Conv2D):
 
 @implements("claim2.fusion", "claim4.propagation")
 class FastConv2DTranspose(Conv2DTranspose):
-    """Conv2DTranspose by the route of the convolution it is the adjoint of."""
+    """Conv2DTranspose by the route of the convolution it is the adjoint of; with a stride,
+    its forward pass on the inference engine's kernels where ``transposed_route`` says so."""
 
     def forward(self, ctx, x, w, b=None):
         x, (pt, pl), (ho, wo) = self._prepared(x, w, b)
@@ -170,8 +173,11 @@ class FastConv2DTranspose(Conv2DTranspose):
             return self._activated(ctx, winograd_conv(
                 x, w, True, b, flipped_pads, (ho, wo), self.backend, WINOGRAD_TILE[ctx.route],
                 self.bounds))
-        out = im2col_transposed_conv(x, w, self.strides, (pt, pl), (ho, wo), self.backend)
-        _add_bias(out, b, self.backend, self.bounds)
+        if transposed_route(w.shape, self.strides, x.dtype, x.shape, self.backend) == "panels":
+            out = panels_transposed_conv(x, w, b, self.strides, (pt, pl), (ho, wo), self.bounds)
+        else:
+            out = im2col_transposed_conv(x, w, self.strides, (pt, pl), (ho, wo), self.backend)
+            _add_bias(out, b, self.backend, self.bounds)
         ctx.save_for_backward(x.reshape(n * h * wd, cin), w)
         return self._activated(ctx, out)
 

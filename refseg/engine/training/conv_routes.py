@@ -81,6 +81,19 @@ WINOGRAD4_MIN_TILES = 160
 #: does a product with a few dozen rows faster with them as the right operand.
 TRANSPOSED_COLUMNS_MAX_ROWS = 64
 
+#: Fewest input pixels per image (H*W) of a float32 transposed convolution with a stride above
+#: 1 that takes the "panels" route (``transposed_route``). The engine's tiles hold the pixels of
+#: one image and one output parity, so on small maps its panels of weights are read again for
+#: every image and tile: the decoder's 2048 -> 720 layer at 2x7 took 58 ms there and 9 ms on
+#: im2col (batch 8, Zen 5, 2 threads), its 4x14 layers 1.1-1.2 times im2col's time, the
+#: 8x28 and 16x56 layers 0.55-0.72.
+PANELS_MIN_INPUT_PIXELS = 128
+
+#: Fewest output channels of a transposed convolution on the "panels" route: the engine's
+#: panels hold 16, and the decoder's 3-class layers (64 -> 3, 96 -> 3 at 32x112) took 3.0 ms
+#: there against 2.5 on im2col.
+PANELS_MIN_OUTPUT_CHANNELS = 16
+
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("refseg_forced_route",
                                                                      default=None)
 
@@ -162,6 +175,43 @@ def conv_route(w_shape, strides, dtype=np.float32, out_shape=None, gradient=Fals
     if n * image_tiles >= min_tiles or image_tiles >= WINOGRAD_MIN_IMAGE_TILES:
         return "winograd"
     return "im2col"
+
+
+def transposed_route(w_shape, strides, dtype, in_shape, backend="cython") -> str:
+    """How the forward pass of a transposed convolution with a stride above 1 is computed.
+
+    Parameters
+    ----------
+    w_shape : tuple of int
+        (kh, kw, Cout, Cin), Keras' Conv2DTranspose layout.
+    strides : (int, int)
+    dtype : numpy dtype
+        The input's.
+    in_shape : (int, int, int, int)
+        (N, H, W, Cin) of the input.
+    backend : {"cython", "numpy"}
+
+    Returns
+    -------
+    {"panels", "im2col"}
+        "panels" (the inference engine's indirect convolution, one per output parity, on its
+        packed panels: ``conv_panels``) for float32 on the compiled backend, a CPU whose
+        float32 products run on the engine's kernels (``products.product_kernel``), equal
+        strides, at least PANELS_MIN_INPUT_PIXELS input pixels per image and
+        PANELS_MIN_OUTPUT_CHANNELS output channels; "im2col" otherwise, and for any
+        route a ``forcing`` block forces (which holds the routes to the reference). Its
+        gradients take the im2col route's products either way.
+    """
+    from refseg.engine.training.products import product_kernel
+
+    if strides == (1, 1) or strides[0] != strides[1] or _FORCED.get() is not None or \
+            backend != "cython" or np.dtype(dtype) != np.float32:
+        return "im2col"
+    n, h, w, _ = in_shape
+    if h * w < PANELS_MIN_INPUT_PIXELS or w_shape[2] < PANELS_MIN_OUTPUT_CHANNELS or \
+            product_kernel(dtype, 1 << 20, 1 << 20) != 2:
+        return "im2col"
+    return "panels"
 
 
 def transposed_columns(input_pixels: int) -> str:
