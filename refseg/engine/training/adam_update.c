@@ -29,59 +29,34 @@ static void adam_scalar(float *p, const float *g, float *m, float *v, int64_t n,
     }
 }
 
-__attribute__((target("avx512f")))
-static void adam_avx512(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-                        double beta1, double beta2, double eps, double bias1, double bias2)
-{
-    const __m512d b1 = _mm512_set1_pd(beta1), b2 = _mm512_set1_pd(beta2);
-    const __m512d c1 = _mm512_set1_pd(1.0 - beta1), c2 = _mm512_set1_pd(1.0 - beta2);
-    const __m512d rate = _mm512_set1_pd(lr), e = _mm512_set1_pd(eps);
-    const __m512d d1 = _mm512_set1_pd(bias1), d2 = _mm512_set1_pd(bias2);
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        const __m512d gk = _mm512_cvtps_pd(_mm256_loadu_ps(g + k));
-        const __m256 mk = _mm512_cvtpd_ps(_mm512_add_pd(
-            _mm512_mul_pd(b1, _mm512_cvtps_pd(_mm256_loadu_ps(m + k))), _mm512_mul_pd(c1, gk)));
-        const __m256 vk = _mm512_cvtpd_ps(_mm512_add_pd(
-            _mm512_mul_pd(b2, _mm512_cvtps_pd(_mm256_loadu_ps(v + k))),
-            _mm512_mul_pd(_mm512_mul_pd(c2, gk), gk)));
-        _mm256_storeu_ps(m + k, mk);
-        _mm256_storeu_ps(v + k, vk);
-        const __m512d step = _mm512_div_pd(
-            _mm512_mul_pd(rate, _mm512_div_pd(_mm512_cvtps_pd(mk), d1)),
-            _mm512_add_pd(_mm512_sqrt_pd(_mm512_div_pd(_mm512_cvtps_pd(vk), d2)), e));
-        _mm256_storeu_ps(p + k, _mm512_cvtpd_ps(
-            _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(p + k)), step)));
-    }
-    adam_scalar(p + k, g + k, m + k, v + k, n - k, lr, beta1, beta2, eps, bias1, bias2);
+/* the loop above in vectors of W doubles: D is the prefix of the double vector's intrinsics
+   (DV its type), F that of the float vector of W lanes (FV) */
+#define ADAM_VECTORS(NAME, TARGET, DV, FV, W, D, F)                                           \
+TARGET static void NAME(float *p, const float *g, float *m, float *v, int64_t n, double lr,  \
+                        double beta1, double beta2, double eps, double bias1, double bias2)  \
+{                                                                                            \
+    const DV b1 = D##set1_pd(beta1), b2 = D##set1_pd(beta2);                                 \
+    const DV c1 = D##set1_pd(1.0 - beta1), c2 = D##set1_pd(1.0 - beta2);                     \
+    const DV rate = D##set1_pd(lr), e = D##set1_pd(eps);                                     \
+    const DV d1 = D##set1_pd(bias1), d2 = D##set1_pd(bias2);                                 \
+    int64_t k = 0;                                                                           \
+    for (; k + W <= n; k += W) {                                                             \
+        const DV gk = D##cvtps_pd(F##loadu_ps(g + k));                                       \
+        const FV mk = D##cvtpd_ps(D##add_pd(                                                 \
+            D##mul_pd(b1, D##cvtps_pd(F##loadu_ps(m + k))), D##mul_pd(c1, gk)));             \
+        const FV vk = D##cvtpd_ps(D##add_pd(                                                 \
+            D##mul_pd(b2, D##cvtps_pd(F##loadu_ps(v + k))), D##mul_pd(D##mul_pd(c2, gk), gk)));\
+        F##storeu_ps(m + k, mk);                                                             \
+        F##storeu_ps(v + k, vk);                                                             \
+        const DV step = D##div_pd(D##mul_pd(rate, D##div_pd(D##cvtps_pd(mk), d1)),           \
+                                  D##add_pd(D##sqrt_pd(D##div_pd(D##cvtps_pd(vk), d2)), e)); \
+        F##storeu_ps(p + k, D##cvtpd_ps(D##sub_pd(D##cvtps_pd(F##loadu_ps(p + k)), step)));  \
+    }                                                                                        \
+    adam_scalar(p + k, g + k, m + k, v + k, n - k, lr, beta1, beta2, eps, bias1, bias2);    \
 }
-
-__attribute__((target("avx2")))
-static void adam_avx2(float *p, const float *g, float *m, float *v, int64_t n, double lr,
-                      double beta1, double beta2, double eps, double bias1, double bias2)
-{
-    const __m256d b1 = _mm256_set1_pd(beta1), b2 = _mm256_set1_pd(beta2);
-    const __m256d c1 = _mm256_set1_pd(1.0 - beta1), c2 = _mm256_set1_pd(1.0 - beta2);
-    const __m256d rate = _mm256_set1_pd(lr), e = _mm256_set1_pd(eps);
-    const __m256d d1 = _mm256_set1_pd(bias1), d2 = _mm256_set1_pd(bias2);
-    int64_t k = 0;
-    for (; k + 4 <= n; k += 4) {
-        const __m256d gk = _mm256_cvtps_pd(_mm_loadu_ps(g + k));
-        const __m128 mk = _mm256_cvtpd_ps(_mm256_add_pd(
-            _mm256_mul_pd(b1, _mm256_cvtps_pd(_mm_loadu_ps(m + k))), _mm256_mul_pd(c1, gk)));
-        const __m128 vk = _mm256_cvtpd_ps(_mm256_add_pd(
-            _mm256_mul_pd(b2, _mm256_cvtps_pd(_mm_loadu_ps(v + k))),
-            _mm256_mul_pd(_mm256_mul_pd(c2, gk), gk)));
-        _mm_storeu_ps(m + k, mk);
-        _mm_storeu_ps(v + k, vk);
-        const __m256d step = _mm256_div_pd(
-            _mm256_mul_pd(rate, _mm256_div_pd(_mm256_cvtps_pd(mk), d1)),
-            _mm256_add_pd(_mm256_sqrt_pd(_mm256_div_pd(_mm256_cvtps_pd(vk), d2)), e));
-        _mm_storeu_ps(p + k, _mm256_cvtpd_ps(
-            _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(p + k)), step)));
-    }
-    adam_scalar(p + k, g + k, m + k, v + k, n - k, lr, beta1, beta2, eps, bias1, bias2);
-}
+ADAM_VECTORS(adam_avx512, __attribute__((target("avx512f"))), __m512d, __m256, 8, _mm512_,
+             _mm256_)
+ADAM_VECTORS(adam_avx2, __attribute__((target("avx2"))), __m256d, __m128, 4, _mm256_, _mm_)
 
 void refseg_adam_update_f(int backend, int threads, float *param, const float *grad,
                           float *m, float *v, int64_t n, double lr, double beta1,
