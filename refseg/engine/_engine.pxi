@@ -27,6 +27,11 @@ cdef extern from "engine_kernels.h" nogil:
                       int cout, float *y, int64_t y_image, const int32_t *out_off,
                       const float *r, int64_t r_image, const int32_t *res_off,
                       float lo, float hi, int softmax)
+    void engine_gather_c(int threads, int batch, const float *cols, int64_t cols_image,
+                         const int32_t *g_off, int pixels, int taps, const float *bias,
+                         int cout, float *y, int64_t y_image, const int32_t *out_off,
+                         const float *r, int64_t r_image, const int32_t *res_off,
+                         float lo, float hi, int softmax)
     void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, int w,
                             int c, const float *k, int kh, int kw, int stride, int pad_top,
                             int pad_left, const float *bias, float lo, float hi, float *y,
@@ -123,6 +128,30 @@ def engine_dot(const float[::1] x, Py_ssize_t x_image, const int32_t[::1] in_off
     with nogil:
         engine_dot_c(backend, threads, batch, &x[0], x_image, ip, pixels, taps, cin, &w[0],
                      &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi, softmax)
+
+
+def engine_gather(const float[::1] cols, Py_ssize_t cols_image, const int32_t[::1] g_off,
+                  Py_ssize_t pixels, Py_ssize_t taps, const float[::1] bias, Py_ssize_t cout,
+                  float[::1] y, Py_ssize_t y_image, const int32_t[::1] out_off,
+                  const float[::1] r, Py_ssize_t r_image, const int32_t[::1] res_off,
+                  float lo, float hi, Py_ssize_t batch, int threads, bint softmax):
+    """Each output the sum of its taps' columns (``g_off`` (pixels, taps) offsets into one
+    image's columns, -1 none) plus ``bias``, clamped, plus the residual, with ``softmax`` the
+    softmax over the pixel's outputs; at most ENGINE_DOT_MAX outputs."""
+    cdef const int32_t *op = NULL
+    cdef const int32_t *rp = NULL
+    cdef const float *res = NULL
+    if cout < 1 or cout > ENGINE_DOT_MAX or g_off.shape[0] < pixels * taps:
+        raise ValueError("engine_gather: outputs or offsets do not fit")
+    if out_off is not None:
+        op = &out_off[0]
+    if res_off is not None:
+        rp = &res_off[0]
+    if r is not None:
+        res = &r[0]
+    with nogil:
+        engine_gather_c(threads, batch, &cols[0], cols_image, &g_off[0], pixels, taps,
+                        &bias[0], cout, &y[0], y_image, op, res, r_image, rp, lo, hi, softmax)
 
 
 def engine_depthwise(const float[:, :, :, ::1] x, const float[:, :, ::1] k,

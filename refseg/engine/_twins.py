@@ -62,6 +62,31 @@ def engine_dot(x, x_image, in_off, pixels, taps, cin, w, bias, cout, y, y_image,
             y[where] = (values / values.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
+def engine_gather(cols, cols_image, g_off, pixels, taps, bias, cout, y, y_image, out_off, r,
+                  r_image, res_off, lo, hi, batch, threads, softmax):
+    """Each output the sum (float64) of its taps' columns, ``g_off`` (pixels, taps) offsets
+    into one image's columns (-1: none), + bias, clamped, + the residual; with ``softmax``
+    the softmax over each pixel's outputs (in float64)."""
+    offsets = np.asarray(g_off).reshape(pixels, taps)
+    cols = np.asarray(cols)
+    outputs = np.arange(pixels) * cout if out_off is None else np.asarray(out_off)
+    for n in range(batch):
+        image = np.append(np.asarray(cols[n * cols_image:(n + 1) * cols_image], np.float64),
+                          np.zeros(cout))
+        starts = np.where(offsets < 0, cols_image, offsets)   # -1 reads the zeros appended
+        sums = image[starts[:, :, None] + np.arange(cout)].sum(axis=1)
+        values = np.clip(sums + np.asarray(bias, np.float64)[:cout], lo, hi)
+        where = n * y_image + outputs[:, None] + np.arange(cout)
+        if r is not None:
+            reads = outputs if res_off is None else np.asarray(res_off)
+            values = values + np.asarray(r)[n * r_image + reads[:, None] + np.arange(cout)]
+        y[where] = values.astype(np.float32)
+        if softmax:
+            values = y[where].astype(np.float64)
+            values = np.exp(values - values.max(axis=1, keepdims=True))
+            y[where] = (values / values.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
 def _one_panel(weights):
     """Weights (taps, cin, cout <= 16) as one panel of 16 output channels, flat."""
     taps, cin, cout = weights.shape

@@ -780,6 +780,75 @@ void engine_dot_c(int backend, int threads, int batch,
     free(zeros);
 }
 
+/* ---- few output channels: the columns' gather -------------------------------------------
+ * A transposed convolution with few output channels as a 1x1 convolution and a gather: the
+ * caller computes every tap's products at once, cols[n, i, tap * cout + o] = sum_c x[n, i, c]
+ * w[tap, c, o] (engine_conv_c on a 1x1 kernel of taps * cout output channels, whose panels
+ * are then mostly full), and this kernel forms each output as the sum of its taps' columns,
+ * out = clamp(bias + sum_t cols[g_off[p, t] + o]) (+ residual), the taps in table order
+ * (g_off -1: none), each sum started from 0 in float32; then dot_write's epilogue (softmax
+ * included). */
+#define GATHER_CHUNK 256
+/* one chunk of pixels, the output count a constant (the loops unrolled, the sums in
+ * registers); the epilogue as dot_write's */
+#define GATHER_PIXELS(COUT)                                                                   \
+static void gather_pixels_##COUT(const float *cn, const int32_t *g_off, int p0, int p1,       \
+                                 int taps, const float *bias, float *yn,                     \
+                                 const int32_t *out_off, const float *rn,                    \
+                                 const int32_t *res_off, float lo, float hi, int softmax)    \
+{                                                                                            \
+    for (int p = p0; p < p1; p++) {                                                          \
+        const int32_t *offs = g_off + (int64_t)p * taps;                                     \
+        float sums[COUT];                                                                    \
+        for (int o = 0; o < COUT; o++)                                                       \
+            sums[o] = 0.0f;                                                                  \
+        for (int t = 0; t < taps; t++) {                                                     \
+            if (offs[t] < 0)                                                                 \
+                continue;                                                                    \
+            const float *c = cn + offs[t];                                                   \
+            for (int o = 0; o < COUT; o++)                                                   \
+                sums[o] += c[o];                                                             \
+        }                                                                                    \
+        const int64_t at = out_off ? out_off[p] : (int64_t)p * COUT;                         \
+        const float *res = rn ? rn + (res_off ? res_off[p] : at) : NULL;                     \
+        if (softmax) {                                                                       \
+            dot_write(sums, bias, COUT, yn + at, res, lo, hi, 1);                            \
+            continue;                                                                        \
+        }                                                                                    \
+        float *out = yn + at;                                                                \
+        for (int o = 0; o < COUT; o++) {                                                     \
+            const float v = clampf(sums[o] + bias[o], lo, hi);                               \
+            out[o] = res ? v + res[o] : v;                                                   \
+        }                                                                                    \
+    }                                                                                        \
+}
+GATHER_PIXELS(1) GATHER_PIXELS(2) GATHER_PIXELS(3) GATHER_PIXELS(4)
+GATHER_PIXELS(5) GATHER_PIXELS(6) GATHER_PIXELS(7) GATHER_PIXELS(8)
+typedef void (*GatherPixels)(const float *, const int32_t *, int, int, int, const float *,
+                             float *, const int32_t *, const float *, const int32_t *, float,
+                             float, int);
+static const GatherPixels GATHER[ENGINE_DOT_MAX] = {
+    gather_pixels_1, gather_pixels_2, gather_pixels_3, gather_pixels_4,
+    gather_pixels_5, gather_pixels_6, gather_pixels_7, gather_pixels_8};
+
+void engine_gather_c(int threads, int batch, const float *cols, int64_t cols_image,
+                     const int32_t *g_off, int pixels, int taps, const float *bias, int cout,
+                     float *y, int64_t y_image, const int32_t *out_off,
+                     const float *r, int64_t r_image, const int32_t *res_off,
+                     float lo, float hi, int softmax)
+{
+    const GatherPixels run = GATHER[cout - 1];
+    const int64_t chunks = (pixels + GATHER_CHUNK - 1) / GATHER_CHUNK;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t item = 0; item < chunks * batch; item++) {
+        const int64_t n = item / chunks;
+        const int p0 = (int)(item % chunks) * GATHER_CHUNK;
+        const int p1 = p0 + GATHER_CHUNK < pixels ? p0 + GATHER_CHUNK : pixels;
+        run(cols + n * cols_image, g_off, p0, p1, taps, bias, y + n * y_image, out_off,
+            r ? r + n * r_image : NULL, res_off, lo, hi, softmax);
+    }
+}
+
 /* ---- depthwise ------------------------------------------------------------------------- */
 /* out[n, i, j, c] = clamp(bias[c] + sum_{a, b} x[n, i*s - pt + a, j*s - pl + b, c] k[a, b, c]),
  * reads outside x being zero; the taps summed in the order a, b. One output row per job. */

@@ -39,6 +39,14 @@ void engine_dot_c(int backend, int threads, int batch,
                   const float *r, int64_t r_image, const int32_t *res_off,
                   float lo, float hi, int softmax);
 
+/* out[p, o] = clamp(bias[o] + sum over t of cols[g_off[p, t] + o]) (+ residual), a
+ * transposed convolution's taps gathered from its columns (see engine_kernels.c) */
+void engine_gather_c(int threads, int batch, const float *cols, int64_t cols_image,
+                     const int32_t *g_off, int pixels, int taps, const float *bias, int cout,
+                     float *y, int64_t y_image, const int32_t *out_off,
+                     const float *r, int64_t r_image, const int32_t *res_off,
+                     float lo, float hi, int softmax);
+
 void engine_depthwise_c(int backend, int threads, const float *x, int n, int h, int w, int c,
                         const float *k, int kh, int kw, int stride, int pad_top, int pad_left,
                         const float *bias, float lo, float hi, float *y, int ho, int wo);

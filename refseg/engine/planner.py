@@ -21,10 +21,12 @@ layer, or each chain of layers whose intermediate values nothing else reads, int
 
 Algorithms (``runtime.ALGORITHMS``): each convolution step's tiles can run in two loop orders
 of the panel micro-kernel, a step of at most ``runtime.DOT_MAX`` output channels (the
-decoder's 3-class layers) also as one dot product per output, and a stride-1 3x3 convolution
+decoder's 3-class layers) also as one dot product per output and, if it is a transposed
+convolution, as the columns of all its taps gathered per output; a stride-1 3x3 convolution
 also by Winograd F(2x2, 3x3). ``mode="measure"`` times each on this machine at batch 1 (the
 better of ``MEASURE_REPEATS`` calls each, FFTW's ``FFTW_MEASURE`` in spirit) and keeps the
-fastest; ``mode="estimate"`` takes the dot products where they run, Winograd on maps of at
+fastest; ``mode="estimate"`` takes the columns where they run, else the dot products where
+they run, Winograd on maps of at
 least ``WINOGRAD_MIN_MAP`` pixels a side, else the order that keeps the larger operand in
 place (``estimated_order``; it agreed with the faster order, timed on one thread, on the
 decoder's large layers); ``choices={name: algorithm}`` replays a plan's ``choices``. A plan
@@ -276,13 +278,18 @@ def compile_steps(graph, outputs, input_hw) -> list:
 
 @infrastructure("the engine's choice of loop order")
 def estimated_order(step: ConvStep, input_bytes: int, winograd: bool = True) -> str:
-    """The dot products for few output channels; Winograd for a stride-1 3x3 convolution on
+    """For few output channels, the columns of a transposed convolution's taps (at 224x224,
+    Zen 5, 2 threads: the decoder's 3-class layers 0.6-0.8 of the dot products' time at batch
+    1, 0.33-0.5 at batch 8, the 3 -> 3 prediction layer 0.7 and 1.04) or else the dot
+    products; Winograd for a stride-1 3x3 convolution on
     a map of at least ``WINOGRAD_MIN_MAP`` pixels a side (on smaller maps the tiles past the
     edge and the transforms eat much of its saving); else the order that keeps the larger
     operand in place: with more input activations (``input_bytes``, one image) than packed
     weights, the tiles of a thread walk the panels of one pixel tile (its inputs stay in L1,
     the weights stream from L2), otherwise the pixel tiles of one panel (the panel stays, the
     activations stream)."""
+    if "columns" in step.algorithms:
+        return "columns"
     if "dot" in step.algorithms:
         return "dot"
     if winograd and "winograd" in step.algorithms and \

@@ -60,10 +60,13 @@ _THREADS = contextvars.ContextVar("refseg_engine_threads", default=None)
 
 #: Algorithms of a convolution (engine_kernels.c): the micro-kernel on panels of 16 output
 #: channels, its tiles walking the panels of one pixel tile or the pixel tiles of one panel;
-#: for at most DOT_MAX output channels, one dot product per output; for a stride-1 3x3
-#: convolution, Winograd F(2x2, 3x3) (16 products per 2x2 outputs and channel pair, not 36).
+#: for at most DOT_MAX output channels, one dot product per output; for a transposed
+#: convolution of at most DOT_MAX output channels, "columns": every tap's products at once as
+#: a 1x1 convolution of taps x Cout output channels (full panels), each output then the sum of
+#: its taps' columns (engine_gather_c); for a stride-1 3x3 convolution, Winograd F(2x2, 3x3)
+#: (16 products per 2x2 outputs and channel pair, not 36).
 ORDERS = ("pixels-outer", "panels-outer")
-ALGORITHMS = (*ORDERS, "dot", "winograd")
+ALGORITHMS = (*ORDERS, "dot", "columns", "winograd")
 #: The most output channels of the "dot" algorithm (engine_kernels.h, ENGINE_DOT_MAX).
 DOT_MAX = 8
 
@@ -156,7 +159,8 @@ class Phase:
     ``in_off`` (P, taps) int32 input offsets per image (-1: zeros) or None (pixel p reads
     p * cin); ``out_off`` (P,) int32 output offsets or None (p * cout); ``packed`` the
     weights (panels * taps * cin * 16,) float32 and ``dot`` the same weights (taps * cout *
-    cin,) for the dot-product kernel (None where unused)."""
+    cin,) for the dot-product kernel (None where unused); ``g_off`` (P, taps) int32, for the
+    "columns" algorithm, the offset of each tap's columns in one image's columns (-1: none)."""
 
     pixels: int
     taps: int
@@ -165,6 +169,7 @@ class Phase:
     in_off: np.ndarray | None = None
     out_off: np.ndarray | None = None
     dot: np.ndarray | None = None
+    g_off: np.ndarray | None = None
 
     def __post_init__(self):
         if self.in_off is not None:  # the kernels read the table flat
@@ -172,8 +177,14 @@ class Phase:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.packed, self.dot, self.in_off, self.out_off)
-                   if a is not None)
+        return sum(a.nbytes for a in (self.packed, self.dot, self.in_off, self.out_off,
+                                      self.g_off) if a is not None)
+
+    def taps_kernel(self, cout: int) -> np.ndarray:
+        """This phase's weights (taps, cin, cout) float32, from whichever form it holds."""
+        if self.dot is not None:
+            return self.dot.reshape(self.taps, cout, self.cin).transpose(0, 2, 1)
+        return panels.unpacked_panels(self.packed, self.taps, self.cin, cout)
 
 
 @dataclass
@@ -200,14 +211,18 @@ class ConvStep:
     winograd_pads: tuple[int, int] | None = None
     #: the Winograd weights (panels.winograd_weights), built when first needed
     winograd: np.ndarray | None = None
+    #: the "columns" algorithm's 1x1 kernel (every phase's taps side by side, packed), built
+    #: when first needed
+    columns: np.ndarray | None = None
     #: a second output, ``clamp(out * scale + shift, lo, hi)`` (a batch norm and ReLU that
     #: read this step's output): (its name, scale and shift padded to whole panels, lo, hi)
     second: tuple[str, np.ndarray, np.ndarray, float, float] | None = None
 
     @property
     def nbytes(self) -> int:
-        return self.bias.nbytes + sum(phase.nbytes for phase in self.phases) + (
-            0 if self.winograd is None else self.winograd.nbytes) + self._second_bytes()
+        return self.bias.nbytes + sum(phase.nbytes for phase in self.phases) + sum(
+            0 if a is None else a.nbytes for a in (self.winograd, self.columns)) + \
+            self._second_bytes()
 
     def _second_bytes(self) -> int:
         return 0 if self.second is None else self.second[1].nbytes + self.second[2].nbytes
@@ -222,8 +237,14 @@ class ConvStep:
         """The algorithms this step can run."""
         if self.second is not None:  # the panel kernels' epilogue alone writes it
             return ORDERS
-        return (*ORDERS, *(("dot",) if self.out_shape[2] <= DOT_MAX else ()),
+        few = self.out_shape[2] <= DOT_MAX
+        return (*ORDERS, *(("dot",) if few else ()),
+                *(("columns",) if few and self.kind == "transposed" else ()),
                 *(("winograd",) if self.winograd_pads is not None else ()))
+
+    def _column_count(self) -> int:
+        """Columns per input pixel of the "columns" algorithm: every phase's taps x Cout."""
+        return sum(phase.taps for phase in self.phases) * self.out_shape[2]
 
     def _panels(self) -> int:
         return -(-self.out_shape[2] // 16)
@@ -233,6 +254,11 @@ class ConvStep:
         if algorithm == "winograd":
             return self.bias.nbytes + 16 * self._panels() * 16 * self.phases[0].cin * 4
         cout = self.out_shape[2]
+        if algorithm == "columns":
+            tables = sum(p.pixels * p.taps * 4 + (0 if p.out_off is None else p.out_off.nbytes)
+                         for p in self.phases)
+            return self.bias.nbytes + -(-self._column_count() // 16) * 16 * \
+                self.phases[0].cin * 4 + tables
         weights = sum(p.taps * p.cin * (cout if algorithm == "dot" else self._panels() * 16)
                       for p in self.phases) * 4
         tables = sum(a.nbytes for p in self.phases for a in (p.in_off, p.out_off)
@@ -241,8 +267,11 @@ class ConvStep:
 
     def scratch_bytes(self, batch: int = 1, algorithm: str | None = None) -> int:
         """The bytes of scratch one call on ``batch`` images allocates on ``algorithm`` (by
-        default the step's own): Winograd's tiles."""
-        if (algorithm or self.order) != "winograd":
+        default the step's own): Winograd's tiles, or the columns of every tap."""
+        algorithm = algorithm or self.order
+        if algorithm == "columns":
+            return batch * self._input_pixels() * self._column_count() * 4
+        if algorithm != "winograd":
             return 0
         from refseg import _kernels
         ho, wo, cout = self.out_shape
@@ -250,10 +279,33 @@ class ConvStep:
         chunk = _kernels.engine_winograd_chunk(batch, ho, wo, cin, cout)
         return 16 * chunk * (cin + self._panels() * 16) * 4
 
+    def _input_pixels(self) -> int:
+        """Pixels of one input image: the tables give it (the largest input offset over Cin,
+        plus one), read once, before settling on "columns" drops them."""
+        if getattr(self, "_pixels_in", None) is None:
+            self._pixels_in = max(int(p.in_off.max()) for p in self.phases
+                                  if p.in_off is not None) // self.phases[0].cin + 1
+        return self._pixels_in
+
     def prepare(self, algorithm: str) -> None:
-        """Build the weights ``algorithm`` reads if they are not there (Winograd's are made
-        from the packed panels on first use: a plan that does not choose it never holds
-        both)."""
+        """Build the weights ``algorithm`` reads if they are not there (Winograd's and the
+        columns' are made from the packed panels on first use: a plan that does not choose
+        them never holds both)."""
+        if algorithm == "columns" and self.columns is None:
+            self._input_pixels()
+            cout, count = self.out_shape[2], self._column_count()
+            kernels = [phase.taps_kernel(cout) for phase in self.phases]
+            # one 1x1 kernel (1, cin, taps x cout): column block j is the j-th tap overall
+            side_by_side = np.concatenate(kernels).transpose(1, 0, 2).reshape(
+                1, self.phases[0].cin, count)
+            self.columns = panels.pack_panels(side_by_side)
+            first = 0
+            for phase in self.phases:
+                pixel = phase.in_off.reshape(phase.pixels, phase.taps) // phase.cin
+                block = (first + np.arange(phase.taps))[None, :] * cout
+                phase.g_off = np.where(phase.in_off.reshape(phase.pixels, phase.taps) < 0, -1,
+                                       pixel * count + block).astype(np.int32).reshape(-1)
+                first += phase.taps
         if algorithm == "winograd" and self.winograd is None:
             phase = self.phases[0]
             kernel = panels.unpacked_panels(phase.packed, phase.taps, phase.cin,
@@ -266,8 +318,12 @@ class ConvStep:
         self.order = algorithm
         if algorithm != "winograd":
             self.winograd = None
+        if algorithm != "columns":
+            self.columns = None
         for phase in self.phases:
-            if algorithm == "winograd":
+            if algorithm != "columns":
+                phase.g_off = None
+            if algorithm in ("winograd", "columns"):
                 phase.packed = phase.dot = phase.in_off = None
             elif algorithm == "dot":
                 phase.packed = None
@@ -300,6 +356,10 @@ class ConvStep:
         flat_x, flat_y = x.reshape(-1), y.reshape(-1)
         flat_r = None if r is None else r.reshape(-1)
         x_image, y_image = x[0].size, y[0].size
+        if self.order == "columns":
+            self._run_columns(kernels, code, threads, flat_x, x_image, n, flat_y, y_image,
+                              flat_r)
+            return y
         for phase in self.phases:
             if self.order == "dot":
                 kernels.engine_dot(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
@@ -317,6 +377,23 @@ class ConvStep:
             np.exp(y, out=y)
             y /= y.sum(axis=-1, keepdims=True)
         return y if y2 is None else (y, y2)
+
+
+    def _run_columns(self, kernels, code, threads, flat_x, x_image, n, flat_y, y_image, flat_r):
+        """The "columns" algorithm: every tap's products as one 1x1 convolution, then each
+        output gathered from its taps' columns with the epilogue."""
+        cin, cout, count = self.phases[0].cin, self.out_shape[2], self._column_count()
+        pixels = x_image // cin
+        cols = np.empty(n * pixels * count, np.float32)
+        zeros = np.zeros(-(-count // 16) * 16, np.float32)
+        kernels.engine_conv(flat_x, x_image, None, pixels, 1, cin, self.columns, zeros, count,
+                            cols, pixels * count, None, None, pixels * count, None, -np.inf,
+                            np.inf, n, code, threads, ORDERS.index("pixels-outer"))
+        for phase in self.phases:
+            kernels.engine_gather(cols, pixels * count, phase.g_off, phase.pixels, phase.taps,
+                                  self.bias, cout, flat_y, y_image, phase.out_off, flat_r,
+                                  y_image, phase.out_off, self.lo, self.hi, n, threads,
+                                  self.softmax)
 
 
 @dataclass

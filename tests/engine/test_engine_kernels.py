@@ -144,6 +144,59 @@ def test_engine_dot_matches_its_twin_within_the_summation_bound(backend, cin, co
     assert (np.abs(got - want).reshape(-1, cout) <= 2 * scale + 8 * UNIT_ROUNDOFF).all()
 
 
+@pytest.mark.parametrize("cout,taps,residual,softmax", [(3, 4, False, False), (3, 9, True, True),
+                                                      (8, 2, True, False), (1, 1, False, True)])
+def test_engine_gather_matches_its_twin_within_the_summation_bound(cout, taps, residual,
+                                                                    softmax):
+    """Each output a float32 sum of its taps' columns from 0 (some taps absent, -1), + bias,
+    clamped, + residual: within (taps + 3) u (sum |terms| + |b| + |r|) of the float64 twin;
+    the softmax within a few roundings of it; 1 and 2 threads the same bits."""
+    rng = np.random.default_rng(taps * 10 + cout)
+    pixels, count, batch = 300, 9 * cout, 2
+    cols = rng.normal(0, 1, batch * 150 * count).astype(np.float32)
+    g_off = (rng.integers(0, 150, (pixels, taps)) * count
+             + rng.integers(0, 9, (pixels, taps)) * cout).astype(np.int32)
+    g_off[rng.random((pixels, taps)) < 0.2] = -1
+    out_off = (rng.permutation(pixels) * cout).astype(np.int32)
+    bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
+    size = pixels * cout
+    r = rng.normal(0, 1, batch * size).astype(np.float32) if residual else None
+    lo, hi = (-np.inf, np.inf) if softmax else (0.0, 2.0)
+    args = (cols, 150 * count, g_off.reshape(-1), pixels, taps, bias, cout)
+    results = []
+    for threads in (1, 2):
+        got = np.full(batch * size, np.nan, np.float32)
+        _kernels.engine_gather(*args, got, size, out_off, r, size, out_off, lo, hi, batch,
+                               threads, softmax)
+        results.append(got)
+    assert np.array_equal(results[0], results[1]) and not np.isnan(results[0]).any()
+    want = np.full(batch * size, np.nan, np.float32)
+    _twins.engine_gather(*args, want, size, out_off, r, size, out_off, lo, hi, batch, 2,
+                         softmax)
+    magnitude = np.zeros_like(want)
+    _twins.engine_gather(np.abs(cols), *args[1:5], np.abs(bias), cout, magnitude, size,
+                         out_off, None if r is None else np.abs(r), size, out_off, -np.inf,
+                         np.inf, batch, 1, False)
+    bound = (taps + 3) * UNIT_ROUNDOFF * magnitude.astype(np.float64) * 1.01
+    if softmax:
+        np.testing.assert_allclose(results[0].reshape(-1, cout).sum(axis=1), 1.0, atol=1e-6)
+        scale = bound.reshape(-1, cout).max(axis=1, keepdims=True)
+        assert (np.abs(results[0] - want).reshape(-1, cout) <= 2 * scale
+                + 8 * UNIT_ROUNDOFF).all()
+    else:
+        assert (np.abs(results[0].astype(np.float64) - want) <= bound + 1e-30).all()
+
+
+def test_engine_gather_refuses_what_does_not_fit():
+    y = np.zeros(9, np.float32)
+    with pytest.raises(ValueError, match="do not fit"):
+        _kernels.engine_gather(y, 9, np.zeros(2, np.int32), 3, 1, np.zeros(16, np.float32), 9,
+                               y, 9, None, None, 9, None, -np.inf, np.inf, 1, 1, False)
+    with pytest.raises(ValueError, match="do not fit"):
+        _kernels.engine_gather(y, 9, np.zeros(2, np.int32), 3, 1, np.zeros(16, np.float32), 3,
+                               y, 9, None, None, 9, None, -np.inf, np.inf, 1, 1, False)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_engine_conv_writes_through_output_offsets_only_where_told(backend):
     """A transposed convolution's phases write their own pixels: the others keep their
@@ -291,4 +344,4 @@ def test_every_engine_kernel_has_a_twin_of_its_name():
              if not name.startswith("_") and inspect.isfunction(value)
              and value.__module__ == _twins.__name__}
     assert kernels == twins == {"engine_conv", "engine_dot", "engine_depthwise", "engine_affine",
-                                "engine_winograd", "engine_max_pool"}
+                                "engine_winograd", "engine_max_pool", "engine_gather"}

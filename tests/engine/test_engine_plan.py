@@ -145,10 +145,10 @@ def test_a_plan_replays_its_choices_and_refuses_choices_of_another_model(network
     measured = engine.plan(model, mode="measure")
     assert set(measured.choices) == set(plan.choices)
     assert set(measured.choices.values()) <= {"pixels-outer", "panels-outer", "dot",
-                                              "winograd"}
+                                              "columns", "winograd"}
     assert engine.plan(model, choices=measured.choices).choices == measured.choices
     swap = {"pixels-outer": "panels-outer", "panels-outer": "pixels-outer", "dot": "dot",
-            "winograd": "winograd"}
+            "columns": "columns", "winograd": "winograd"}
     flipped = {name: swap[order] for name, order in measured.choices.items()}
     replayed = engine.plan(model, choices=flipped)
     assert replayed.choices == flipped and replayed.mode == "replay"
@@ -163,6 +163,32 @@ def test_a_plan_replays_its_choices_and_refuses_choices_of_another_model(network
     panels = {name: "pixels-outer" for name in flipped}
     on_panels = engine.plan(model, choices=panels).predict(x)
     assert float(np.abs(on_panels - measured.predict(x)).max()) <= PROBABILITY_TOLERANCE
+
+
+def test_the_columns_and_the_dot_products_hold_the_tolerances_within_the_memory_limit(network):
+    """The decoder's 3-class transposed convolutions run as the columns of their taps (the
+    estimate's choice) or as dot products: each step within the layer tolerance, the network
+    within the probability tolerance, either way."""
+    model, x, reference, plan = network
+    few = {step.name: step for step in plan.steps
+           if isinstance(step, ConvStep) and "columns" in step.algorithms}
+    assert set(few) == {"x11", "x23", "prediction"}
+    assert {name: plan.choices[name] for name in few} == \
+        {"x11": "columns", "x23": "columns", "prediction": "columns"}
+    for choice in ("columns", "dot"):
+        other = engine.plan(model, choices={**plan.choices, **{name: choice for name in few}})
+        assert other.memory()["plan"] <= 1.3 * other.memory()["model_weights"]
+        for portable in KERNELS:
+            with _kernels(portable.values[0]):
+                for step in other.steps:
+                    if step.name in few:
+                        assert step.order == choice
+                        got = step.run({name: reference[name] for name in step.inputs})
+                        want = reference[step.name]
+                        error = float(np.abs(got - want).max()) / float(np.abs(want).max())
+                        assert error <= LAYER_TOLERANCE, (step.name, choice, error)
+                got = other.predict(x, batch_size=2)
+            assert float(np.abs(got - reference[model.OUTPUT]).max()) <= PROBABILITY_TOLERANCE
 
 
 def _winograd_everywhere(model, estimated):
