@@ -261,8 +261,8 @@ TIMED_RUNS = 5
 RECHECK_EVERY = 8
 
 #: The share of the time that more threads must save, by mean, to be chosen over fewer
-#: beside other processes (their median must be lower too): a thread that saves nothing only
-#: takes its core's time from them.
+#: beside other processes (and each of their kept runs must beat the median of the fewer
+#: threads' runs): a thread that saves nothing only takes its core's time from them.
 MORE_THREADS_GAIN = 0.05
 
 #: Kinds of run whose timings are kept at most (then all are forgotten and measured anew).
@@ -290,12 +290,14 @@ class ThreadChoice:
     loop, a batch-1 prediction took 6 % longer on 2 threads than on 1; beside a neighbour
     computing in bursts on 2 threads, a batch-8 prediction took 18 % less time on 2. So the
     counts are timed, not assumed. More threads must win by their mean, the time a long job
-    spends per run, and by their median: beside a neighbour running 2-thread NumPy products,
-    a batch-1 prediction's runs on 2 threads of a Zen 5 were bimodal (105-107 ms at best,
-    171-173 by median, against 135-148 on 1 thread); a median of three hid the slow ones, and
-    a mean of five with one or two slow runs among them chose 2 threads in one run of the
-    benchmark (1.18 times one thread's time). Fewer threads need only not lose: the target is
-    never to be slower than one thread."""
+    spends per run, and in every one of their kept runs against the median of the fewer
+    threads' runs: beside a neighbour running NumPy products on 2 threads, a batch-1
+    prediction's runs on 2 threads of a Zen 5 were bimodal (105-111 ms at best, 147-173 by
+    median, against 119-148 on 1 thread); a median of three hid the slow ones, a mean of five
+    with one or two slow runs among them chose 2 threads in one run of the benchmark (1.18
+    times one thread's time), and their median as well in another (1.24, beside a neighbour
+    computing in bursts). Fewer threads need only not lose: the target is never to be slower
+    than one thread."""
 
     def __init__(self):
         self.seconds: dict[int, collections.deque] = {}
@@ -304,7 +306,7 @@ class ThreadChoice:
     def pick(self, candidates) -> int:
         """The count to run next, of two: each in turn until it has TIMED_RUNS timings, then
         the one with more threads if its mean time is MORE_THREADS_GAIN below the other's and
-        its median below the other's, else the one with fewer; every RECHECK_EVERY-th run
+        its slowest kept run faster than the other's median, else the one with fewer; every RECHECK_EVERY-th run
         after that, the count not chosen."""
         for threads in candidates:
             if len(self.seconds.get(threads, ())) < TIMED_RUNS:
@@ -312,9 +314,8 @@ class ThreadChoice:
         self.loaded_runs += 1
         fewer, more = sorted(candidates)
         mean = {t: mean_seconds(self.seconds[t]) for t in (fewer, more)}
-        median = {t: median_seconds(self.seconds[t]) for t in (fewer, more)}
         faster = (mean[more] < (1 - MORE_THREADS_GAIN) * mean[fewer]
-                  and median[more] < median[fewer])
+                  and max(self.seconds[more]) < median_seconds(self.seconds[fewer]))
         chosen, other = (more, fewer) if faster else (fewer, more)
         return other if self.loaded_runs % RECHECK_EVERY == 0 else chosen
 
