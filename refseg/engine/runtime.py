@@ -217,6 +217,8 @@ class ConvStep:
     #: a second output, ``clamp(out * scale + shift, lo, hi)`` (a batch norm and ReLU that
     #: read this step's output): (its name, scale and shift padded to whole panels, lo, hi)
     second: tuple[str, np.ndarray, np.ndarray, float, float] | None = None
+    #: pixels of one input image, read from the offset tables before "columns" drops them
+    _pixels_in: int | None = field(default=None, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -282,7 +284,7 @@ class ConvStep:
     def _input_pixels(self) -> int:
         """Pixels of one input image: the tables give it (the largest input offset over Cin,
         plus one), read once, before settling on "columns" drops them."""
-        if getattr(self, "_pixels_in", None) is None:
+        if self._pixels_in is None:
             self._pixels_in = max(int(p.in_off.max()) for p in self.phases
                                   if p.in_off is not None) // self.phases[0].cin + 1
         return self._pixels_in

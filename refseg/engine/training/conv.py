@@ -4,7 +4,9 @@
 reference ``Conv2D`` and ``Conv2DTranspose`` (``refseg.autograd.conv``) and compute them by the
 route ``conv_routes.conv_route`` chooses: im2col and products tiled over refseg's threads
 (``conv_im2col``, ``products``), Winograd F(2x2, 3x3) and F(4x4, 3x3) (``conv_winograd``) or the
-compiled direct kernels (``conv_direct``); the gradients are routed on their own. The bias, a
+compiled direct kernels (``conv_direct``); the gradients are routed on their own. A strided
+transposed convolution's forward pass takes the inference engine's panel kernels where
+``conv_routes.transposed_route`` says so (``conv_panels``). The bias, a
 folded batch norm and a ReLU are applied in the product's tiles or the Winograd output
 transform where the route allows. They agree with the reference to float rounding; their bits
 depend on the route and the CPU's vector units, and, for products left to BLAS, on the thread
