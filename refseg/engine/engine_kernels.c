@@ -586,15 +586,18 @@ int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda,
 static inline void dot_write(float *sums, const float *bias, int cout, float *out,
                              const float *res, float lo, float hi, int softmax)
 {
+    if (!softmax) {  /* straight to the output: no pass through sums */
+        for (int o = 0; o < cout; o++) {
+            const float v = clampf(sums[o] + bias[o], lo, hi);
+            out[o] = res ? v + res[o] : v;
+        }
+        return;
+    }
     float top = -INFINITY, total = 0.0f;
     for (int o = 0; o < cout; o++) {
         float v = clampf(sums[o] + bias[o], lo, hi);
         sums[o] = res ? v + res[o] : v;
         top = sums[o] > top ? sums[o] : top;
-    }
-    if (!softmax) {
-        memcpy(out, sums, (size_t)cout * sizeof(float));
-        return;
     }
     for (int o = 0; o < cout; o++) {
         sums[o] = expf(sums[o] - top);
@@ -790,7 +793,7 @@ void engine_dot_c(int backend, int threads, int batch,
  * included). */
 #define GATHER_CHUNK 256
 /* one chunk of pixels, the output count a constant (the loops unrolled, the sums in
- * registers); the epilogue as dot_write's */
+ * registers, dot_write inlined with it) */
 #define GATHER_PIXELS(COUT)                                                                   \
 static void gather_pixels_##COUT(const float *cn, const int32_t *g_off, int p0, int p1,       \
                                  int taps, const float *bias, float *yn,                     \
@@ -810,16 +813,8 @@ static void gather_pixels_##COUT(const float *cn, const int32_t *g_off, int p0, 
                 sums[o] += c[o];                                                             \
         }                                                                                    \
         const int64_t at = out_off ? out_off[p] : (int64_t)p * COUT;                         \
-        const float *res = rn ? rn + (res_off ? res_off[p] : at) : NULL;                     \
-        if (softmax) {                                                                       \
-            dot_write(sums, bias, COUT, yn + at, res, lo, hi, 1);                            \
-            continue;                                                                        \
-        }                                                                                    \
-        float *out = yn + at;                                                                \
-        for (int o = 0; o < COUT; o++) {                                                     \
-            const float v = clampf(sums[o] + bias[o], lo, hi);                               \
-            out[o] = res ? v + res[o] : v;                                                   \
-        }                                                                                    \
+        dot_write(sums, bias, COUT, yn + at, rn ? rn + (res_off ? res_off[p] : at) : NULL,     \
+                  lo, hi, softmax);                                                          \
     }                                                                                        \
 }
 GATHER_PIXELS(1) GATHER_PIXELS(2) GATHER_PIXELS(3) GATHER_PIXELS(4)

@@ -142,14 +142,23 @@ def backend_name() -> str:
     return ("portable", "avx2", "avx512")[_kernels.engine_cpu_backend()]
 
 
+#: The C kernels' code of each backend (engine_kernels.h: ENGINE_PORTABLE, _AVX2, _AVX512).
+BACKEND_CODES = {"portable": 0, "avx2": 1, "avx512": 2}
+
+
+def backend_code() -> int:
+    """The C kernels' code of the backend the engine runs now (0 for the twins, which take
+    no vector unit)."""
+    return BACKEND_CODES.get(backend_name(), 0)
+
+
 def _kernels_and_code():
     """(module holding the engine kernels, backend code for the C kernels)."""
-    kind = _KERNELS.get()
-    if kind == "twin":
+    if _KERNELS.get() == "twin":
         from refseg.engine import _twins
         return _twins, 0
     from refseg import _kernels
-    return _kernels, {"portable": 0, "avx2": 1}.get(kind, _kernels.engine_cpu_backend())
+    return _kernels, backend_code()
 
 
 @dataclass

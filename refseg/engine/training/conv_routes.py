@@ -202,14 +202,18 @@ def transposed_route(w_shape, strides, dtype, in_shape, backend="cython") -> str
         route a ``forcing`` block forces (which holds the routes to the reference). Its
         gradients take the im2col route's products either way.
     """
-    from refseg.engine.training.products import product_kernel
+    from refseg.engine.training.products import (ENGINE_MIN_COLUMNS, ENGINE_MIN_ROWS,
+                                                 product_kernel)
 
     if strides == (1, 1) or strides[0] != strides[1] or _FORCED.get() is not None or \
             backend != "cython" or np.dtype(dtype) != np.float32:
         return "im2col"
-    n, h, w, _ = in_shape
-    if h * w < PANELS_MIN_INPUT_PIXELS or w_shape[2] < PANELS_MIN_OUTPUT_CHANNELS or \
-            product_kernel(dtype, 1 << 20, 1 << 20) != 2:
+    _, h, w, _ = in_shape
+    if h * w < PANELS_MIN_INPUT_PIXELS or w_shape[2] < PANELS_MIN_OUTPUT_CHANNELS:
+        return "im2col"
+    # where a large float32 product would run on the engine's AVX-512 kernels (the CPU, the
+    # product_kernels knob, the row loops' switch), so does this convolution
+    if product_kernel(dtype, ENGINE_MIN_ROWS, ENGINE_MIN_COLUMNS) != 2:
         return "im2col"
     return "panels"
 

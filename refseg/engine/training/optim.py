@@ -18,23 +18,22 @@ from __future__ import annotations
 import numpy as np
 
 from refseg.autograd.optim import AdamUpdate
-from refseg.cite import implements, infrastructure
+from refseg.cite import implements
 from refseg.engine.training.backend import engine_kernels as kernels
-
-
-@infrastructure("which vector loops run Adam's update: speed only, the same bits")
-def vector_unit() -> int:
-    """The vector loops the update runs on here: 2 AVX-512F, 1 AVX2, 0 plain C, by the
-    backend the engine's kernels run now (``refseg.engine.runtime.backend_name``: the CPU's
-    best, or what ``portable_kernels`` / ``avx2_kernels`` force)."""
-    from refseg.engine.runtime import backend_name
-
-    return {"avx512": 2, "avx2": 1}.get(backend_name(), 0)
 
 
 @implements("claim4.update")
 class FastAdamUpdate(AdamUpdate):
-    """``AdamUpdate`` on the engine's vector loops for float32 (module docstring)."""
+    """``AdamUpdate`` on the engine's vector loops for float32 (module docstring); the loops
+    are those of the backend the engine runs when the update is made (once per Adam step)."""
+
+    def __init__(self, backend="cython"):
+        from refseg.engine.runtime import backend_code
+
+        super().__init__(backend)
+        #: the vector loops: 2 AVX-512F, 1 AVX2, 0 plain C (``portable_kernels`` and
+        #: ``avx2_kernels`` force the narrower ones)
+        self.unit = backend_code()
 
     def __call__(self, param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2):
         arrays = (param, grad, m, v)
@@ -42,4 +41,4 @@ class FastAdamUpdate(AdamUpdate):
             super().__call__(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2)
             return
         kernels(self.backend).vector_adam_update(param, grad, m, v, lr, beta1, beta2, eps,
-                                                 bias1, bias2, vector_unit())
+                                                 bias1, bias2, self.unit)

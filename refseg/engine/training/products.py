@@ -102,9 +102,9 @@ def product_kernel(dtype, m: int, n: int) -> int:
     kind = _PRODUCT_KERNEL.get()
     if np.dtype(dtype) != np.float32 or kind == "blas":
         return -1
-    from refseg.engine.runtime import backend_name
+    from refseg.engine.runtime import backend_code
 
-    backend = {"avx512": 2, "avx2": 1, "portable": 0}.get(backend_name(), 0)
+    backend = backend_code()
     if kind == "engine":
         return backend
     from refseg.engine.training.backend import row_loops
