@@ -995,9 +995,9 @@ void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const f
  * (one tap, the tiles as pixels), so the product's speed is that of a 1x1 convolution.
  *
  * The tiles of the whole batch are taken `chunk` at a time: the chunk's transformed inputs
- * V[16][chunk][cin] and products M[16][chunk][panels * 16] live in `scratch` (the caller's),
- * and each of the three passes (input transform, products, output transform) is split over
- * the threads, every value computed by one thread in a fixed order. U is 16 packed weight
+ * V[16][chunk][cin] and products M[16][chunk][panels * 16] live in `scratch` (the caller's);
+ * the three passes (input transform, products, output transform) compute every value on one
+ * thread in a fixed order (schedules: engine_winograd_c). U is 16 packed weight
  * sets, u[xi][panel][cin][16]. */
 /* the input transform of the channels [c0, c0 + lanes) of one tile, on any vector type */
 #define WINOGRAD_INPUT_BODY(LOAD, STORE, ADD, SUB)                                            \
@@ -1115,104 +1115,194 @@ size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout)
     return chunk < whole ? chunk : whole;
 }
 
+/* what one Winograd call shares between its three passes */
+typedef struct {
+    TileKernel kernel, pair_kernel;
+    int mr, width, all_panels, coutp, groups, tiles_w, cin, cout, h, w, ho, wo;
+    int pad_top, pad_left;
+    int64_t per_image;
+    const float *x, *u, *bias, *r, *zeros;
+    float *y, lo, hi;
+    void (*input)(const float *const *, int, float *, size_t);
+    void (*output)(const float *, size_t, int, const float *, float, float, float *const *,
+                   const float *const *, float *);
+} Winograd;
+
+/* the input transform of tile `tile` of the batch into v (its 16 positions `stride` apart) */
+static inline void winograd_input_tile(const Winograd *g, int64_t tile, float *v,
+                                       size_t stride)
+{
+    const int64_t n = tile / g->per_image;
+    const int ty = (int)(tile % g->per_image) / g->tiles_w;
+    const int tx = (int)(tile % g->per_image) % g->tiles_w;
+    const float *xn = g->x + n * (int64_t)g->h * g->w * g->cin;
+    const float *d[16];
+    for (int i = 0; i < 4; i++) {
+        const int row = 2 * ty - g->pad_top + i;
+        for (int j = 0; j < 4; j++) {
+            const int col = 2 * tx - g->pad_left + j;
+            d[4 * i + j] = row < 0 || row >= g->h || col < 0 || col >= g->w ? g->zeros :
+                           xn + ((int64_t)row * g->w + col) * g->cin;
+        }
+    }
+    g->input(d, g->cin, v, stride);
+}
+
+/* one micro-kernel tile of the products: position xi, panels group * width.., the chunk's
+ * tiles rows * mr.. (of count), from v (V[16][chunk][cin]) into m (M[16][chunk][coutp]) */
+static inline void winograd_product(const Winograd *g, int xi, int group, int rows,
+                                    int count, size_t chunk, const float *v, float *m)
+{
+    const int panel = group * g->width;
+    const int covered = g->all_panels - panel < g->width ? g->all_panels - panel : g->width;
+    const float *a[MAX_MR];
+    Epilogue e;
+    e.rows = count - rows * g->mr < g->mr ? count - rows * g->mr : g->mr;
+    e.ncols = covered * ENGINE_PANEL;
+    e.lo = -INFINITY;
+    e.hi = INFINITY;
+    e.second = 0;
+    for (int q = 0; q < g->mr; q++) {
+        const int k = rows * g->mr + (q < e.rows ? q : 0);
+        a[q] = q < e.rows ? v + ((size_t)xi * chunk + k) * g->cin : g->zeros;
+        e.out[q] = m + ((size_t)xi * chunk + k) * g->coutp + (size_t)panel * ENGINE_PANEL;
+        e.res[q] = NULL;
+    }
+    const float *wp = g->u + ((size_t)xi * g->all_panels + panel) * g->cin * ENGINE_PANEL;
+    if (covered == 2)
+        g->pair_kernel(1, g->cin, a, wp, g->zeros, &e);
+    else
+        g->kernel(1, g->cin, a, wp, g->zeros, &e);
+}
+
+/* the output transform and epilogue of tile `tile` of the batch, from m (its 16 positions
+ * `stride` apart) */
+static inline void winograd_output_tile(const Winograd *g, int64_t tile, const float *m,
+                                        size_t stride, float *tile_out)
+{
+    const int64_t n = tile / g->per_image;
+    const int ty = (int)(tile % g->per_image) / g->tiles_w;
+    const int tx = (int)(tile % g->per_image) % g->tiles_w;
+    float *out[4];
+    const float *res[4];
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 2; j++) {
+            const int row = 2 * ty + i, col = 2 * tx + j;
+            const int64_t at = ((n * g->ho + row) * (int64_t)g->wo + col) * g->cout;
+            const int inside = row < g->ho && col < g->wo;
+            out[2 * i + j] = inside ? g->y + at : NULL;
+            res[2 * i + j] = inside && g->r ? g->r + at : NULL;
+        }
+    }
+    g->output(m, stride, g->cout, g->bias, g->lo, g->hi, out, res, tile_out);
+}
+
+/* Two schedules, the same arithmetic for every value (so the same bits on any thread count):
+ * "private", each thread taking whole chunks of its own (half the scratch each, on two
+ * threads) through all three passes without a barrier, where the batch has at least two such
+ * chunks per thread of at least ENGINE_WINOGRAD_OWN_MIN tiles (the chunk's products read all
+ * 16 weight sets once: fewer tiles would make them a stream); else "shared", each of a
+ * chunk's passes split over the threads, three barriers per chunk. On 2 threads of a Zen 5
+ * (AMD EPYC, family 26 model 2; a VM, where a barrier costs tens of microseconds when the
+ * host is busy) at batch 8, 224x224: the decoder's 112x112 96 -> 96 layer 61-66 -> 24-25 ms,
+ * 56x56 144 -> 256 40-44 -> 20-21 ms; the batch-8 prediction 479-494 -> 449-467 ms. */
 void engine_winograd_c(int backend, int threads, int batch, const float *x, int h, int w,
                        int cin, int pad_top, int pad_left, const float *u, const float *bias,
                        int cout, float *y, int ho, int wo, const float *r, float lo, float hi,
                        float *scratch, int64_t chunk)
 {
     const TileKernels tk = tile_kernels(backend);
-    const TileKernel kernel = tk.single, pair_kernel = tk.pair;
-    const int mr = tk.mr;
-    void (*input)(const float *const *, int, float *, size_t) = winograd_input_portable;
-    void (*output)(const float *, size_t, int, const float *, float, float, float *const *,
-                   const float *const *, float *) = winograd_output_portable;
+    Winograd g;
+    g.kernel = tk.single;
+    g.pair_kernel = tk.pair;
+    g.mr = tk.mr;
+    g.input = winograd_input_portable;
+    g.output = winograd_output_portable;
     if (backend == ENGINE_AVX512) {
-        input = winograd_input_avx512;
-        output = winograd_output_avx512;
+        g.input = winograd_input_avx512;
+        g.output = winograd_output_avx512;
     } else if (backend == ENGINE_AVX2) {
-        input = winograd_input_avx2;
-        output = winograd_output_avx2;
+        g.input = winograd_input_avx2;
+        g.output = winograd_output_avx2;
     }
-    const int width = pair_kernel ? 2 : 1;
-    const int all_panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;
-    const int coutp = all_panels * ENGINE_PANEL;
-    const int groups = (all_panels + width - 1) / width;
-    const int tiles_h = (ho + 1) / 2, tiles_w = (wo + 1) / 2;
-    const int64_t per_image = (int64_t)tiles_h * tiles_w, total = per_image * batch;
-    float *v = scratch, *m = scratch + (size_t)16 * chunk * cin;
+    g.width = tk.pair ? 2 : 1;
+    g.all_panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    g.coutp = g.all_panels * ENGINE_PANEL;
+    g.groups = (g.all_panels + g.width - 1) / g.width;
+    g.tiles_w = (wo + 1) / 2;
+    g.per_image = (int64_t)((ho + 1) / 2) * g.tiles_w;
+    g.cin = cin;
+    g.cout = cout;
+    g.h = h;
+    g.w = w;
+    g.ho = ho;
+    g.wo = wo;
+    g.pad_top = pad_top;
+    g.pad_left = pad_left;
+    g.x = x;
+    g.u = u;
+    g.bias = bias;
+    g.r = r;
+    g.y = y;
+    g.lo = lo;
+    g.hi = hi;
+    const int64_t total = g.per_image * batch;
     /* the output transform's 2x2 tile before the epilogue, one per thread */
-    float *tiles_out = malloc((size_t)threads * 4 * coutp * sizeof(float));
+    float *tiles_out = malloc((size_t)threads * 4 * g.coutp * sizeof(float));
     float *zeros = calloc((size_t)(cin > 2 * ENGINE_PANEL ? cin : 2 * ENGINE_PANEL),
                           sizeof(float));
     if (!zeros || !tiles_out)
         abort();
-    for (int64_t first = 0; first < total; first += chunk) {
-        const int count = (int)(total - first < chunk ? total - first : chunk);
-        const int row_tiles = (count + mr - 1) / mr;
-        const int64_t products = (int64_t)16 * groups * row_tiles;
+    g.zeros = zeros;
+    const size_t per_tile = (size_t)16 * (cin + g.coutp);
+    /* each thread's whole chunks share the caller's scratch */
+    const int64_t own = chunk / threads / MAX_MR * MAX_MR;
+    if (threads > 1 && own >= ENGINE_WINOGRAD_OWN_MIN && total >= 2 * threads * own) {
+        const int64_t chunks = (total + own - 1) / own;
         #pragma omp parallel num_threads(threads)
         {
-            #pragma omp for schedule(static)
-            for (int k = 0; k < count; k++) {
-                const int64_t tile = first + k, n = tile / per_image;
-                const int ty = (int)(tile % per_image) / tiles_w;
-                const int tx = (int)(tile % per_image) % tiles_w;
-                const float *xn = x + n * (int64_t)h * w * cin;
-                const float *d[16];
-                for (int i = 0; i < 4; i++) {
-                    const int row = 2 * ty - pad_top + i;
-                    for (int j = 0; j < 4; j++) {
-                        const int col = 2 * tx - pad_left + j;
-                        d[4 * i + j] = row < 0 || row >= h || col < 0 || col >= w ? zeros :
-                                       xn + ((int64_t)row * w + col) * cin;
-                    }
-                }
-                input(d, cin, v + (size_t)k * cin, (size_t)chunk * cin);
-            }
+            const int t = omp_get_thread_num();
+            float *v = scratch + (size_t)t * own * per_tile, *m = v + (size_t)16 * own * cin;
+            float *tile_out = tiles_out + (size_t)t * 4 * g.coutp;
             #pragma omp for schedule(dynamic, 1)
-            for (int64_t item = 0; item < products; item++) {
-                const int xi = (int)(item / ((int64_t)groups * row_tiles));
-                const int rest = (int)(item % ((int64_t)groups * row_tiles));
-                const int group = rest / row_tiles, rows = rest % row_tiles;
-                const int panel = group * width;
-                const int covered = all_panels - panel < width ? all_panels - panel : width;
-                const float *a[MAX_MR];
-                Epilogue e;
-                e.rows = count - rows * mr < mr ? count - rows * mr : mr;
-                e.ncols = covered * ENGINE_PANEL;
-                e.lo = -INFINITY;
-                e.hi = INFINITY;
-                e.second = 0;
-                for (int q = 0; q < mr; q++) {
-                    const int k = rows * mr + (q < e.rows ? q : 0);
-                    a[q] = q < e.rows ? v + ((size_t)xi * chunk + k) * cin : zeros;
-                    e.out[q] = m + ((size_t)xi * chunk + k) * coutp + (size_t)panel * ENGINE_PANEL;
-                    e.res[q] = NULL;
-                }
-                const float *wp = u + ((size_t)xi * all_panels + panel) * cin * ENGINE_PANEL;
-                if (covered == 2)
-                    pair_kernel(1, cin, a, wp, zeros, &e);
-                else
-                    kernel(1, cin, a, wp, zeros, &e);
+            for (int64_t c = 0; c < chunks; c++) {
+                const int64_t first = c * own;
+                const int count = (int)(total - first < own ? total - first : own);
+                const int row_tiles = (count + g.mr - 1) / g.mr;
+                for (int k = 0; k < count; k++)
+                    winograd_input_tile(&g, first + k, v + (size_t)k * cin, (size_t)own * cin);
+                for (int xi = 0; xi < 16; xi++)
+                    for (int group = 0; group < g.groups; group++)
+                        for (int rows = 0; rows < row_tiles; rows++)
+                            winograd_product(&g, xi, group, rows, count, (size_t)own, v, m);
+                for (int k = 0; k < count; k++)
+                    winograd_output_tile(&g, first + k, m + (size_t)k * g.coutp,
+                                         (size_t)own * g.coutp, tile_out);
             }
-            #pragma omp for schedule(static)
-            for (int k = 0; k < count; k++) {
-                const int64_t tile = first + k, n = tile / per_image;
-                const int ty = (int)(tile % per_image) / tiles_w;
-                const int tx = (int)(tile % per_image) % tiles_w;
-                float *out[4];
-                const float *res[4];
-                for (int i = 0; i < 2; i++) {
-                    for (int j = 0; j < 2; j++) {
-                        const int row = 2 * ty + i, col = 2 * tx + j;
-                        const int64_t at = ((n * ho + row) * (int64_t)wo + col) * cout;
-                        const int inside = row < ho && col < wo;
-                        out[2 * i + j] = inside ? y + at : NULL;
-                        res[2 * i + j] = inside && r ? r + at : NULL;
-                    }
+        }
+    } else {
+        float *v = scratch, *m = scratch + (size_t)16 * chunk * cin;
+        for (int64_t first = 0; first < total; first += chunk) {
+            const int count = (int)(total - first < chunk ? total - first : chunk);
+            const int row_tiles = (count + g.mr - 1) / g.mr;
+            const int64_t products = (int64_t)16 * g.groups * row_tiles;
+            #pragma omp parallel num_threads(threads)
+            {
+                #pragma omp for schedule(static)
+                for (int k = 0; k < count; k++)
+                    winograd_input_tile(&g, first + k, v + (size_t)k * cin, (size_t)chunk * cin);
+                #pragma omp for schedule(dynamic, 1)
+                for (int64_t item = 0; item < products; item++) {
+                    const int xi = (int)(item / ((int64_t)g.groups * row_tiles));
+                    const int rest = (int)(item % ((int64_t)g.groups * row_tiles));
+                    winograd_product(&g, xi, rest / row_tiles, rest % row_tiles, count,
+                                     (size_t)chunk, v, m);
                 }
-                output(m + (size_t)k * coutp, (size_t)chunk * coutp, cout, bias, lo, hi, out,
-                       res, tiles_out + (size_t)omp_get_thread_num() * 4 * coutp);
+                #pragma omp for schedule(static)
+                for (int k = 0; k < count; k++)
+                    winograd_output_tile(&g, first + k, m + (size_t)k * g.coutp,
+                                         (size_t)chunk * g.coutp,
+                                         tiles_out + (size_t)omp_get_thread_num() * 4 * g.coutp);
             }
         }
     }

@@ -61,6 +61,8 @@ void engine_max_pool_c(int backend, int threads, const float *x, int n, int h, i
 /* the bytes of a Winograd call's scratch at most (its chunk of tiles' transformed inputs and
  * products), unless one row of micro-kernel tiles alone needs more */
 #define ENGINE_WINOGRAD_SCRATCH (4u << 20)
+/* the fewest tiles in one thread's own chunk for the barrier-free schedule */
+#define ENGINE_WINOGRAD_OWN_MIN 48
 
 size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout);
 

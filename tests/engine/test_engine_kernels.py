@@ -245,7 +245,12 @@ WINOGRAD_CASES = [  # (h, w, cin, cout, pads, residual, clamp)
     (14, 14, 40, 64, (1, 1), False, (-np.inf, np.inf)),
     (7, 7, 19, 20, (1, 1), True, (0.0, 6.0)),       # channels past a vector and a panel
     (6, 5, 3, 16, (0, 0), False, (0.0, np.inf)),    # "valid": no padding
+    # 2 x 37 x 35 tiles, more than two chunks per thread of its own on 2 and 3 threads: the
+    # barrier-free schedule, its last chunk short of a whole micro-kernel row
+    (73, 70, 5, 33, (1, 1), True, (0.0, np.inf)),
 ]
+#: engine_kernels.h, ENGINE_WINOGRAD_OWN_MIN
+WINOGRAD_OWN_MIN = 48
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -265,6 +270,11 @@ def test_engine_winograd_matches_its_twin_within_its_rounding_bound(backend, cas
     bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
     r = rng.normal(0, 1, (2, ho, wo, cout)).astype(np.float32) if residual else None
     chunk = _kernels.engine_winograd_chunk(2, ho, wo, cin, cout)
+    if h > 50:  # the case meant for the barrier-free schedule takes it on 2 and 3 threads
+        tiles = 2 * -(-ho // 2) * -(-wo // 2)
+        for threads in (2, 3):
+            own = chunk // threads // 12 * 12
+            assert own >= WINOGRAD_OWN_MIN and tiles >= 2 * threads * own and tiles % own
     scratch = np.empty(16 * chunk * (cin + -(-cout // 16) * 16), np.float32)
     want = np.full((2, ho, wo, cout), np.nan, np.float32)
     _twins.engine_winograd(x, *pads, u, bias, want, r, lo, hi, scratch, backend, 2)
@@ -275,7 +285,7 @@ def test_engine_winograd_matches_its_twin_within_its_rounding_bound(backend, cas
     _kernels.engine_winograd(x, *pads, u, bias, got, r, lo, hi, scratch, backend, 2)
     assert not np.isnan(got).any()
     assert (np.abs(got.astype(np.float64) - want) <= bound + 1e-30).all()
-    for threads in (1, 3):  # each value computed by one thread in one order
+    for threads in (1, 3):  # each value computed by one thread in one order, either schedule
         again = np.full_like(got, np.nan)
         _kernels.engine_winograd(x, *pads, u, bias, again, r, lo, hi, scratch, backend,
                                  threads)
