@@ -58,6 +58,9 @@ void engine_max_pool_c(int backend, int threads, const float *x, int n, int h, i
                        int pool, int stride, int pad_top, int pad_left, float *y, int ho,
                        int wo);
 
+/* the multiply-adds of a convolution's tiles a thread takes at once, at least */
+#define ENGINE_ITEM_MACS (1 << 20)
+
 /* the bytes of a Winograd call's scratch at most (its chunk of tiles' transformed inputs and
  * products), unless one row of micro-kernel tiles alone needs more */
 #define ENGINE_WINOGRAD_SCRATCH (4u << 20)

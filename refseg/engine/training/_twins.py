@@ -332,8 +332,10 @@ def vector_adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2, b
     rounded on its own in float64 in the kernel's order, each result rounded once to float32;
     ``backend`` (the kernel's vector unit) changes nothing here. Bit for bit the kernel's."""
     g = np.asarray(grad, np.float64)
-    m[...] = (beta1 * np.asarray(m, np.float64) + (1.0 - beta1) * g).astype(np.float32)
-    v[...] = (beta2 * np.asarray(v, np.float64) + (1.0 - beta2) * g * g).astype(np.float32)
-    step = lr * (np.asarray(m, np.float64) / bias1) / (
-        np.sqrt(np.asarray(v, np.float64) / bias2) + eps)
-    param[...] = (np.asarray(param, np.float64) - step).astype(np.float32)
+    # a moment past float32's range rounds to inf, as the kernel's conversion does
+    with np.errstate(over="ignore"):
+        m[...] = (beta1 * np.asarray(m, np.float64) + (1.0 - beta1) * g).astype(np.float32)
+        v[...] = (beta2 * np.asarray(v, np.float64) + (1.0 - beta2) * g * g).astype(np.float32)
+        step = lr * (np.asarray(m, np.float64) / bias1) / (
+            np.sqrt(np.asarray(v, np.float64) / bias2) + eps)
+        param[...] = (np.asarray(param, np.float64) - step).astype(np.float32)
