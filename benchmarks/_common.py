@@ -189,9 +189,9 @@ def source_state() -> str:
 
 
 def allocator_line() -> str:
-    """glibc's thresholds in this process: refseg's (``refseg.engine.training.allocator``) or the
+    """glibc's thresholds in this process: refseg's (``refseg.engine.allocator``) or the
     environment's."""
-    from refseg.engine.training import allocator
+    from refseg.engine import allocator
 
     if allocator.applied:
         return (f"- glibc malloc: mmap threshold {allocator.MMAP_THRESHOLD >> 20} MiB, trim "

@@ -1,5 +1,5 @@
-"""glibc's allocator thresholds: the engine's (``refseg.engine.training.allocator``), set when
-training's engine first runs unless the user set them, with which freed arrays' memory is
+"""glibc's allocator thresholds: the engine's (``refseg.engine.allocator``), set when
+training's engine or a plan first runs unless the user set them, with which freed arrays' memory is
 reused without a page fault (``import refseg`` alone leaves glibc's defaults); and
 ``refseg.memory.return_freed_memory``, glibc's start-up thresholds fixed for a block."""
 import subprocess
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from refseg.engine.training.allocator import keep_freed_memory
+from refseg.engine.allocator import keep_freed_memory
 
 pytestmark = pytest.mark.infrastructure
 
@@ -19,12 +19,9 @@ PROBE = """
 import contextlib
 import resource
 import numpy as np
-from refseg.engine.training import training_engine
 from refseg.memory import return_freed_memory
 
-if {engine}:
-    with training_engine():
-        pass
+{setup}
 
 def cycle():
     arrays = [np.ones({floats}, np.float32) for _ in range(3)]
@@ -43,7 +40,18 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def probe_faults(extra_env, folder, returned=False, engine=True, floats=5 << 20):
+#: What runs before the rounds: training's engine entered, a plan run, or nothing.
+SETUPS = {
+    "training": "from refseg.engine.training import training_engine\n"
+                "with training_engine():\n    pass",
+    "plan": "from refseg import engine\nfrom refseg.models import ResMobileNet\n"
+            "engine.plan(ResMobileNet((32, 32), seed=0), mode='estimate').run("
+            "np.zeros((1, 32, 32, 3), np.float32))",
+    "none": "",
+}
+
+
+def probe_faults(extra_env, folder, returned=False, engine="training", floats=5 << 20):
     """The probe's faults in a fresh interpreter, run outside the checkout so that it imports
     the installed package: in its third round (inside ``return_freed_memory`` when
     ``returned``), and in the second round after it."""
@@ -52,7 +60,8 @@ def probe_faults(extra_env, folder, returned=False, engine=True, floats=5 << 20)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     env.update(extra_env)
-    out = subprocess.run([sys.executable, "-c", PROBE.format(returned=returned, engine=engine,
+    out = subprocess.run([sys.executable, "-c", PROBE.format(returned=returned,
+                                                             setup=SETUPS[engine],
                                                              floats=floats)],
                          env=env,
                          capture_output=True, text=True, check=True, cwd=folder)
@@ -75,7 +84,13 @@ def test_freed_arrays_are_reused_without_page_faults(tmp_path):
 def test_import_alone_leaves_glibcs_thresholds(tmp_path):
     """Without the engine having run, the same round faults its pages in again: the
     reference leaves the allocator as glibc set it."""
-    assert probe_faults({}, tmp_path, engine=False)[0] >= 500
+    assert probe_faults({}, tmp_path, engine="none")[0] >= 500
+
+
+def test_a_plan_run_keeps_freed_memory_as_training_does(tmp_path):
+    """A plan's first run sets the thresholds (a batch-8 prediction frees 40 MB activations
+    layer after layer): the third round faults no page in."""
+    assert probe_faults({}, tmp_path, engine="plan", floats=10 << 20)[0] <= 10
 
 
 def test_blocks_above_any_mmap_threshold_are_reused_too(tmp_path):

@@ -43,7 +43,7 @@ import numpy as np
 
 from refseg.autograd import layers
 from refseg.autograd.geometry import conv_output, transpose_output
-from refseg.engine import packing
+from refseg.engine import allocator, packing
 from refseg.engine.runtime import (ALGORITHMS, DOT_MAX, AffineStep, ConvStep, DepthwiseStep,
                                    MaxPoolStep, NumpyStep, backend_name)
 from refseg.cite import implements, infrastructure
@@ -413,6 +413,8 @@ class Plan:
         """The steps' values for images ``x`` (N, H, W, 3) in [-1, 1]: the output alone, or
         with ``keep_all`` every step's value by name (tests compare them layer by layer)."""
         values = {INPUT: self._check(x)}
+        if not allocator.considered:
+            allocator.keep_freed_memory()
         # beside busy neighbours two threads that take turns with them lose to one: the
         # count follows the load, as the reference's graph runs do (refseg.engine.training.threads)
         with sized_to_load(("engine plan", id(self), values[INPUT].shape)):

@@ -280,8 +280,8 @@ class ConvStep:
         """The bytes of scratch one call on ``batch`` images allocates on ``algorithm`` (by
         default the step's own): Winograd's tiles, or the columns of every tap."""
         algorithm = algorithm or self.order
-        if algorithm == "columns":
-            return batch * self._input_pixels() * self._column_count() * 4
+        if algorithm == "columns":  # one image's (_run_columns)
+            return self._input_pixels() * self._column_count() * 4
         if algorithm != "winograd":
             return 0
         from refseg import _kernels
@@ -395,16 +395,24 @@ class ConvStep:
         output gathered from its taps' columns with the epilogue."""
         cin, cout, count = self.phases[0].cin, self.out_shape[2], self._column_count()
         pixels = x_image // cin
-        cols = np.empty(n * pixels * count, np.float32)
+        # one image at a time: its columns (5.4 MB for the prediction layer at 224x224) are
+        # gathered while they are still in the cache, and the scratch does not grow with the
+        # batch
+        cols = np.empty(pixels * count, np.float32)
         zeros = np.zeros(-(-count // 16) * 16, np.float32)
-        kernels.engine_conv(flat_x, x_image, None, pixels, 1, cin, self.columns, zeros, count,
-                            cols, pixels * count, None, None, pixels * count, None, -np.inf,
-                            np.inf, n, code, threads, ORDERS.index("pixels-outer"))
-        for phase in self.phases:
-            kernels.engine_gather(cols, pixels * count, phase.g_off, phase.pixels, phase.taps,
-                                  self.bias, cout, flat_y, y_image, phase.out_off, flat_r,
-                                  y_image, phase.out_off, self.lo, self.hi, n, threads,
-                                  self.softmax)
+        for image in range(n):
+            x_n = flat_x[image * x_image:(image + 1) * x_image]
+            y_n = flat_y[image * y_image:(image + 1) * y_image]
+            r_n = None if flat_r is None else flat_r[image * y_image:(image + 1) * y_image]
+            kernels.engine_conv(x_n, x_image, None, pixels, 1, cin, self.columns, zeros, count,
+                                cols, pixels * count, None, None, pixels * count, None,
+                                -np.inf, np.inf, 1, code, threads,
+                                ORDERS.index("pixels-outer"))
+            for phase in self.phases:
+                kernels.engine_gather(cols, pixels * count, phase.g_off, phase.pixels,
+                                      phase.taps, self.bias, cout, y_n, y_image, phase.out_off,
+                                      r_n, y_image, phase.out_off, self.lo, self.hi, 1,
+                                      threads, self.softmax)
 
 
 @dataclass

@@ -9,8 +9,10 @@ apart from the reference.
 - ``threads``: the native libraries' thread counts, each step sized to the machine's load, and
   products cut for one count whatever count runs them;
 - ``optim``: ``FastAdamUpdate``, Adam's elementwise update in vector loops, bit for bit the
-  reference's (``adam_update.c``);
-- ``allocator``: glibc's thresholds, so that freed arrays' memory serves the next ones.
+  reference's (``adam_update.c``).
+
+glibc's thresholds (``refseg.engine.allocator``), so that freed arrays' memory serves the next
+ones, are set when training's engine or a plan first runs.
 
 ``training_engine`` installs the convolutions and Adam's update for the length of a ``with``
 block, through ``refseg.autograd.seam``; the reference never imports this package.
@@ -35,7 +37,7 @@ def training_engine():
     if not engine_enabled():
         yield False
         return
-    from refseg.engine.training import allocator
+    from refseg.engine import allocator
 
     if not allocator.considered:
         allocator.keep_freed_memory()

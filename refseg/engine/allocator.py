@@ -8,11 +8,14 @@ each page first. On a 2-core Zen 4 (AMD EPYC, family 25 model 17) that cost a ba
 prediction about 2,900 page faults and 57-105 ms of system time. With the thresholds fixed as
 below, it was 6-8 faults and 8-39 ms, and the wall time 0.85-1.07 of the default's in nine pairs
 of runs (median 0.92; at batch 1, which faults a few pages only, no difference beyond the
-noise). Blocks above 32 MiB come from the heap too (``MMAP_MAX``). The price is that a process
-keeps the memory of its largest prediction until it exits.
+noise). Blocks above 32 MiB come from the heap too (``MMAP_MAX``). On 2 cores of a Zen 5 (AMD
+EPYC, family 26 model 2), the batch-8 prediction faulted 5,700-5,800 pages per call with
+glibc's defaults (63-94 ms of system time) and none with these settings; medians of seven calls,
+four alternating pairs of fresh processes: 466, 434, 430, 458 ms against 470, 498, 489, 473.
+The price is that a process keeps the memory of its largest prediction until it exits.
 
-``keep_freed_memory`` makes these settings through ``mallopt`` when the engine first runs
-(``refseg.engine.training.training_engine``), unless the environment already sets any of them
+``keep_freed_memory`` makes these settings through ``mallopt`` when the engine first runs (a
+plan's ``run``, or ``refseg.engine.training.training_engine``), unless the environment already sets any of them
 for glibc (``refseg.memory.user_has_chosen``): then the user's choice stands. It
 registers them with ``refseg.memory``, whose ``return_freed_memory`` blocks (``refseg edges``)
 put them back when they end.
