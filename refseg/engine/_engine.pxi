@@ -40,11 +40,12 @@ cdef extern from "engine_kernels.h" nogil:
                            int c, int pool, int stride, int pad_top, int pad_left, float *y,
                            int ho, int wo)
     size_t c_engine_winograd_chunk "engine_winograd_chunk"(int batch, int ho, int wo, int cin,
-                                                           int cout)
+                                                           int cout, int tile)
     void engine_winograd_c(int backend, int threads, int batch, const float *x, int h, int w,
                            int cin, int pad_top, int pad_left, const float *u,
                            const float *bias, int cout, float *y, int ho, int wo,
-                           const float *r, float lo, float hi, float *scratch, int64_t chunk)
+                           const float *r, float lo, float hi, float *scratch, int64_t chunk,
+                           int tile)
     void engine_affine_c(int threads, const float *x, int64_t pixels, int c,
                          const float *scale, const float *shift, float lo, float hi, float *y)
 
@@ -168,29 +169,34 @@ def engine_depthwise(const float[:, :, :, ::1] x, const float[:, :, ::1] k,
 
 
 def engine_winograd_chunk(Py_ssize_t batch, Py_ssize_t ho, Py_ssize_t wo, Py_ssize_t cin,
-                   Py_ssize_t cout):
-    """Tiles per chunk of a Winograd call: its scratch holds ``16 * chunk * (cin + cout
-    rounded up to whole panels)`` floats."""
-    return c_engine_winograd_chunk(batch, ho, wo, cin, cout)
+                          Py_ssize_t cout, int tile=2):
+    """Tiles per chunk of a Winograd F(tile x tile, 3x3) call: its scratch holds ``(tile +
+    2)**2 * chunk * (cin + cout rounded up to whole panels)`` floats."""
+    if tile not in (2, 4):
+        raise ValueError("engine_winograd_chunk: tile 2 or 4")
+    return c_engine_winograd_chunk(batch, ho, wo, cin, cout, tile)
 
 
 def engine_winograd(const float[:, :, :, ::1] x, Py_ssize_t pad_top, Py_ssize_t pad_left,
                     const float[::1] u, const float[::1] bias, float[:, :, :, ::1] y,
                     const float[:, :, :, ::1] r, float lo, float hi, float[::1] scratch,
-                    int backend, int threads):
-    """Stride-1 3x3 convolution of x (N, H, W, Cin) by Winograd F(2x2, 3x3) with the
-    transformed, packed weights ``u`` (16 x panels x Cin x 16), its bias, clamp and residual
-    ``r`` (like y, or None), into y (N, Ho, Wo, Cout); reads outside x are zero.
-    ``scratch`` holds at least ``16 * engine_winograd_chunk(...) * (Cin + Cout in whole panels)``
-    floats."""
+                    int backend, int threads, int tile=2):
+    """Stride-1 3x3 convolution of x (N, H, W, Cin) by Winograd F(tile x tile, 3x3), tile 2
+    or 4, with the transformed, packed weights ``u`` ((tile + 2)**2 x panels x Cin x 16), its
+    bias, clamp and residual ``r`` (like y, or None), into y (N, Ho, Wo, Cout); reads outside x
+    are zero. ``scratch`` holds at least ``(tile + 2)**2 * engine_winograd_chunk(...) * (Cin +
+    Cout in whole panels)`` floats."""
     cdef const float *res = NULL
     cdef Py_ssize_t cout = y.shape[3]
     cdef Py_ssize_t coutp = (cout + ENGINE_PANEL - 1) // ENGINE_PANEL * ENGINE_PANEL
+    if tile not in (2, 4):
+        raise ValueError("engine_winograd: tile 2 or 4")
+    cdef Py_ssize_t positions = (tile + 2) * (tile + 2)
     cdef Py_ssize_t chunk = c_engine_winograd_chunk(x.shape[0], y.shape[1], y.shape[2],
-                                                  x.shape[3], cout)
-    if scratch.shape[0] < 16 * chunk * (x.shape[3] + coutp):
+                                                  x.shape[3], cout, tile)
+    if scratch.shape[0] < positions * chunk * (x.shape[3] + coutp):
         raise ValueError("engine_winograd: scratch too small")
-    if u.shape[0] != 16 * coutp * x.shape[3] or bias.shape[0] < coutp:
+    if u.shape[0] != positions * coutp * x.shape[3] or bias.shape[0] < coutp:
         raise ValueError("engine_winograd: weights do not fit the shapes")
     if r is not None:
         res = &r[0, 0, 0, 0]
@@ -198,7 +204,7 @@ def engine_winograd(const float[:, :, :, ::1] x, Py_ssize_t pad_top, Py_ssize_t 
         engine_winograd_c(backend, threads, x.shape[0], &x[0, 0, 0, 0], x.shape[1],
                           x.shape[2], x.shape[3], pad_top, pad_left, &u[0], &bias[0], cout,
                           &y[0, 0, 0, 0], y.shape[1], y.shape[2], res, lo, hi, &scratch[0],
-                          chunk)
+                          chunk, tile)
 
 
 def engine_max_pool(const float[:, :, :, ::1] x, Py_ssize_t pool, Py_ssize_t stride,

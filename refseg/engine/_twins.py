@@ -124,39 +124,53 @@ def engine_affine(x, scale, shift, lo, hi, y, threads):
 WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+#: Winograd F(4x4, 3x3), points 0, 1, -1, 2, -2 and infinity (engine/training/winograd_f4x4.c).
+WINOGRAD4_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+                        np.float64)
+WINOGRAD4_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                        [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]],
+                       np.float64)
+WINOGRAD4_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                         [0, 1, -1, 8, -8, 1]], np.float64)
+#: tile -> (B^T, A^T)
+_WINOGRAD_TRANSFORMS = {2: (WINOGRAD_BT, WINOGRAD_AT), 4: (WINOGRAD4_BT, WINOGRAD4_AT)}
 
 
-def _winograd_sums(x, pad_top, pad_left, u, cout, out_hw, absolute=False):
-    """The sums of a Winograd F(2x2, 3x3) convolution in float64, (N, Ho, Wo, Cout), from x
-    (N, H, W, Cin) and packed transformed weights ``u`` (16 x panels x Cin x 16); with
-    ``absolute`` every transform matrix, input and weight taken by its absolute value (the
-    magnitude that bounds the rounding errors of the float32 kernel)."""
+def _winograd_sums(x, pad_top, pad_left, u, cout, out_hw, absolute=False, tile=2):
+    """The sums of a Winograd F(tile x tile, 3x3) convolution in float64, (N, Ho, Wo, Cout),
+    from x (N, H, W, Cin) and packed transformed weights ``u`` ((tile + 2)**2 x panels x Cin x
+    16); with ``absolute`` every transform matrix, input and weight taken by its absolute value
+    (the magnitude that bounds the rounding errors of the float32 kernel)."""
     x = np.asarray(x, np.float64)
     n, h, w, cin = x.shape
     ho, wo = out_hw
-    th, tw = -(-ho // 2), -(-wo // 2)
+    side = tile + 2
+    th, tw = -(-ho // tile), -(-wo // tile)
     panels = -(-cout // PANEL)
-    weights = np.asarray(u, np.float64).reshape(4, 4, panels, cin, PANEL)
-    weights = weights.transpose(0, 1, 3, 2, 4).reshape(4, 4, cin, panels * PANEL)[..., :cout]
-    bt, at = WINOGRAD_BT, WINOGRAD_AT
+    weights = np.asarray(u, np.float64).reshape(side, side, panels, cin, PANEL)
+    weights = weights.transpose(0, 1, 3, 2, 4).reshape(side, side, cin, panels * PANEL)
+    weights = weights[..., :cout]
+    bt, at = _WINOGRAD_TRANSFORMS[tile]
     if absolute:
         x, weights, bt, at = np.abs(x), np.abs(weights), np.abs(bt), np.abs(at)
-    padded = np.zeros((n, 2 * th + 2, 2 * tw + 2, cin))
-    rows, cols = min(h, 2 * th + 2 - pad_top), min(w, 2 * tw + 2 - pad_left)
+    padded = np.zeros((n, tile * th + 2, tile * tw + 2, cin))
+    rows, cols = min(h, tile * th + 2 - pad_top), min(w, tile * tw + 2 - pad_left)
     padded[:, pad_top:pad_top + rows, pad_left:pad_left + cols] = x[:, :rows, :cols]
-    patches = np.stack([np.stack([padded[:, a:a + 2 * th:2, b:b + 2 * tw:2]
-                                  for b in range(4)], axis=3) for a in range(4)], axis=3)
-    v = np.einsum("ia,ntsabc,jb->ntsijc", bt, patches, bt)        # (n, th, tw, 4, 4, cin)
+    patches = np.stack([np.stack([padded[:, a:a + tile * th:tile, b:b + tile * tw:tile]
+                                  for b in range(side)], axis=3) for a in range(side)], axis=3)
+    v = np.einsum("ia,ntsabc,jb->ntsijc", bt, patches, bt)        # (n, th, tw, side, side, cin)
     m = np.einsum("ntsijc,ijco->ntsijo", v, weights)
-    tiles = np.einsum("ia,ntsabo,jb->ntsijo", at, m, at)         # (n, th, tw, 2, 2, cout)
-    return tiles.transpose(0, 1, 3, 2, 4, 5).reshape(n, 2 * th, 2 * tw, cout)[:, :ho, :wo]
+    tiles = np.einsum("ia,ntsabo,jb->ntsijo", at, m, at)         # (n, th, tw, tile, tile, cout)
+    return tiles.transpose(0, 1, 3, 2, 4, 5).reshape(n, tile * th, tile * tw, cout)[:, :ho, :wo]
 
 
-def engine_winograd(x, pad_top, pad_left, u, bias, y, r, lo, hi, scratch, backend, threads):
-    """Stride-1 3x3 convolution by Winograd F(2x2, 3x3), its bias, clamp and residual, into
-    y (N, Ho, Wo, Cout) (see engine_kernels.c); ``scratch`` is unused here."""
+def engine_winograd(x, pad_top, pad_left, u, bias, y, r, lo, hi, scratch, backend, threads,
+                    tile=2):
+    """Stride-1 3x3 convolution by Winograd F(tile x tile, 3x3), its bias, clamp and residual,
+    into y (N, Ho, Wo, Cout) (see engine_kernels.c); ``scratch`` is unused here."""
     cout = y.shape[3]
-    sums = _winograd_sums(x, pad_top, pad_left, u, cout, y.shape[1:3])
+    sums = _winograd_sums(x, pad_top, pad_left, u, cout, y.shape[1:3], tile=tile)
     values = np.clip(sums + np.asarray(bias, np.float64)[:cout], lo, hi)
     if r is not None:
         values = values + np.asarray(r, np.float64)

@@ -30,6 +30,7 @@
 #include <omp.h>
 
 #include "engine_kernels.h"
+#include "winograd_f4x4.h"
 
 #define MAX_MR 12
 
@@ -991,7 +992,7 @@ void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const f
     }
 }
 
-/* ---- Winograd F(2x2, 3x3) ---------------------------------------------------------------
+/* ---- Winograd F(2x2, 3x3) and F(4x4, 3x3) ---------------------------------------------
  * A stride-1 3x3 convolution computes each 2x2 block of outputs (a tile) from the 4x4 block of
  * inputs under it with 16 products per channel pair instead of 36: the input block d goes to
  * V = B^T d B, the kernel g (transformed once, at plan time: U = G g G^T) to U, the 16
@@ -1001,11 +1002,16 @@ void engine_affine_c(int threads, const float *x, int64_t pixels, int c, const f
  * both transforms are additions only. The 16 products run on the panel micro-kernels above
  * (one tap, the tiles as pixels), so the product's speed is that of a 1x1 convolution.
  *
+ * F(4x4, 3x3) (`tile` 4) computes 4x4 outputs from 6x6 inputs with 36 products per channel
+ * pair instead of 144, with the transforms of training's F(4x4) (engine/training/
+ * winograd_f4x4.c: B^T and A^T hold 2, 4, 5 and 8, so they round, and its error grows faster
+ * with the magnitudes than F(2x2)'s; the planner takes it on large maps only).
+ *
  * The tiles of the whole batch are taken `chunk` at a time: the chunk's transformed inputs
- * V[16][chunk][cin] and products M[16][chunk][panels * 16] live in `scratch` (the caller's);
- * the three passes (input transform, products, output transform) compute every value on one
- * thread in a fixed order (schedules: engine_winograd_c). U is 16 packed weight
- * sets, u[xi][panel][cin][16]. */
+ * V[P][chunk][cin] and products M[P][chunk][panels * 16] (P positions: 16, or 36 for F(4x4))
+ * live in `scratch` (the caller's); the three passes (input transform, products, output
+ * transform) compute every value on one thread in a fixed order (schedules:
+ * engine_winograd_c). U is P packed weight sets, u[xi][panel][cin][16]. */
 /* the input transform of the channels [c0, c0 + lanes) of one tile, on any vector type */
 #define WINOGRAD_INPUT_BODY(LOAD, STORE, ADD, SUB)                                            \
     {                                                                                        \
@@ -1110,10 +1116,11 @@ WINOGRAD_TRANSFORMS(avx512, __attribute__((target("avx512f"))))
 WINOGRAD_TRANSFORMS(avx2, __attribute__((target("avx2,fma"))))
 WINOGRAD_TRANSFORMS(portable, )
 
-size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout)
+size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout, int tile)
 {
-    const size_t tiles = (size_t)batch * ((ho + 1) / 2) * ((wo + 1) / 2);
-    const size_t per_tile = (size_t)16 * (cin + (cout + ENGINE_PANEL - 1) / ENGINE_PANEL
+    const size_t side = (size_t)tile + 2;
+    const size_t tiles = (size_t)batch * ((ho + tile - 1) / tile) * ((wo + tile - 1) / tile);
+    const size_t per_tile = side * side * (cin + (cout + ENGINE_PANEL - 1) / ENGINE_PANEL
                                                  * ENGINE_PANEL) * sizeof(float);
     size_t chunk = ENGINE_WINOGRAD_SCRATCH / per_tile / MAX_MR * MAX_MR;
     if (chunk < MAX_MR)
@@ -1125,6 +1132,7 @@ size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout)
 /* what one Winograd call shares between its three passes */
 typedef struct {
     TileKernel kernel, pair_kernel;
+    int tile, side, positions;
     int mr, width, all_panels, coutp, groups, tiles_w, cin, cout, h, w, ho, wo;
     int pad_top, pad_left;
     int64_t per_image;
@@ -1135,7 +1143,7 @@ typedef struct {
                    const float *const *, float *);
 } Winograd;
 
-/* the input transform of tile `tile` of the batch into v (its 16 positions `stride` apart) */
+/* the input transform of tile `tile` of the batch into v (its positions `stride` apart) */
 static inline void winograd_input_tile(const Winograd *g, int64_t tile, float *v,
                                        size_t stride)
 {
@@ -1143,20 +1151,23 @@ static inline void winograd_input_tile(const Winograd *g, int64_t tile, float *v
     const int ty = (int)(tile % g->per_image) / g->tiles_w;
     const int tx = (int)(tile % g->per_image) % g->tiles_w;
     const float *xn = g->x + n * (int64_t)g->h * g->w * g->cin;
-    const float *d[16];
-    for (int i = 0; i < 4; i++) {
-        const int row = 2 * ty - g->pad_top + i;
-        for (int j = 0; j < 4; j++) {
-            const int col = 2 * tx - g->pad_left + j;
-            d[4 * i + j] = row < 0 || row >= g->h || col < 0 || col >= g->w ? g->zeros :
-                           xn + ((int64_t)row * g->w + col) * g->cin;
+    const float *d[36];
+    for (int i = 0; i < g->side; i++) {
+        const int row = g->tile * ty - g->pad_top + i;
+        for (int j = 0; j < g->side; j++) {
+            const int col = g->tile * tx - g->pad_left + j;
+            d[g->side * i + j] = row < 0 || row >= g->h || col < 0 || col >= g->w ? g->zeros :
+                                 xn + ((int64_t)row * g->w + col) * g->cin;
         }
     }
-    g->input(d, g->cin, v, stride);
+    if (g->tile == 4)
+        refseg_winograd4_input_f(d, v, (ptrdiff_t)stride, g->cin);
+    else
+        g->input(d, g->cin, v, stride);
 }
 
 /* one micro-kernel tile of the products: position xi, panels group * width.., the chunk's
- * tiles rows * mr.. (of count), from v (V[16][chunk][cin]) into m (M[16][chunk][coutp]) */
+ * tiles rows * mr.. (of count), from v (V[P][chunk][cin]) into m (M[P][chunk][coutp]) */
 static inline void winograd_product(const Winograd *g, int xi, int group, int rows,
                                     int count, size_t chunk, const float *v, float *m)
 {
@@ -1182,7 +1193,34 @@ static inline void winograd_product(const Winograd *g, int xi, int group, int ro
         g->kernel(1, g->cin, a, wp, g->zeros, &e);
 }
 
-/* the output transform and epilogue of tile `tile` of the batch, from m (its 16 positions
+/* F(4x4, 3x3)'s output transform (engine/training/winograd_f4x4.c, bias added there) into
+ * the thread's tile, then the clamp and residual of the outputs inside the map */
+static inline void winograd4_output_tile(const Winograd *g, int64_t n, int ty, int tx,
+                                         const float *m, size_t stride, float *tile_out)
+{
+    float *dst[16];
+    for (int q = 0; q < 16; q++)
+        dst[q] = tile_out + (size_t)q * g->coutp;
+    refseg_winograd4_output_f(m, (ptrdiff_t)stride, g->bias, dst, g->cout);
+    for (int q = 0; q < 16; q++) {
+        const int row = 4 * ty + q / 4, col = 4 * tx + q % 4;
+        if (row >= g->ho || col >= g->wo)
+            continue;
+        const int64_t at = ((n * g->ho + row) * (int64_t)g->wo + col) * g->cout;
+        float *restrict o = g->y + at;
+        const float *t = dst[q];
+        if (g->r) {
+            const float *rq = g->r + at;
+            for (int c = 0; c < g->cout; c++)
+                o[c] = clampf(t[c], g->lo, g->hi) + rq[c];
+        } else {
+            for (int c = 0; c < g->cout; c++)
+                o[c] = clampf(t[c], g->lo, g->hi);
+        }
+    }
+}
+
+/* the output transform and epilogue of tile `tile` of the batch, from m (its positions
  * `stride` apart) */
 static inline void winograd_output_tile(const Winograd *g, int64_t tile, const float *m,
                                         size_t stride, float *tile_out)
@@ -1190,6 +1228,10 @@ static inline void winograd_output_tile(const Winograd *g, int64_t tile, const f
     const int64_t n = tile / g->per_image;
     const int ty = (int)(tile % g->per_image) / g->tiles_w;
     const int tx = (int)(tile % g->per_image) % g->tiles_w;
+    if (g->tile == 4) {
+        winograd4_output_tile(g, n, ty, tx, m, stride, tile_out);
+        return;
+    }
     float *out[4];
     const float *res[4];
     for (int i = 0; i < 2; i++) {
@@ -1208,7 +1250,7 @@ static inline void winograd_output_tile(const Winograd *g, int64_t tile, const f
  * "private", each thread taking whole chunks of its own (half the scratch each, on two
  * threads) through all three passes without a barrier, where the batch has at least two such
  * chunks per thread of at least ENGINE_WINOGRAD_OWN_MIN tiles (the chunk's products read all
- * 16 weight sets once: fewer tiles would make them a stream); else "shared", each of a
+ * weight sets once: fewer tiles would make them a stream); else "shared", each of a
  * chunk's passes split over the threads, three barriers per chunk. On 2 threads of a Zen 5
  * (AMD EPYC, family 26 model 2; a VM, where a barrier costs tens of microseconds when the
  * host is busy) at batch 8, 224x224: the decoder's 112x112 96 -> 96 layer 61-66 -> 24-25 ms,
@@ -1216,10 +1258,13 @@ static inline void winograd_output_tile(const Winograd *g, int64_t tile, const f
 void engine_winograd_c(int backend, int threads, int batch, const float *x, int h, int w,
                        int cin, int pad_top, int pad_left, const float *u, const float *bias,
                        int cout, float *y, int ho, int wo, const float *r, float lo, float hi,
-                       float *scratch, int64_t chunk)
+                       float *scratch, int64_t chunk, int tile)
 {
     const TileKernels tk = tile_kernels(backend);
     Winograd g;
+    g.tile = tile;
+    g.side = tile + 2;
+    g.positions = g.side * g.side;
     g.kernel = tk.single;
     g.pair_kernel = tk.pair;
     g.mr = tk.mr;
@@ -1236,8 +1281,8 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
     g.all_panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;
     g.coutp = g.all_panels * ENGINE_PANEL;
     g.groups = (g.all_panels + g.width - 1) / g.width;
-    g.tiles_w = (wo + 1) / 2;
-    g.per_image = (int64_t)((ho + 1) / 2) * g.tiles_w;
+    g.tiles_w = (wo + tile - 1) / tile;
+    g.per_image = (int64_t)((ho + tile - 1) / tile) * g.tiles_w;
     g.cin = cin;
     g.cout = cout;
     g.h = h;
@@ -1254,14 +1299,15 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
     g.lo = lo;
     g.hi = hi;
     const int64_t total = g.per_image * batch;
-    /* the output transform's 2x2 tile before the epilogue, one per thread */
-    float *tiles_out = malloc((size_t)threads * 4 * g.coutp * sizeof(float));
+    /* the output transform's tile before the epilogue, one per thread */
+    const size_t tile_floats = (size_t)tile * tile * g.coutp;
+    float *tiles_out = malloc((size_t)threads * tile_floats * sizeof(float));
     float *zeros = calloc((size_t)(cin > 2 * ENGINE_PANEL ? cin : 2 * ENGINE_PANEL),
                           sizeof(float));
     if (!zeros || !tiles_out)
         abort();
     g.zeros = zeros;
-    const size_t per_tile = (size_t)16 * (cin + g.coutp);
+    const size_t per_tile = (size_t)g.positions * (cin + g.coutp);
     /* each thread's whole chunks share the caller's scratch */
     const int64_t own = chunk / threads / MAX_MR * MAX_MR;
     if (threads > 1 && own >= ENGINE_WINOGRAD_OWN_MIN && total >= 2 * threads * own) {
@@ -1269,8 +1315,9 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
         #pragma omp parallel num_threads(threads)
         {
             const int t = omp_get_thread_num();
-            float *v = scratch + (size_t)t * own * per_tile, *m = v + (size_t)16 * own * cin;
-            float *tile_out = tiles_out + (size_t)t * 4 * g.coutp;
+            float *v = scratch + (size_t)t * own * per_tile;
+            float *m = v + (size_t)g.positions * own * cin;
+            float *tile_out = tiles_out + (size_t)t * tile_floats;
             #pragma omp for schedule(dynamic, 1)
             for (int64_t c = 0; c < chunks; c++) {
                 const int64_t first = c * own;
@@ -1278,7 +1325,7 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
                 const int row_tiles = (count + g.mr - 1) / g.mr;
                 for (int k = 0; k < count; k++)
                     winograd_input_tile(&g, first + k, v + (size_t)k * cin, (size_t)own * cin);
-                for (int xi = 0; xi < 16; xi++)
+                for (int xi = 0; xi < g.positions; xi++)
                     for (int group = 0; group < g.groups; group++)
                         for (int rows = 0; rows < row_tiles; rows++)
                             winograd_product(&g, xi, group, rows, count, (size_t)own, v, m);
@@ -1288,11 +1335,11 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
             }
         }
     } else {
-        float *v = scratch, *m = scratch + (size_t)16 * chunk * cin;
+        float *v = scratch, *m = scratch + (size_t)g.positions * chunk * cin;
         for (int64_t first = 0; first < total; first += chunk) {
             const int count = (int)(total - first < chunk ? total - first : chunk);
             const int row_tiles = (count + g.mr - 1) / g.mr;
-            const int64_t products = (int64_t)16 * g.groups * row_tiles;
+            const int64_t products = (int64_t)g.positions * g.groups * row_tiles;
             #pragma omp parallel num_threads(threads)
             {
                 #pragma omp for schedule(static)
@@ -1309,7 +1356,7 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
                 for (int k = 0; k < count; k++)
                     winograd_output_tile(&g, first + k, m + (size_t)k * g.coutp,
                                          (size_t)chunk * g.coutp,
-                                         tiles_out + (size_t)omp_get_thread_num() * 4 * g.coutp);
+                                         tiles_out + (size_t)omp_get_thread_num() * tile_floats);
             }
         }
     }

@@ -67,10 +67,10 @@ void engine_max_pool_c(int backend, int threads, const float *x, int n, int h, i
 /* the fewest tiles in one thread's own chunk for the barrier-free schedule */
 #define ENGINE_WINOGRAD_OWN_MIN 48
 
-size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout);
+size_t engine_winograd_chunk(int batch, int ho, int wo, int cin, int cout, int tile);
 
 void engine_winograd_c(int backend, int threads, int batch, const float *x, int h, int w,
                        int cin, int pad_top, int pad_left, const float *u, const float *bias,
                        int cout, float *y, int ho, int wo, const float *r, float lo, float hi,
-                       float *scratch, int64_t chunk);
+                       float *scratch, int64_t chunk, int tile);
 #endif

@@ -28,18 +28,26 @@ def pack_panels(taps_kernel: np.ndarray) -> np.ndarray:
 
 #: Winograd F(2x2, 3x3)'s kernel transform (engine_kernels.c): U = G g G^T.
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+#: Winograd F(4x4, 3x3)'s (engine/training/winograd_f4x4.c).
+WINOGRAD4_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                        [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]],
+                       np.float64)
 
 
-def winograd_weights(taps_kernel: np.ndarray) -> np.ndarray:
-    """A 3x3 kernel (9, cin, cout) transformed for Winograd F(2x2, 3x3), ``G g G^T`` for
-    every channel pair (in float64, rounded once), packed as 16 panel sets:
-    flat float32 of ``16 * panels * cin * 16``, set ``xi = 4 i + j`` first."""
+def winograd_weights(taps_kernel: np.ndarray, tile: int = 2) -> np.ndarray:
+    """A 3x3 kernel (9, cin, cout) transformed for Winograd F(tile x tile, 3x3), tile 2 or 4,
+    ``G g G^T`` for every channel pair (in float64, rounded once), packed as (tile + 2)**2
+    panel sets: flat float32 of ``(tile + 2)**2 * panels * cin * 16``, set ``xi = (tile + 2)
+    i + j`` first."""
     taps, cin, cout = taps_kernel.shape
     if taps != 9:
-        raise ValueError(f"Winograd F(2x2, 3x3) takes 3x3 kernels, got {taps} taps")
+        raise ValueError(f"Winograd F({tile}x{tile}, 3x3) takes 3x3 kernels, got {taps} taps")
+    g_matrix = {2: WINOGRAD_G, 4: WINOGRAD4_G}[tile]
+    side = tile + 2
     g = np.asarray(taps_kernel, np.float64).reshape(3, 3, cin, cout)
-    u = np.einsum("ia,abco,jb->ijco", WINOGRAD_G, g, WINOGRAD_G).reshape(16, cin, cout)
-    return np.concatenate([pack_panels(u[xi][None].astype(np.float32)) for xi in range(16)])
+    u = np.einsum("ia,abco,jb->ijco", g_matrix, g, g_matrix).reshape(side * side, cin, cout)
+    return np.concatenate([pack_panels(u[xi][None].astype(np.float32))
+                           for xi in range(side * side)])
 
 
 def unpacked_panels(packed: np.ndarray, taps: int, cin: int, cout: int) -> np.ndarray:

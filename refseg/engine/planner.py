@@ -23,17 +23,18 @@ Algorithms (``runtime.ALGORITHMS``): each convolution step's tiles can run in tw
 of the panel micro-kernel, a step of at most ``runtime.DOT_MAX`` output channels (the
 decoder's 3-class layers) also as one dot product per output and, if it is a transposed
 convolution, as the columns of all its taps gathered per output; a stride-1 3x3 convolution
-also by Winograd F(2x2, 3x3). ``mode="measure"`` times each on this machine at batch 1 (the
-better of ``MEASURE_REPEATS`` calls each, FFTW's ``FFTW_MEASURE`` in spirit) and keeps the
-fastest; ``mode="estimate"`` takes the columns where they run, else the dot products where
-they run, Winograd on maps of at
-least ``WINOGRAD_MIN_MAP`` pixels a side, else the order that keeps the larger operand in
-place (``estimated_order``; it agreed with the faster order, timed on one thread, on the
+also by Winograd F(2x2, 3x3) and F(4x4, 3x3). ``mode="measure"`` times each on this machine at
+batch 1 (the better of ``MEASURE_REPEATS`` calls each, FFTW's ``FFTW_MEASURE`` in spirit) and
+keeps the fastest; ``mode="estimate"`` takes the columns where they run, else the dot products
+where they run, Winograd F(4x4) on maps of at least ``WINOGRAD4_MIN_MAP`` pixels a side and
+F(2x2) on maps of at least ``WINOGRAD_MIN_MAP``, else the order that keeps the larger operand
+in place (``estimated_order``; it agreed with the faster order, timed on one thread, on the
 decoder's large layers); ``choices={name: algorithm}`` replays a plan's ``choices``. A plan
-keeps only the weights its chosen algorithms read; Winograd's (16/9 of the direct kernel's)
-are made from the packed kernel when first needed, and where they would take the plan past
-``MEMORY_LIMIT`` times the model's weights the layers that gain least per extra byte keep
-their direct order (measured or estimated) instead.
+keeps only the weights its chosen algorithms read; Winograd's (16/9 of the direct kernel's,
+36/9 for F(4x4)) are made from the packed kernel when first needed, and where they would take
+the plan past ``MEMORY_LIMIT`` times the model's weights the layers that lose least per byte
+freed step down (F(4x4) to F(2x2) or a direct order, F(2x2) to a direct order; measured or
+estimated costs) until it fits.
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ import numpy as np
 from refseg.autograd import layers
 from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.engine import allocator, packing
-from refseg.engine.runtime import (ALGORITHMS, DOT_MAX, AffineStep, ConvStep, DepthwiseStep,
-                                   MaxPoolStep, NumpyStep, backend_name)
+from refseg.engine.runtime import (ALGORITHMS, DOT_MAX, WINOGRAD_TILES, AffineStep, ConvStep,
+                                   DepthwiseStep, MaxPoolStep, NumpyStep, backend_name)
 from refseg.cite import implements, infrastructure
 from refseg.errors import InputError
 from refseg.models.graph import INPUT
@@ -57,8 +58,13 @@ MEASURE_REPEATS = 3
 MODES = ("measure", "estimate")
 #: The weights' dtype the engine runs.
 DTYPE = np.float32
-#: The smallest output map (pixels a side) on which the estimate takes Winograd.
+#: The smallest output map (pixels a side) on which the estimate takes Winograd F(2x2, 3x3).
 WINOGRAD_MIN_MAP = 14
+#: The smallest on which it takes F(4x4, 3x3) instead: its tiles past the map's edge waste more,
+#: its transforms cost more, and its rounding errors grow faster with the magnitudes.
+WINOGRAD4_MIN_MAP = 28
+#: Multiply-adds of each algorithm per direct multiply-add, for the estimate's gains.
+WINOGRAD_SHARE = {"winograd": 16 / 36, "winograd4": 36 / 144}
 #: A plan holds at most this many times the model's weights (packed weights + workspace);
 #: Winograd, whose weights are 16/9 of the direct kernel's, is given up where it would not fit.
 MEMORY_LIMIT = 1.3
@@ -281,9 +287,10 @@ def estimated_order(step: ConvStep, input_bytes: int, winograd: bool = True) -> 
     """For few output channels, the columns of a transposed convolution's taps (at 224x224,
     Zen 5, 2 threads: the decoder's 3-class layers 0.6-0.8 of the dot products' time at batch
     1, 0.33-0.5 at batch 8, the 3 -> 3 prediction layer 0.7 and 1.04) or else the dot
-    products; Winograd for a stride-1 3x3 convolution on
-    a map of at least ``WINOGRAD_MIN_MAP`` pixels a side (on smaller maps the tiles past the
-    edge and the transforms eat much of its saving); else the order that keeps the larger
+    products; for a stride-1 3x3 convolution Winograd F(4x4, 3x3) on a map of at least
+    ``WINOGRAD4_MIN_MAP`` pixels a side, F(2x2, 3x3) on one of at least ``WINOGRAD_MIN_MAP``
+    (on smaller maps the tiles past the edge and the transforms eat much of the saving); else
+    the order that keeps the larger
     operand in place: with more input activations (``input_bytes``, one image) than packed
     weights, the tiles of a thread walk the panels of one pixel tile (its inputs stay in L1,
     the weights stream from L2), otherwise the pixel tiles of one panel (the panel stays, the
@@ -292,9 +299,12 @@ def estimated_order(step: ConvStep, input_bytes: int, winograd: bool = True) -> 
         return "columns"
     if "dot" in step.algorithms:
         return "dot"
-    if winograd and "winograd" in step.algorithms and \
-            min(step.out_shape[:2]) >= WINOGRAD_MIN_MAP:
-        return "winograd"
+    if winograd and "winograd" in step.algorithms:
+        side = min(step.out_shape[:2])
+        if side >= WINOGRAD4_MIN_MAP:
+            return "winograd4"
+        if side >= WINOGRAD_MIN_MAP:
+            return "winograd"
     weights = sum(phase.packed.nbytes for phase in step.phases)
     return "pixels-outer" if input_bytes > weights else "panels-outer"
 
@@ -352,13 +362,19 @@ def _workspace(model, steps, scratch: dict) -> int:
     return peak + max(scratch.values(), default=0)
 
 
-def _within_memory(model, steps, chosen: dict, gain: dict) -> dict:
+def _within_memory(model, steps, chosen: dict, costs: dict) -> dict:
     """``chosen`` (algorithm by conv step name), with Winograd given up where the plan would
-    hold more than ``MEMORY_LIMIT`` times the model's weights: its weights are 16/9 of the
-    direct kernel's. The steps that gain least per extra byte (``gain``: seconds, or
-    multiply-adds saved) give it up first, for the fastest direct order (``fallback``)."""
+    hold more than ``MEMORY_LIMIT`` times the model's weights: its weights are 16/9 (F(2x2))
+    or 36/9 (F(4x4)) of the direct kernel's. ``costs`` gives, for the steps that may give
+    way, the cost (seconds, or multiply-adds) of each algorithm considered. Step by step a
+    step moves to an algorithm that holds fewer bytes (F(4x4) to F(2x2) or to the direct
+    order, F(2x2) to the direct order), the move that costs least per byte it frees, until the
+    plan fits; then the moves are undone, the dearest per byte first, wherever the plan still
+    fits without them (the last move may free far more than was missing: at 224x224 the 14x14
+    576 -> 576 layer's F(2x2) holds 9.3 MB)."""
     weights = sum(a.nbytes for a in model.weights().values())
     chosen = dict(chosen)
+    convs = {step.name: step for step in steps if isinstance(step, ConvStep)}
 
     def total():
         packed = sum(step.nbytes_for(chosen[step.name]) if isinstance(step, ConvStep)
@@ -367,13 +383,24 @@ def _within_memory(model, steps, chosen: dict, gain: dict) -> dict:
                    if isinstance(step, ConvStep)}
         return packed + _workspace(model, steps, scratch)
 
-    convs = {step.name: step for step in steps if isinstance(step, ConvStep)}
-    ranked = sorted((name for name, a in chosen.items() if a == "winograd"),
-                    key=lambda name: gain[name][0] / (convs[name].nbytes_for("winograd")
-                                                      - convs[name].nbytes_for(gain[name][1])))
-    while ranked and total() > MEMORY_LIMIT * weights:
-        name = ranked.pop(0)
-        chosen[name] = gain[name][1]
+    moves = []  # (loss per byte freed, step name, algorithm before, after)
+    while total() > MEMORY_LIMIT * weights:
+        options = []
+        for name, cost in costs.items():
+            step, now = convs[name], chosen[name]
+            held = step.nbytes_for(now)
+            options += [((cost[a] - cost[now]) / (held - step.nbytes_for(a)), name, a)
+                        for a in cost if step.nbytes_for(a) < held]
+        if not options:
+            break
+        per_byte, name, algorithm = min(options)
+        moves.append((per_byte, name, chosen[name], algorithm))
+        chosen[name] = algorithm
+    for _, name, before, after in sorted(moves, reverse=True):
+        if chosen[name] == after:
+            chosen[name] = before
+            if total() > MEMORY_LIMIT * weights:
+                chosen[name] = after
     return chosen
 
 
@@ -501,32 +528,32 @@ def plan(model, mode: str = "measure", choices: dict | None = None) -> Plan:
         return Plan(model, steps, output, "replay")
     if mode == "estimate":
         shapes = model.graph.shapes((*model.input_shape, 3))
-        chosen, gain = {}, {}
+        chosen, costs = {}, {}
         for step in convs:
             input_bytes = 4 * int(np.prod(shapes[step.source]))
-            if estimated_order(step, input_bytes) == "winograd":
+            chosen[step.name] = estimated_order(step, input_bytes)
+            if chosen[step.name] in WINOGRAD_TILES:
                 direct = estimated_order(step, input_bytes, winograd=False)
-                chosen[step.name] = "winograd"
-                # multiply-adds saved: 20 of 36 per 2x2 outputs and channel pair
-                gain[step.name] = (np.prod(step.out_shape) * step.phases[0].cin, direct)
-            else:
-                chosen[step.name] = estimated_order(step, input_bytes)
-        chosen = _within_memory(model, steps, chosen, gain)
+                macs = np.prod(step.out_shape) * step.phases[0].cin * 9
+                costs[step.name] = {direct: macs, "winograd": macs * WINOGRAD_SHARE["winograd"],
+                                    chosen[step.name]: macs * WINOGRAD_SHARE[chosen[step.name]]}
+        chosen = _within_memory(model, steps, chosen, costs)
         for step in convs:
             step.settle(chosen[step.name])
         return Plan(model, steps, output, mode)
     rng = np.random.default_rng(0)
     values = {INPUT: rng.uniform(-1, 1, (1, *model.input_shape, 3)).astype(DTYPE)}
-    chosen, gain = {}, {}
+    chosen, costs = {}, {}
     for step in steps:
         if isinstance(step, ConvStep):
             times = _measured_times(step, values)
             chosen[step.name] = min(times, key=times.get)
-            direct = min((a for a in times if a != "winograd"), key=times.get)
-            gain[step.name] = (times[direct] - times[chosen[step.name]], direct)
-            step.order = direct
+            if step.winograd_pads is not None:
+                costs[step.name] = times
+            # the next steps' input, on an order that keeps no Winograd weights
+            step.order = min((a for a in times if a not in WINOGRAD_TILES), key=times.get)
         _store(values, step, step.run(values))
-    chosen = _within_memory(model, steps, chosen, gain)
+    chosen = _within_memory(model, steps, chosen, costs)
     for step in convs:
         step.settle(chosen[step.name])
     return Plan(model, steps, output, mode)

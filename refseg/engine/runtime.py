@@ -15,14 +15,16 @@ reference within stated bounds, not bit for bit:
   elementwise, ``u = 2**-24``, ``K`` the terms of the sum (the classic bound of recursive
   float32 summation; :data:`UNIT_ROUNDOFF`); Winograd F(2x2, 3x3) within
   ``(cin + 10) u`` times the same transforms run on absolute values (its transforms add
-  terms of both signs, so its bound is not the direct sum's);
+  terms of both signs, so its bound is not the direct sum's), F(4x4, 3x3) within
+  ``(cin + 20) u`` times the same (deeper transforms, coefficients up to 8);
 * one planned layer fed the reference's input, against the reference's output:
   :data:`LAYER_TOLERANCE` relative to the layer's largest absolute output (measured at
-  224x224 with He-scaled random weights and Winograd on 17 layers: at most 3.8e-6, on
-  ResNet50V2's conv5_block2_2 (direct); 1.4e-6 at 64x64, where the tests run);
+  224x224 with He-scaled random weights, the estimate's plan, AVX-512: at most 9.4e-6, on the
+  decoder's x6 (F(4x4)); F(2x2) 1.9e-6, direct 2.9e-6; the tests at 64x64 hold every
+  algorithm on every layer that can run it to it);
 * the whole network's class probabilities: :data:`PROBABILITY_TOLERANCE` absolute (measured
-  2.0e-6 at 224x224, AVX-512 and AVX2 alike, 0.9e-6 at 64x64), on the vectorised and the
-  portable kernels alike.
+  3.3e-6 at 224x224 with F(4x4) on 10 layers, 2.0e-6 with F(2x2) alone), on the vectorised
+  and the portable kernels alike.
 """
 from __future__ import annotations
 
@@ -64,9 +66,12 @@ _THREADS = contextvars.ContextVar("refseg_engine_threads", default=None)
 #: convolution of at most DOT_MAX output channels, "columns": every tap's products at once as
 #: a 1x1 convolution of taps x Cout output channels (full panels), each output then the sum of
 #: its taps' columns (engine_gather_c); for a stride-1 3x3 convolution, Winograd F(2x2, 3x3)
-#: (16 products per 2x2 outputs and channel pair, not 36).
+#: (16 products per 2x2 outputs and channel pair, not 36) and F(4x4, 3x3) (36 per 4x4 outputs,
+#: not 144).
 ORDERS = ("pixels-outer", "panels-outer")
-ALGORITHMS = (*ORDERS, "dot", "columns", "winograd")
+#: Winograd's algorithms and their output tiles
+WINOGRAD_TILES = {"winograd": 2, "winograd4": 4}
+ALGORITHMS = (*ORDERS, "dot", "columns", *WINOGRAD_TILES)
 #: The most output channels of the "dot" algorithm (engine_kernels.h, ENGINE_DOT_MAX).
 DOT_MAX = 8
 
@@ -218,8 +223,10 @@ class ConvStep:
     #: (top, left) zero padding of a stride-1 3x3 convolution, which can run Winograd; None
     #: for the others
     winograd_pads: tuple[int, int] | None = None
-    #: the Winograd weights (panels.winograd_weights), built when first needed
+    #: the Winograd weights (panels.winograd_weights), built when first needed, and their
+    #: output tile
     winograd: np.ndarray | None = None
+    winograd_tile: int = 2
     #: the "columns" algorithm's 1x1 kernel (every phase's taps side by side, packed), built
     #: when first needed
     columns: np.ndarray | None = None
@@ -251,7 +258,7 @@ class ConvStep:
         few = self.out_shape[2] <= DOT_MAX
         return (*ORDERS, *(("dot",) if few else ()),
                 *(("columns",) if few and self.kind == "transposed" else ()),
-                *(("winograd",) if self.winograd_pads is not None else ()))
+                *(WINOGRAD_TILES if self.winograd_pads is not None else ()))
 
     def _column_count(self) -> int:
         """Columns per input pixel of the "columns" algorithm: every phase's taps x Cout."""
@@ -262,8 +269,9 @@ class ConvStep:
 
     def nbytes_for(self, algorithm: str) -> int:
         """The bytes this step keeps once settled on ``algorithm``."""
-        if algorithm == "winograd":
-            return self.bias.nbytes + 16 * self._panels() * 16 * self.phases[0].cin * 4
+        if algorithm in WINOGRAD_TILES:
+            return self.bias.nbytes + self._positions(algorithm) * self._panels() * 16 * \
+                self.phases[0].cin * 4
         cout = self.out_shape[2]
         if algorithm == "columns":
             tables = sum(p.pixels * p.taps * 4 + (0 if p.out_off is None else p.out_off.nbytes)
@@ -282,13 +290,19 @@ class ConvStep:
         algorithm = algorithm or self.order
         if algorithm == "columns":  # one image's (_run_columns)
             return self._input_pixels() * self._column_count() * 4
-        if algorithm != "winograd":
+        if algorithm not in WINOGRAD_TILES:
             return 0
         from refseg import _kernels
         ho, wo, cout = self.out_shape
         cin = self.phases[0].cin
-        chunk = _kernels.engine_winograd_chunk(batch, ho, wo, cin, cout)
-        return 16 * chunk * (cin + self._panels() * 16) * 4
+        chunk = _kernels.engine_winograd_chunk(batch, ho, wo, cin, cout,
+                                               WINOGRAD_TILES[algorithm])
+        return self._positions(algorithm) * chunk * (cin + self._panels() * 16) * 4
+
+    @staticmethod
+    def _positions(algorithm: str) -> int:
+        """The transformed tile's positions of a Winograd algorithm: 16, or 36 for F(4x4)."""
+        return (WINOGRAD_TILES[algorithm] + 2) ** 2
 
     def _input_pixels(self) -> int:
         """Pixels of one input image: the tables give it (the largest input offset over Cin,
@@ -317,24 +331,25 @@ class ConvStep:
                 phase.g_off = np.where(phase.in_off.reshape(phase.pixels, phase.taps) < 0, -1,
                                        pixel * count + block).astype(np.int32).reshape(-1)
                 first += phase.taps
-        if algorithm == "winograd" and self.winograd is None:
+        tile = WINOGRAD_TILES.get(algorithm)
+        if tile and (self.winograd is None or self.winograd_tile != tile):
             phase = self.phases[0]
             kernel = panels.unpacked_panels(phase.packed, phase.taps, phase.cin,
                                             self.out_shape[2])
-            self.winograd = panels.winograd_weights(kernel)
+            self.winograd, self.winograd_tile = panels.winograd_weights(kernel, tile), tile
 
     def settle(self, algorithm: str) -> None:
         """Run ``algorithm`` from now on and drop the weights only the others read."""
         self.prepare(algorithm)
         self.order = algorithm
-        if algorithm != "winograd":
+        if algorithm not in WINOGRAD_TILES:
             self.winograd = None
         if algorithm != "columns":
             self.columns = None
         for phase in self.phases:
             if algorithm != "columns":
                 phase.g_off = None
-            if algorithm in ("winograd", "columns"):
+            if algorithm in WINOGRAD_TILES or algorithm == "columns":
                 phase.packed = phase.dot = phase.in_off = None
             elif algorithm == "dot":
                 phase.packed = None
@@ -359,10 +374,10 @@ class ConvStep:
         kernels, code = _kernels_and_code()
         threads = threads_for(n * cout * sum(p.pixels * p.taps * p.cin for p in self.phases),
                               PARALLEL_MIN_MACS)
-        if self.order == "winograd":
+        if self.order in WINOGRAD_TILES:
             scratch = np.empty(self.scratch_bytes(n) // 4, np.float32)
             kernels.engine_winograd(x, *self.winograd_pads, self.winograd, self.bias, y, r,
-                                    self.lo, self.hi, scratch, code, threads)
+                                    self.lo, self.hi, scratch, code, threads, self.winograd_tile)
             return y
         flat_x, flat_y = x.reshape(-1), y.reshape(-1)
         flat_r = None if r is None else r.reshape(-1)

@@ -245,50 +245,62 @@ WINOGRAD_CASES = [  # (h, w, cin, cout, pads, residual, clamp)
     (14, 14, 40, 64, (1, 1), False, (-np.inf, np.inf)),
     (7, 7, 19, 20, (1, 1), True, (0.0, 6.0)),       # channels past a vector and a panel
     (6, 5, 3, 16, (0, 0), False, (0.0, np.inf)),    # "valid": no padding
-    # 2 x 37 x 35 tiles, more than two chunks per thread of its own on 2 and 3 threads: the
-    # barrier-free schedule, its last chunk short of a whole micro-kernel row
+    # more than two chunks per thread of its own on 2 and 3 threads: the barrier-free schedule
+    # (BARRIER_FREE), for F(2x2) its last chunk short of a whole micro-kernel row
     (73, 70, 5, 33, (1, 1), True, (0.0, np.inf)),
+    (93, 90, 5, 33, (1, 1), False, (0.0, np.inf)),
 ]
+#: (h, w) of the cases meant for the barrier-free schedule -> the tiles on which they take it
+BARRIER_FREE = {(73, 70): (2,), (93, 90): (2, 4)}
 #: engine_kernels.h, ENGINE_WINOGRAD_OWN_MIN
 WINOGRAD_OWN_MIN = 48
 
 
+#: roundings along the deepest chain of a Winograd output beyond the cin of its products, by
+#: tile: F(2x2) 2 in the input transform, 4 in the output transform, bias, clamp, residual;
+#: F(4x4) up to 6 and 6 (engine/training/winograd_f4x4.c), with room to spare
+WINOGRAD_EXTRA_ROUNDINGS = {2: 10, 4: 20}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", WINOGRAD_CASES)
-def test_engine_winograd_matches_its_twin_within_its_rounding_bound(backend, case):
-    """Forward error of F(2x2, 3x3) in float32: every value the kernel rounds is a sum of
-    terms whose absolute values the same algorithm on |x|, |U| and the transforms'
-    absolute values bounds (``_twins._winograd_sums(absolute=True)``); along the deepest chain there
-    are at most cin + 10 roundings (2 in the input transform, cin in the products, 4 in the
-    output transform, bias, clamp, residual), so
-    ``|y - y64| <= (cin + 10) u (magnitude + |b| + |r|)`` elementwise."""
+@pytest.mark.parametrize("tile", [2, 4])
+def test_engine_winograd_matches_its_twin_within_its_rounding_bound(backend, case, tile):
+    """Forward error of F(2x2, 3x3) and F(4x4, 3x3) in float32: every value the kernel rounds
+    is a sum of terms whose absolute values the same algorithm on |x|, |U| and the
+    transforms' absolute values bounds (``_twins._winograd_sums(absolute=True)``); along the
+    deepest chain there are at most cin + WINOGRAD_EXTRA_ROUNDINGS roundings, so
+    ``|y - y64| <= (cin + extra) u (magnitude + |b| + |r|)`` elementwise."""
     h, w, cin, cout, pads, residual, (lo, hi) = case
     rng = np.random.default_rng(hash(case) % 2**32)
     ho, wo = h + 2 * pads[0] - 2, w + 2 * pads[1] - 2
+    positions = (tile + 2) ** 2
     x = rng.normal(0, 1, (2, h, w, cin)).astype(np.float32)
-    u = panels.winograd_weights(rng.normal(0, 1, (9, cin, cout)).astype(np.float32))
+    u = panels.winograd_weights(rng.normal(0, 1, (9, cin, cout)).astype(np.float32), tile)
     bias = packing.padded_bias(rng.normal(0, 1, cout).astype(np.float32))
     r = rng.normal(0, 1, (2, ho, wo, cout)).astype(np.float32) if residual else None
-    chunk = _kernels.engine_winograd_chunk(2, ho, wo, cin, cout)
-    if h > 50:  # the case meant for the barrier-free schedule takes it on 2 and 3 threads
-        tiles = 2 * -(-ho // 2) * -(-wo // 2)
+    chunk = _kernels.engine_winograd_chunk(2, ho, wo, cin, cout, tile)
+    if tile in BARRIER_FREE.get((h, w), ()):  # it takes that schedule on 2 and 3 threads
+        tiles = 2 * -(-ho // tile) * -(-wo // tile)
         for threads in (2, 3):
             own = chunk // threads // 12 * 12
             assert own >= WINOGRAD_OWN_MIN and tiles >= 2 * threads * own and tiles % own
-    scratch = np.empty(16 * chunk * (cin + -(-cout // 16) * 16), np.float32)
+            assert tile == 4 or tiles % own % 12
+    scratch = np.empty(positions * chunk * (cin + -(-cout // 16) * 16), np.float32)
     want = np.full((2, ho, wo, cout), np.nan, np.float32)
-    _twins.engine_winograd(x, *pads, u, bias, want, r, lo, hi, scratch, backend, 2)
-    magnitude = _twins._winograd_sums(x, *pads, u, cout, (ho, wo), absolute=True) + \
+    _twins.engine_winograd(x, *pads, u, bias, want, r, lo, hi, scratch, backend, 2, tile)
+    magnitude = _twins._winograd_sums(x, *pads, u, cout, (ho, wo), absolute=True,
+                                      tile=tile) + \
         np.abs(bias[:cout]) + (0.0 if r is None else np.abs(r))
-    bound = (cin + 10) * UNIT_ROUNDOFF * magnitude
+    bound = (cin + WINOGRAD_EXTRA_ROUNDINGS[tile]) * UNIT_ROUNDOFF * magnitude
     got = np.full_like(want, np.nan)
-    _kernels.engine_winograd(x, *pads, u, bias, got, r, lo, hi, scratch, backend, 2)
+    _kernels.engine_winograd(x, *pads, u, bias, got, r, lo, hi, scratch, backend, 2, tile)
     assert not np.isnan(got).any()
     assert (np.abs(got.astype(np.float64) - want) <= bound + 1e-30).all()
     for threads in (1, 3):  # each value computed by one thread in one order, either schedule
         again = np.full_like(got, np.nan)
         _kernels.engine_winograd(x, *pads, u, bias, again, r, lo, hi, scratch, backend,
-                                 threads)
+                                 threads, tile)
         assert np.array_equal(again, got)
 
 
@@ -309,6 +321,29 @@ def test_the_winograd_twin_is_the_direct_convolution(pads):
     want = sum(padded[:, a:a + ho, b:b + wo] @ kernel[3 * a + b].astype(np.float64)
                for a in range(3) for b in range(3))
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("pads", [(1, 1), (0, 0), (2, 0)])
+def test_the_winograd4_twin_is_the_direct_convolution_to_its_weights_rounding(pads):
+    """F(4x4, 3x3) is exact in exact arithmetic too; its transformed weights (1/6, 1/24 in G)
+    are rounded once to float32, each by at most u of itself, so in float64 the twin is the
+    direct convolution within u times the magnitude of the same sums on absolute values (2 u
+    allowed for the float64 roundings)."""
+    rng = np.random.default_rng(12)
+    h, w, cin, cout = 9, 7, 4, 18
+    ho, wo = h + 2 * pads[0] - 2, w + 2 * pads[1] - 2
+    x = rng.normal(0, 1, (2, h, w, cin))
+    kernel = rng.normal(0, 1, (9, cin, cout)).astype(np.float32)
+    u = panels.winograd_weights(kernel, 4)
+    got = _twins._winograd_sums(x, *pads, u, cout, (ho, wo), tile=4)
+    magnitude = _twins._winograd_sums(x, *pads, u, cout, (ho, wo), absolute=True, tile=4)
+    padded = np.pad(x, ((0, 0), (pads[0], ho + 2 - h - pads[0]),
+                        (pads[1], wo + 2 - w - pads[1]), (0, 0)))
+    want = sum(padded[:, a:a + ho, b:b + wo] @ kernel[3 * a + b].astype(np.float64)
+               for a in range(3) for b in range(3))
+    assert (np.abs(got - want) <= 2 * UNIT_ROUNDOFF * magnitude).all()
+    # and not exactly: the rounding of the weights shows
+    assert np.abs(got - want).max() > 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

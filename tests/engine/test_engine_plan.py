@@ -145,10 +145,10 @@ def test_a_plan_replays_its_choices_and_refuses_choices_of_another_model(network
     measured = engine.plan(model, mode="measure")
     assert set(measured.choices) == set(plan.choices)
     assert set(measured.choices.values()) <= {"pixels-outer", "panels-outer", "dot",
-                                              "columns", "winograd"}
+                                              "columns", "winograd", "winograd4"}
     assert engine.plan(model, choices=measured.choices).choices == measured.choices
     swap = {"pixels-outer": "panels-outer", "panels-outer": "pixels-outer", "dot": "dot",
-            "columns": "columns", "winograd": "winograd"}
+            "columns": "columns", "winograd": "winograd", "winograd4": "winograd4"}
     flipped = {name: swap[order] for name, order in measured.choices.items()}
     replayed = engine.plan(model, choices=flipped)
     assert replayed.choices == flipped and replayed.mode == "replay"
@@ -191,10 +191,10 @@ def test_the_columns_and_the_dot_products_hold_the_tolerances_within_the_memory_
             assert float(np.abs(got - reference[model.OUTPUT]).max()) <= PROBABILITY_TOLERANCE
 
 
-def _winograd_everywhere(model, estimated):
-    """Choices taking Winograd on every convolution that can run it."""
+def _winograd_everywhere(model, estimated, algorithm="winograd"):
+    """Choices taking Winograd (``algorithm``) on every convolution that can run it."""
     steps = {step.name: step for step in estimated.steps if isinstance(step, ConvStep)}
-    return {name: "winograd" if "winograd" in steps[name].algorithms else order
+    return {name: algorithm if algorithm in steps[name].algorithms else order
             for name, order in estimated.choices.items()}
 
 
@@ -207,9 +207,12 @@ def test_winograd_runs_every_stride_1_3x3_convolution_within_the_tolerances(netw
                         graph.nodes[step.layers[0]].layer.kernel.data.shape[:2] == (3, 3) and
                         graph.nodes[step.layers[0]].layer.strides == (1, 1)}
     assert len(eligible) == 20  # 13 in ResNet50V2, 7 in the decoder
-    # the estimate: Winograd on the maps of at least 14 pixels a side
+    # the estimate: F(2x2) on the maps of 14-27 pixels a side, F(4x4) from 28
+    sides = {step.name: min(step.out_shape[:2]) for step in convs if step.name in eligible}
     assert {name for name, order in plan.choices.items() if order == "winograd"} == \
-        {step.name for step in convs if step.name in eligible and min(step.out_shape[:2]) >= 14}
+        {name for name, side in sides.items() if 14 <= side < 28}
+    assert {name for name, order in plan.choices.items() if order == "winograd4"} == \
+        {name for name, side in sides.items() if side >= 28} == {"x10", "x21"}
     everywhere = engine.plan(model, choices=_winograd_everywhere(model, plan))
     assert everywhere.memory()["plan"] <= 1.3 * everywhere.memory()["model_weights"]
     for portable in KERNELS:
@@ -223,6 +226,50 @@ def test_winograd_runs_every_stride_1_3x3_convolution_within_the_tolerances(netw
                     assert error <= LAYER_TOLERANCE, (step.name, error)
             got = everywhere.predict(x, batch_size=2)
         assert float(np.abs(got - reference[model.OUTPUT]).max()) <= PROBABILITY_TOLERANCE
+
+
+def test_winograd4_runs_every_stride_1_3x3_convolution_within_the_tolerances(network):
+    """F(4x4, 3x3) on all 20 (its weights 4x the direct kernel's: this plan is past the memory
+    limit, which the planner's own choices keep): each layer and the probabilities within the
+    same tolerances as every other algorithm, on every kernel backend."""
+    model, x, reference, plan = network
+    everywhere = engine.plan(model, choices=_winograd_everywhere(model, plan, "winograd4"))
+    ran = [step for step in everywhere.steps if step.order == "winograd4"]
+    assert len(ran) == 20
+    for portable in KERNELS:
+        with _kernels(portable.values[0]):
+            for step in ran:
+                assert step.winograd_tile == 4 and step.phases[0].packed is None
+                got = step.run({name: reference[name] for name in step.inputs})
+                want = reference[step.name]
+                error = float(np.abs(got - want).max()) / float(np.abs(want).max())
+                assert error <= LAYER_TOLERANCE, (step.name, error)
+            got = everywhere.predict(x, batch_size=2)
+        assert float(np.abs(got - reference[model.OUTPUT]).max()) <= PROBABILITY_TOLERANCE
+
+
+def test_the_estimate_takes_winograd4_on_large_maps_and_steps_down_to_fit(network,
+                                                                         monkeypatch):
+    """With F(4x4) from 16 pixels a side (the estimate's own threshold is 28, which only the
+    two 32x32 layers of the 64x64 test network reach) the estimate takes it on the 16x16 and
+    32x32 layers and F(2x2) on none left; where the memory limit is one byte short of that plan, the step that
+    loses least per byte freed steps down to F(2x2), not to a direct order."""
+    from refseg.engine import planner
+
+    model, _, _, plan = network
+    monkeypatch.setattr(planner, "WINOGRAD4_MIN_MAP", 16)
+    wide = engine.plan(model, mode="estimate")
+    sides = {step.name: min(step.out_shape[:2]) for step in wide.steps
+             if isinstance(step, ConvStep) and step.winograd_pads is not None}
+    assert {n for n, o in wide.choices.items() if o == "winograd4"} == \
+        {n for n, side in sides.items() if side >= 16}
+    assert not [n for n, o in wide.choices.items() if o == "winograd"]
+    monkeypatch.setattr(planner, "MEMORY_LIMIT", (wide.memory()["plan"] - 1) /
+                        wide.memory()["model_weights"])
+    tight = engine.plan(model, mode="estimate")
+    changed = {n: (wide.choices[n], o) for n, o in tight.choices.items() if o != wide.choices[n]}
+    assert len(changed) == 1 and list(changed.values()) == [("winograd4", "winograd")]
+    assert tight.memory()["plan"] <= planner.MEMORY_LIMIT * tight.memory()["model_weights"]
 
 
 def test_winograd_gives_way_where_the_plan_would_outgrow_its_memory(network, monkeypatch):
