@@ -226,7 +226,8 @@ def environment_lines(threads: int, torch=None) -> list[str]:
         "- OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "(unset)")
         + ", OPENBLAS_L2_SIZE=" + os.environ.get("OPENBLAS_L2_SIZE", "(unset)")
         + ", OPENBLAS_THREAD_TIMEOUT=" + os.environ.get("OPENBLAS_THREAD_TIMEOUT", "(unset)")
-        + ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+        + ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "(unset)")
+        + ", GOMP_SPINCOUNT=" + os.environ.get("GOMP_SPINCOUNT", "(unset)"),
         allocator_line(),
     ]
     pools = blas_info()

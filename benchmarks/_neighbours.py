@@ -83,7 +83,7 @@ def _neighbour_env(kind: str) -> dict:
     refseg sets for itself; the mixed neighbour's BLAS on 2 threads."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                        "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY")}
+                        "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     if kind in ("mixed", "matmul"):
         env["OPENBLAS_NUM_THREADS"] = "2"
     return env

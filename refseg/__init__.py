@@ -28,11 +28,19 @@ from refseg.lazy import lazy_names
 # 9-12 ms instead of 4.6 ms on 2 cores). A short timeout removes that without slowing the GEMM.
 # It only takes effect if refseg is imported before NumPy loads OpenBLAS.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-# The other direction: libgomp's threads spin after every parallel region of refseg's kernels and
-# take the cores from the OpenBLAS threads of the next product. Passive waiting (sleep at once)
-# measured, 2 cores, ResMobileNet at 224x224: batch 1 475 -> 225 ms, batch 8 2124 -> 1330 ms.
-# Like the line above it only takes effect if refseg loads libgomp first (before torch, say).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The other direction: libgomp's idle threads spin for about a millisecond by default after
+# each parallel region and then take the cores from the OpenBLAS threads of the next product;
+# sleeping at once (OMP_WAIT_POLICY=PASSIVE) made every region start with a wake-up instead,
+# 43-48 us on a 2-core VM (Zen 5) against 1.5-2 us while the workers still spin. A short spin,
+# about 100-200 us there, covers the gaps between the engine's steps and leaves the cores to
+# OpenBLAS soon after. Measured, Zen 5, 2 threads, against PASSIVE: engine prediction at
+# 224x224, batch 1 59.5-63.3 -> 52.8-54.9 ms, batch 8 420-428 -> 395-408 ms (medians, two
+# alternating pairs of runs); the demo's training step 308-310 -> 275-290 ms; the reference
+# route's batch-1 prediction (im2col and OpenBLAS in turn) 855-889 -> 875-886 ms. The user's
+# own OMP_WAIT_POLICY or GOMP_SPINCOUNT stands. Like the line above it only takes effect if
+# refseg loads libgomp first (before torch, say).
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 #: public name -> the module that defines it
 _PUBLIC = {
