@@ -29,18 +29,18 @@ from refseg.lazy import lazy_names
 # It only takes effect if refseg is imported before NumPy loads OpenBLAS.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # The other direction: libgomp's idle threads spin for about a millisecond by default after
-# each parallel region and then take the cores from the OpenBLAS threads of the next product;
-# sleeping at once (OMP_WAIT_POLICY=PASSIVE) made every region start with a wake-up instead,
-# 43-48 us on a 2-core VM (Zen 5) against 1.5-2 us while the workers still spin. A short spin,
-# about 100-200 us there, covers the gaps between the engine's steps and leaves the cores to
-# OpenBLAS soon after. Measured, Zen 5, 2 threads, against PASSIVE: engine prediction at
-# 224x224, batch 1 59.5-63.3 -> 52.8-54.9 ms, batch 8 420-428 -> 395-408 ms (medians, two
-# alternating pairs of runs); the demo's training step 308-310 -> 275-290 ms; the reference
-# route's batch-1 prediction (im2col and OpenBLAS in turn) 855-889 -> 875-886 ms. The user's
-# own OMP_WAIT_POLICY or GOMP_SPINCOUNT stands. Like the line above it only takes effect if
-# refseg loads libgomp first (before torch, say).
+# each parallel region and then take the cores from the OpenBLAS threads of the next product,
+# or from a neighbour's; sleeping at once (OMP_WAIT_POLICY=PASSIVE) made every region start
+# with a wake-up instead, 43-48 us on a 2-core VM (Zen 5) against 1.5-2 us while the workers
+# still spin. A short spin, 20-50 us there, covers the gaps between the engine's steps and
+# wastes little beside other processes: Zen 5, 2 threads, a batch-1 prediction at 224x224,
+# medians 57.3 and 58.6 ms passive, 53.0 and 53.5 with this spin; a spin ten times as long was
+# no faster (53-69 ms), and beside a neighbour running NumPy products in bursts it made two
+# threads 1.28 times one thread's time at batch 1 (passive: 1.09). The user's own
+# OMP_WAIT_POLICY or GOMP_SPINCOUNT stands. Like the line above it only takes effect if refseg
+# loads libgomp first (before torch, say).
 if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+    os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 #: public name -> the module that defines it
 _PUBLIC = {

@@ -308,13 +308,13 @@ def test_bits_independent_of_load_pins_the_tiles_and_leaves_the_count_to_the_loa
         assert count == 1 == threads.tiling_threads()
     assert threads.tiling_threads() == 2
 
-@pytest.mark.parametrize("environ,spin", [({}, "10000"),
+@pytest.mark.parametrize("environ,spin", [({}, "1000"),
                                           ({"GOMP_SPINCOUNT": "77"}, "77"),
                                           ({"OMP_WAIT_POLICY": "PASSIVE"}, None)])
 def test_importing_refseg_sets_a_short_openmp_spin_unless_the_user_chose(tmp_path, environ,
                                                                         spin):
-    """libgomp's idle threads spin about 0.1-0.2 ms (GOMP_SPINCOUNT 10000) after each region
-    (a region's start then costs 1.5-2 us instead of a 43-48 us wake-up on the Zen 5); a
+    """libgomp's idle threads spin about 20-50 us (GOMP_SPINCOUNT 1000) after each region (a
+    region's start then costs 1.5-2 us instead of a 43-48 us wake-up on the Zen 5); a
     user's own spin count or waiting policy stands, and OpenBLAS's timeout is set beside it."""
     import subprocess
     import sys

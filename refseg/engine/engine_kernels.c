@@ -1141,6 +1141,9 @@ typedef struct {
     void (*input)(const float *const *, int, float *, size_t);
     void (*output)(const float *, size_t, int, const float *, float, float, float *const *,
                    const float *const *, float *);
+    /* F(4x4)'s transforms (engine/training/winograd_f4x4.c), of the backend */
+    void (*input4)(const float *const *, float *, ptrdiff_t, ptrdiff_t);
+    void (*output4)(const float *, ptrdiff_t, const float *, float *const *, ptrdiff_t);
 } Winograd;
 
 /* the input transform of tile `tile` of the batch into v (its positions `stride` apart) */
@@ -1161,7 +1164,7 @@ static inline void winograd_input_tile(const Winograd *g, int64_t tile, float *v
         }
     }
     if (g->tile == 4)
-        refseg_winograd4_input_f(d, v, (ptrdiff_t)stride, g->cin);
+        g->input4(d, v, (ptrdiff_t)stride, g->cin);
     else
         g->input(d, g->cin, v, stride);
 }
@@ -1201,7 +1204,7 @@ static inline void winograd4_output_tile(const Winograd *g, int64_t n, int ty, i
     float *dst[16];
     for (int q = 0; q < 16; q++)
         dst[q] = tile_out + (size_t)q * g->coutp;
-    refseg_winograd4_output_f(m, (ptrdiff_t)stride, g->bias, dst, g->cout);
+    g->output4(m, (ptrdiff_t)stride, g->bias, dst, g->cout);
     for (int q = 0; q < 16; q++) {
         const int row = 4 * ty + q / 4, col = 4 * tx + q % 4;
         if (row >= g->ho || col >= g->wo)
@@ -1270,12 +1273,18 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
     g.mr = tk.mr;
     g.input = winograd_input_portable;
     g.output = winograd_output_portable;
+    g.input4 = refseg_winograd4_input_f;
+    g.output4 = refseg_winograd4_output_f;
     if (backend == ENGINE_AVX512) {
         g.input = winograd_input_avx512;
         g.output = winograd_output_avx512;
+        g.input4 = refseg_winograd4_input_f_avx512;
+        g.output4 = refseg_winograd4_output_f_avx512;
     } else if (backend == ENGINE_AVX2) {
         g.input = winograd_input_avx2;
         g.output = winograd_output_avx2;
+        g.input4 = refseg_winograd4_input_f_avx2;
+        g.output4 = refseg_winograd4_output_f_avx2;
     }
     g.width = tk.pair ? 2 : 1;
     g.all_panels = (cout + ENGINE_PANEL - 1) / ENGINE_PANEL;

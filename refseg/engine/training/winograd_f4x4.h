@@ -24,4 +24,14 @@ void refseg_winograd4_output_d(const double *m, ptrdiff_t stride, const double *
 void refseg_winograd4_kernel_f(const float *w, ptrdiff_t size, float *u, ptrdiff_t stride);
 void refseg_winograd4_kernel_d(const double *w, ptrdiff_t size, double *u, ptrdiff_t stride);
 
+/* the float transforms above compiled for AVX-512 and for AVX2 (the same bits) */
+void refseg_winograd4_input_f_avx512(const float *const *src, float *dst, ptrdiff_t stride,
+                                     ptrdiff_t ch);
+void refseg_winograd4_output_f_avx512(const float *m, ptrdiff_t stride, const float *bias,
+                                      float *const *dst, ptrdiff_t cout);
+void refseg_winograd4_input_f_avx2(const float *const *src, float *dst, ptrdiff_t stride,
+                                   ptrdiff_t ch);
+void refseg_winograd4_output_f_avx2(const float *m, ptrdiff_t stride, const float *bias,
+                                    float *const *dst, ptrdiff_t cout);
+
 #endif
