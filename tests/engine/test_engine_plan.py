@@ -272,6 +272,49 @@ def test_the_estimate_takes_winograd4_on_large_maps_and_steps_down_to_fit(networ
     assert tight.memory()["plan"] <= planner.MEMORY_LIMIT * tight.memory()["model_weights"]
 
 
+class _Sized(ConvStep):
+    """A convolution step that is only its bytes per algorithm (for the memory rule)."""
+
+    def __init__(self, name, sizes):
+        self.name, self.sizes = name, sizes
+
+    def nbytes_for(self, algorithm):
+        return self.sizes[algorithm]
+
+    def scratch_bytes(self, batch=1, algorithm=None):
+        return 0
+
+
+def test_the_memory_rule_steps_down_the_cheapest_per_byte_then_undoes_what_it_did_not_need(
+        monkeypatch):
+    """Three steps holding 40 + 60 + 30 bytes against a limit of 100: per byte freed, a's
+    F(4x4) -> F(2x2) costs least (0.05), then c's (0.08), then b's F(2x2) -> direct (0.15),
+    which alone frees 40 bytes; undone, dearest first, wherever the plan still fits: c's and
+    a's moves, so b alone steps down (90 bytes)."""
+    from types import SimpleNamespace
+
+    from refseg.engine import planner
+
+    monkeypatch.setattr(planner, "_workspace", lambda model, steps, scratch: 0)
+    monkeypatch.setattr(planner, "MEMORY_LIMIT", 1.0)
+    model = SimpleNamespace(weights=lambda: {"w": np.zeros(100, np.uint8)})
+    steps = [_Sized("a", {"winograd4": 40, "winograd": 30, "panels-outer": 20}),
+             _Sized("b", {"winograd": 60, "panels-outer": 20}),
+             _Sized("c", {"winograd4": 30, "winograd": 25})]
+    costs = {"a": {"winograd4": 1.0, "winograd": 1.5, "panels-outer": 3.5},
+             "b": {"winograd": 1.0, "panels-outer": 7.0},
+             "c": {"winograd4": 1.0, "winograd": 1.4}}
+    chosen = {"a": "winograd4", "b": "winograd", "c": "winograd4"}
+    assert planner._within_memory(model, steps, chosen, costs) == \
+        {"a": "winograd4", "b": "panels-outer", "c": "winograd4"}
+    # with room for every choice nothing moves; with room for none, all step down
+    monkeypatch.setattr(planner, "MEMORY_LIMIT", 1.3)
+    assert planner._within_memory(model, steps, chosen, costs) == chosen
+    monkeypatch.setattr(planner, "MEMORY_LIMIT", 0.5)
+    assert planner._within_memory(model, steps, chosen, costs) == \
+        {"a": "panels-outer", "b": "panels-outer", "c": "winograd"}
+
+
 def test_winograd_gives_way_where_the_plan_would_outgrow_its_memory(network, monkeypatch):
     from refseg.engine import planner
 
