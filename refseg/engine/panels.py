@@ -46,8 +46,22 @@ def winograd_weights(taps_kernel: np.ndarray, tile: int = 2) -> np.ndarray:
     side = tile + 2
     g = np.asarray(taps_kernel, np.float64).reshape(3, 3, cin, cout)
     u = np.einsum("ia,abco,jb->ijco", g_matrix, g, g_matrix).reshape(side * side, cin, cout)
-    return np.concatenate([pack_panels(u[xi][None].astype(np.float32))
-                           for xi in range(side * side)])
+    return pack_positions(u.astype(np.float32))
+
+
+def pack_positions(u: np.ndarray) -> np.ndarray:
+    """Winograd's transformed weights (P, cin, cout), one set per position of the tile, packed
+    as P sets of panels: flat float32 of ``P * panels * cin * 16``, ``[xi][panel][cin][16]``
+    (zero past the last channel). ``u`` may be a strided view."""
+    positions, cin, cout = u.shape
+    panels = -(-cout // PANEL)
+    full = cout // PANEL
+    packed = np.zeros((positions, panels, cin, PANEL), np.float32)
+    packed[:, :full] = u[:, :, :full * PANEL].reshape(positions, cin, full, PANEL).transpose(
+        0, 2, 1, 3)
+    if full < panels:
+        packed[:, full, :, :cout - full * PANEL] = u[:, :, full * PANEL:]
+    return packed.reshape(-1)
 
 
 def unpacked_panels(packed: np.ndarray, taps: int, cin: int, cout: int) -> np.ndarray:

@@ -276,3 +276,36 @@ def test_winograd_adjoint_kernels(dtype, g, cin):
         fast.winograd_kernel(kernel, transformed)
         assert (transformed * u).sum() == pytest.approx((kernel * w[0]).sum(), rel=1e-12,
                                                         abs=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(2, 30, 52, 20, 24), (1, 40, 64, 96, 64),
+                                   (2, 37, 30, 40, 17)])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_training_winograd4_on_the_engine_kernel_is_the_products_route_bit_for_bit(
+        monkeypatch, shape, adjoint):
+    """Training's F(4x4, 3x3) on the inference engine's Winograd kernel (where its chunks are
+    long enough and the products run on the engine's AVX-512 kernels) gives the products'
+    route's float32 bits: the same transforms, each output the same sum over at most 256 input
+    channels on the same micro-kernels; with a bias, a ReLU, odd sizes (partial tiles) and
+    the adjoint (flipped kernel)."""
+    from refseg.engine.training import conv_winograd
+    from refseg.engine.training.products import (ENGINE_MIN_COLUMNS, ENGINE_MIN_ROWS,
+                                                 product_kernel)
+
+    if product_kernel(np.float32, ENGINE_MIN_ROWS, ENGINE_MIN_COLUMNS) != 2:
+        pytest.fail("this check needs a CPU with AVX-512 (the CI's has)")
+    n, h, w, cin, cout = shape
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal((n, h, w, cin)).astype(np.float32)
+    kernel = (rng.standard_normal((3, 3, cout, cin) if adjoint else (3, 3, cin, cout)) /
+              np.sqrt(9 * cin)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    assert conv_winograd._on_the_engine(x, cin, cout, (h, w), "cython")
+    engine = conv_winograd.winograd_conv(x, kernel, adjoint, bias, (1, 1), (h, w), "cython", 4,
+                                         (0.0, np.inf))
+    monkeypatch.setattr(conv_winograd, "ENGINE_MIN_CHUNK", 1 << 40)
+    assert not conv_winograd._on_the_engine(x, cin, cout, (h, w), "cython")
+    products = conv_winograd.winograd_conv(x, kernel, adjoint, bias, (1, 1), (h, w), "cython",
+                                           4, (0.0, np.inf))
+    assert (engine > 0).any() and (engine == 0).any()  # the ReLU cut some, kept others
+    np.testing.assert_array_equal(engine, products)

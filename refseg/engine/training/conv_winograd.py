@@ -11,6 +11,16 @@ same transformed kernel, or for F(4x4, 3x3) the transformed flipped kernel) and 
 transposed convolution take these routes; kernel gradients take F(2x2, 3x3)'s adjoint
 transforms on both.
 
+Where the CPU's float32 products run on the engine's AVX-512 kernels, an F(4x4, 3x3) whose
+transformed tiles fit ENGINE_MIN_CHUNK to a chunk of the inference engine's Winograd kernel
+runs on that kernel instead (``engine_winograd`` in ``engine/engine_kernels.c``: the same
+transforms, the products on the same micro-kernels, each thread taking whole chunks through
+the three passes): with at most 256 input channels each output is the same float32 sum as on
+the products' route, bit for bit (one block of the inner dimension there). Zen 5, 2 threads,
+batch 8: 32x112 96 -> 96 10.0 -> 5.1 ms, 16x56 144 -> 144 4.4 -> 2.7; no faster where
+the tiles are wide (144 -> 256: 8.1 and 7.8 ms; the chunks are then short and each reads
+all the transformed weights).
+
 References: claims 2 and 4; [0129]-[0132] (backward). A. Lavin and S. Gray, "Fast Algorithms
 for Convolutional Neural Networks", CVPR 2016, arXiv:1509.09308.
 """
@@ -24,6 +34,11 @@ from refseg.engine.training.products import matmul_stack
 from refseg.engine.training.workspace import workspace
 from refseg.engine.training.backend import engine_kernels as kernels
 from refseg.cite import implements
+
+#: Fewest tiles in a chunk of the inference engine's F(4x4, 3x3) kernel (its 4 MiB of scratch
+#: over 36 x (Cin + Cout in whole panels) floats per tile) for training's F(4x4, 3x3) to run
+#: on it: 48 per thread on two threads, where each thread takes whole chunks of its own.
+ENGINE_MIN_CHUNK = 96
 
 #: Bytes of the transformed tiles held at a time, input (P x tiles x Cin) and products
 #: (P x tiles x Cout) together: fewer, longer matrix products against data that stays in the
@@ -136,6 +151,8 @@ def winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2,
     transform_kernel, transform_input, transform_output = _transforms(kernels(backend), tile)
     if tile == 4 and adjoint:
         w, adjoint = flipped_kernel(w), False
+    if tile == 4 and _on_the_engine(x, c, cout, out_hw, backend):
+        return _engine_winograd4(x, w, bias, pads, out_hw, bounds)
     u = _planes(workspace(_planes_size(*w.shape[2:], x.dtype, planes), x.dtype,
                           "winograd kernel"), *w.shape[2:], planes)
     transform_kernel(np.ascontiguousarray(w, dtype=x.dtype), u)
@@ -149,6 +166,44 @@ def winograd_conv(x, w, adjoint, bias, pads, out_hw, backend, tile=2,
         else:
             matmul_stack(v, u, m, backend=backend)
         transform_output(m, bias, *bounds, th, tw, start, out)
+    return out
+
+
+def _on_the_engine(x, c, cout, out_hw, backend) -> bool:
+    """Whether an F(4x4, 3x3) of x runs on the inference engine's kernel (module docstring)."""
+    from refseg import _kernels
+    from refseg.engine.training.products import (ENGINE_MIN_COLUMNS, ENGINE_MIN_ROWS,
+                                                 product_kernel)
+
+    return (backend == "cython" and x.dtype == np.float32
+            and product_kernel(x.dtype, ENGINE_MIN_ROWS, ENGINE_MIN_COLUMNS) == 2
+            and _kernels.engine_winograd_chunk(x.shape[0], *out_hw, c, cout, 4)
+            >= ENGINE_MIN_CHUNK)
+
+
+def _engine_winograd4(x, w, bias, pads, out_hw, bounds) -> np.ndarray:
+    """F(4x4, 3x3) of x (N, H, W, Cin) float32 by the kernel w (3, 3, Cin, Cout), + bias,
+    clamped to ``bounds``, on the inference engine's Winograd kernel: the weights transformed
+    by training's transform (the products' route's very weights) and packed in panels for it."""
+    from refseg import _kernels
+    from refseg.engine.packing import padded_bias
+    from refseg.engine.panels import PANEL, pack_positions
+    from refseg.engine.runtime import PARALLEL_MIN_MACS, backend_code, threads_for
+
+    n, _, _, cin = x.shape
+    cout = w.shape[3]
+    u = _planes(workspace(_planes_size(cin, cout, x.dtype, 36), x.dtype, "winograd kernel"),
+                cin, cout, 36)
+    _kernels.winograd4_kernel(np.ascontiguousarray(w), u)
+    chunk = _kernels.engine_winograd_chunk(n, *out_hw, cin, cout, 4)
+    scratch = np.empty(36 * chunk * (cin + -(-cout // PANEL) * PANEL), np.float32)
+    out = np.empty((n, *out_hw, cout), np.float32)
+    shift = padded_bias(np.zeros(cout, np.float32) if bias is None else
+                        np.asarray(bias, np.float32))
+    _kernels.engine_winograd(np.ascontiguousarray(x), *pads, pack_positions(u), shift, out,
+                             None, *bounds, scratch, backend_code(),
+                             threads_for(n * out_hw[0] * out_hw[1] * cin * cout * 9,
+                                         PARALLEL_MIN_MACS), 4)
     return out
 
 
