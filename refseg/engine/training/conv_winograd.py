@@ -196,7 +196,8 @@ def _engine_winograd4(x, w, bias, pads, out_hw, bounds) -> np.ndarray:
                 cin, cout, 36)
     _kernels.winograd4_kernel(np.ascontiguousarray(w), u)
     chunk = _kernels.engine_winograd_chunk(n, *out_hw, cin, cout, 4)
-    scratch = np.empty(36 * chunk * (cin + -(-cout // PANEL) * PANEL), np.float32)
+    # the products' route's buffer for its blocks of tiles: no memory of its own
+    scratch = workspace(36 * chunk * (cin + -(-cout // PANEL) * PANEL), np.float32)
     out = np.empty((n, *out_hw, cout), np.float32)
     shift = padded_bias(np.zeros(cout, np.float32) if bias is None else
                         np.asarray(bias, np.float32))
