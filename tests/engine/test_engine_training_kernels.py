@@ -278,6 +278,7 @@ def test_winograd_adjoint_kernels(dtype, g, cin):
                                                         abs=1e-12)
 
 
+@pytest.mark.claim("claim2.fusion")
 @pytest.mark.parametrize("shape", [(2, 30, 52, 20, 24), (1, 40, 64, 96, 64),
                                    (2, 37, 30, 40, 17)])
 @pytest.mark.parametrize("adjoint", [False, True])
