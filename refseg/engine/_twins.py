@@ -120,17 +120,14 @@ def engine_affine(x, scale, shift, lo, hi, y, threads):
     y[...] = np.clip(values, lo, hi).astype(np.float32)
 
 
-#: Winograd F(2x2, 3x3): inputs B^T d B, kernels G g G^T, outputs A^T M A.
+#: Winograd F(2x2, 3x3): inputs B^T d B, outputs A^T M A (the kernels come transformed,
+#: refseg.engine.panels.winograd_weights).
 WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
-WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 #: Winograd F(4x4, 3x3), points 0, 1, -1, 2, -2 and infinity (engine/training/winograd_f4x4.c).
 WINOGRAD4_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
                          [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
                         np.float64)
-WINOGRAD4_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                        [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]],
-                       np.float64)
 WINOGRAD4_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
                          [0, 1, -1, 8, -8, 1]], np.float64)
 #: tile -> (B^T, A^T)

@@ -15,10 +15,10 @@ four alternating pairs of fresh processes: 466, 434, 430, 458 ms against 470, 49
 The price is that a process keeps the memory of its largest prediction until it exits.
 
 ``keep_freed_memory`` makes these settings through ``mallopt`` when the engine first runs (a
-plan's ``run``, or ``refseg.engine.training.training_engine``), unless the environment already sets any of them
-for glibc (``refseg.memory.user_has_chosen``): then the user's choice stands. It
-registers them with ``refseg.memory``, whose ``return_freed_memory`` blocks (``refseg edges``)
-put them back when they end.
+plan's ``run``, or ``refseg.engine.training.training_engine``), unless the environment
+already sets any of them for glibc (``refseg.memory.user_has_chosen``): then the user's choice
+stands. It registers them with ``refseg.memory``, whose ``return_freed_memory`` blocks
+(``refseg edges``) put them back when they end.
 """
 from __future__ import annotations
 

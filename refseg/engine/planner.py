@@ -34,7 +34,8 @@ keeps only the weights its chosen algorithms read; Winograd's (16/9 of the direc
 36/9 for F(4x4)) are made from the packed kernel when first needed, and where they would take
 the plan past ``MEMORY_LIMIT`` times the model's weights the layers that lose least per byte
 freed step down (F(4x4) to F(2x2) or a direct order, F(2x2) to a direct order; measured or
-estimated costs) until it fits.
+estimated costs) until it fits, and the steps it then did not need are undone
+(``_within_memory``).
 """
 from __future__ import annotations
 

@@ -404,7 +404,6 @@ class ConvStep:
             y /= y.sum(axis=-1, keepdims=True)
         return y if y2 is None else (y, y2)
 
-
     def _run_columns(self, kernels, code, threads, flat_x, x_image, n, flat_y, y_image, flat_r):
         """The "columns" algorithm: every tap's products as one 1x1 convolution, then each
         output gathered from its taps' columns with the epilogue."""

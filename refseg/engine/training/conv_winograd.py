@@ -182,9 +182,10 @@ def _on_the_engine(x, c, cout, out_hw, backend) -> bool:
 
 
 def _engine_winograd4(x, w, bias, pads, out_hw, bounds) -> np.ndarray:
-    """F(4x4, 3x3) of x (N, H, W, Cin) float32 by the kernel w (3, 3, Cin, Cout), + bias,
-    clamped to ``bounds``, on the inference engine's Winograd kernel: the weights transformed
-    by training's transform (the products' route's very weights) and packed in panels for it."""
+    """F(4x4, 3x3) of x (N, H, W, Cin) float32 by the kernel w (3, 3, Cin, Cout), + bias
+    (Cout,) or None, clamped to ``bounds``, on the inference engine's Winograd kernel: the
+    weights transformed by training's transform (the products' route's very weights) and
+    packed in panels for it. Returns (N, Ho, Wo, Cout) float32, a new array."""
     from refseg import _kernels
     from refseg.engine.packing import padded_bias
     from refseg.engine.panels import PANEL, pack_positions

@@ -28,6 +28,7 @@ import ctypes
 import functools
 import math
 import os
+import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -276,9 +277,7 @@ def mean_seconds(seconds) -> float:
 
 def median_seconds(seconds) -> float:
     """The median of the kept timings (the mean of the middle two for an even count)."""
-    ordered = sorted(seconds)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return statistics.median(seconds)
 
 
 class ThreadChoice:
@@ -306,8 +305,8 @@ class ThreadChoice:
     def pick(self, candidates) -> int:
         """The count to run next, of two: each in turn until it has TIMED_RUNS timings, then
         the one with more threads if its mean time is MORE_THREADS_GAIN below the other's and
-        its slowest kept run faster than the other's median, else the one with fewer; every RECHECK_EVERY-th run
-        after that, the count not chosen."""
+        its slowest kept run faster than the other's median, else the one with fewer; every
+        RECHECK_EVERY-th run after that, the count not chosen."""
         for threads in candidates:
             if len(self.seconds.get(threads, ())) < TIMED_RUNS:
                 return threads
