@@ -73,6 +73,33 @@ def test_engine_products_are_within_the_summation_bound_and_the_same_on_any_thre
     assert np.array_equal(results[0], results[1])
 
 
+@pytest.mark.parametrize("shape", [(3, 96, 1792, 96), (2, 13, 300, 37), (1, 12, 256, 16),
+                                   (2, 25, 5, 17), (1, 100, 513, 200), (1, 7, 700, 250)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_a_k_major_left_operand_gives_the_bits_of_its_row_major_copy(shape, accumulate):
+    """On AVX-512 a left operand that lies k-major (a transposed view, as a kernel gradient's
+    input does) is read in place by its own micro-kernel instead of being transposed into
+    packed rows: the same blocks of the inner dimension, each the same chain of fused
+    multiply-adds, so the same bits as the row-major copy of it; several blocks of 256, partial
+    strips of 12 rows and partial panels of 16 columns, and accumulation."""
+    if _kernels.engine_cpu_backend() != 2:
+        pytest.fail("this check needs a CPU with AVX-512 (the CI's has)")
+    planes, m, k, n = shape
+    rng = np.random.default_rng(m * n)
+    a = _operand(rng, planes, m, k, True)
+    b = _operand(rng, planes, k, n, False)
+    start = rng.standard_normal((planes, m, n)).astype(np.float32)
+    outs = []
+    for left in (a, np.ascontiguousarray(a)):
+        out = start.copy()
+        with product_kernels("engine"), limit_threads(2):
+            matmul_stack(left, b, out, accumulate=accumulate)
+        outs.append(out)
+    assert np.array_equal(outs[0], outs[1])
+    exact, bound = _exact_and_bound(a, b, None, start, accumulate)
+    assert np.all(np.abs(outs[0] - exact) <= bound)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("tiles", [(7, 1000), (1000, 16), (12, 48), (100, 33)])
 def test_an_engine_products_bits_do_not_depend_on_its_tiles(backend, tiles):
