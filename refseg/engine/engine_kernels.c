@@ -413,8 +413,13 @@ void engine_conv_c(int backend, int threads, int order, int batch,
  * c by the epilogue's residual (bias 0, no clamp), so every element of c is the same sum of
  * the same blocks in the same order whatever tile it lies in: the result depends on the
  * shapes and the backend alone, not on how a caller cuts the output.
- * Element (i, j) of a is a[i * lda + j] (a_trans: a[j * lda + i]); likewise b. */
-#define ENGINE_GEMM_KC 256
+ * Element (i, j) of a is a[i * lda + j] (a_trans: a[j * lda + i]); likewise b.
+ * Blocks of 1024 rather than 256: each block's sums go out to c and come back, and its b is
+ * packed again per tile; with 1024 the 2-thread rate of training's products went 357 -> 412
+ * GFLOP/s (7168 x 864 @ 864 x 256), 340 -> 391 (36 planes 436 x 576 @ 576 x 256), about 7 %
+ * off the --train-backbone step's products (Zen 5); only products with few rows and very
+ * long columns lost (112 x 6480 @ 6480 x 2048: 296 -> 277). */
+#define ENGINE_GEMM_KC 1024
 #define ENGINE_GEMM_MC 240
 /* the most bytes of packed b that the strips of a walk whole (see engine_gemm_c) */
 #define ENGINE_GEMM_L1_B (40 << 10)
