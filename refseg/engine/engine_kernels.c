@@ -408,8 +408,9 @@ void engine_conv_c(int backend, int threads, int order, int batch,
  * c (m x n) = a (m x k) @ b (k x n), plus c where `accumulate`, for training's products on one
  * thread (its caller hands out the tiles): the same micro-kernels as the convolution, with one
  * tap. b is packed, a block of ENGINE_GEMM_KC rows at a time, into panels of 16 columns; a's
- * rows are read in place where they are contiguous, else a block of ENGINE_GEMM_MC rows is
- * copied (a transposed view). Each block's sums start from zero in registers and are added to
+ * rows are read in place where they are contiguous; a transposed view of a is read in place
+ * too by gemm_kmajor on AVX-512 where b is row-major, else a block of ENGINE_GEMM_MC of its
+ * rows is copied. Each block's sums start from zero in registers and are added to
  * c by the epilogue's residual (bias 0, no clamp), so every element of c is the same sum of
  * the same blocks in the same order whatever tile it lies in: the result depends on the
  * shapes and the backend alone, not on how a caller cuts the output.
