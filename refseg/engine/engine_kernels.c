@@ -491,33 +491,33 @@ static void gemm_pack_a_transposed(int backend, const float *a, int64_t lda, int
  * memcpy per 64 bytes cost more than the products of a 96-column b) */
 __attribute__((target("avx512f")))
 static void gemm_pack_b_rows_avx512(const float *b, int64_t ldb, int k0, int kc, int n,
-                                    float *restrict packed)
+                                    int first, int count, float *restrict packed)
 {
     const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
     const int last = n - (panels - 1) * ENGINE_PANEL;
     const __mmask16 tail = (__mmask16)(last >= ENGINE_PANEL ? 0xffffu : (1u << last) - 1u);
     /* panel by panel: each panel's rows are written one after another (row by row, the 64
      * bytes of each panel fall kc * 64 bytes apart, into the same sets of L1) */
-    for (int p = 0; p < panels; p++) {
+    for (int p = first; p < first + count; p++) {
         const __mmask16 mask = p == panels - 1 ? tail : (__mmask16)0xffffu;
         const float *src = b + (int64_t)k0 * ldb + p * ENGINE_PANEL;
-        float *dst = packed + (size_t)p * kc * ENGINE_PANEL;
+        float *dst = packed + (size_t)(p - first) * kc * ENGINE_PANEL;
         for (int kk = 0; kk < kc; kk++)
             _mm512_storeu_ps(dst + (size_t)kk * ENGINE_PANEL,
                              _mm512_maskz_loadu_ps(mask, src + (int64_t)kk * ldb));
     }
 }
 
+/* panels first .. first + count - 1 of rows k0..k0+kc of b, the first of them at packed */
 static void gemm_pack_b(int backend, const float *b, int64_t ldb, int b_trans, int k0, int kc,
-                        int n, float *restrict packed)
+                        int n, int first, int count, float *restrict packed)
 {
-    const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
     if (backend == ENGINE_AVX512 && !b_trans) {
-        gemm_pack_b_rows_avx512(b, ldb, k0, kc, n, packed);
+        gemm_pack_b_rows_avx512(b, ldb, k0, kc, n, first, count, packed);
         return;
     }
-    for (int p = 0; p < panels; p++) {
-        float *dst = packed + (size_t)p * kc * ENGINE_PANEL;
+    for (int p = first; p < first + count; p++) {
+        float *dst = packed + (size_t)(p - first) * kc * ENGINE_PANEL;
         const int j0 = p * ENGINE_PANEL;
         const int cols = n - j0 < ENGINE_PANEL ? n - j0 : ENGINE_PANEL;
         if (cols < ENGINE_PANEL)
@@ -631,7 +631,11 @@ static void gemm_kmajor(int m, int n, int k, const float *a, int64_t lda, const 
     for (int k0 = 0; k0 < k; k0 += ENGINE_GEMM_KC) {
         const int kc = k - k0 < ENGINE_GEMM_KC ? k - k0 : ENGINE_GEMM_KC;
         const int add = accumulate || k0 > 0;
-        gemm_pack_b(ENGINE_AVX512, b, ldb, 0, k0, kc, n, packed_b);
+        /* one block of rows: each pair of panels packed as its turn comes (the block walks
+         * the pairs once), so that it goes to the kernel from L2, not through memory */
+        const int late = m <= ENGINE_GEMM_MC;
+        if (!late)
+            gemm_pack_b(ENGINE_AVX512, b, ldb, 0, k0, kc, n, 0, panels, packed_b);
         /* a block of ENGINE_GEMM_MC rows at a time (its kc x mc values stay in L2), each pair
          * of packed panels walking the block's strips of rows: the pair stays in L1 */
         for (int i0 = 0; i0 < m; i0 += ENGINE_GEMM_MC) {
@@ -639,6 +643,10 @@ static void gemm_kmajor(int m, int n, int k, const float *a, int64_t lda, const 
             for (int p = 0; p < panels; p += 2) {
                 const int left = n - p * ENGINE_PANEL;
                 const int ncols = left < 2 * ENGINE_PANEL ? left : 2 * ENGINE_PANEL;
+                const float *pair = packed_b + (late ? 0 : (size_t)p * kc * ENGINE_PANEL);
+                if (late)
+                    gemm_pack_b(ENGINE_AVX512, b, ldb, 0, k0, kc, n, p,
+                                panels - p < 2 ? panels - p : 2, packed_b);
                 for (int r0 = i0; r0 < i0 + mc; r0 += MR_AVX512) {
                     Epilogue e;
                     e.rows = i0 + mc - r0 < MR_AVX512 ? i0 + mc - r0 : MR_AVX512;
@@ -651,8 +659,7 @@ static void gemm_kmajor(int m, int n, int k, const float *a, int64_t lda, const 
                         e.res[q] = add ? e.out[q] : NULL;
                     }
                     (ncols > ENGINE_PANEL ? KMAJOR_PAIR : KMAJOR_SINGLE)[e.rows - 1](
-                        kc, a + (int64_t)k0 * lda + r0, lda,
-                        packed_b + (size_t)p * kc * ENGINE_PANEL, ncols, zeros, &e);
+                        kc, a + (int64_t)k0 * lda + r0, lda, pair, ncols, zeros, &e);
                 }
             }
         }
@@ -693,19 +700,26 @@ int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda,
     for (int k0 = 0; k0 < k; k0 += ENGINE_GEMM_KC) {
         const int kc = k - k0 < ENGINE_GEMM_KC ? k - k0 : ENGINE_GEMM_KC;
         const int add = accumulate || k0 > 0;
-        gemm_pack_b(backend, b, ldb, b_trans, k0, kc, n, packed_b);
+        /* the packed block of b small enough to stay in L1 with a strip of a: each strip of
+         * rows walks the panels (a's strip read once); else each pair of panels walks the
+         * strips (the panels stay in L1, a's block comes from L2), and with one block of rows
+         * each pair is packed as its turn comes, so that it reaches the kernel from L2 */
+        const int strips_outer = (size_t)kc * panels * ENGINE_PANEL * sizeof(float)
+                                 <= ENGINE_GEMM_L1_B;
+        const int late = !strips_outer && m <= ENGINE_GEMM_MC;
+        if (!late)
+            gemm_pack_b(backend, b, ldb, b_trans, k0, kc, n, 0, panels, packed_b);
         for (int i0 = 0; i0 < m; i0 += ENGINE_GEMM_MC) {
             const int mc = m - i0 < ENGINE_GEMM_MC ? m - i0 : ENGINE_GEMM_MC;
             if (a_trans)
                 gemm_pack_a_transposed(backend, a, lda, i0, mc, k0, kc, packed_a);
-            /* the packed block of b small enough to stay in L1 with a strip of a: each strip of
-             * rows walks the panels (a's strip read once); else each pair of panels walks the
-             * strips (the panels stay in L1, a's block comes from L2) */
-            const int strips_outer = (size_t)kc * panels * ENGINE_PANEL * sizeof(float)
-                                     <= ENGINE_GEMM_L1_B;
             const int outer = strips_outer ? (mc + mr - 1) / mr : (panels + width - 1) / width;
             const int inner = strips_outer ? (panels + width - 1) / width : (mc + mr - 1) / mr;
             for (int o = 0; o < outer; o++) {
+                if (late)
+                    gemm_pack_b(backend, b, ldb, b_trans, k0, kc, n, o * width,
+                                panels - o * width < width ? panels - o * width : width,
+                                packed_b);
                 for (int in = 0; in < inner; in++) {
                     const int p = (strips_outer ? in : o) * width;
                     const int r0 = (strips_outer ? o : in) * mr;
@@ -730,7 +744,8 @@ int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda,
                         e.res[q] = add ? e.out[q] : NULL;
                     }
                     (covered == 2 ? pair_kernel : kernel)(
-                        1, kc, rows, packed_b + (size_t)p * kc * ENGINE_PANEL, zeros, &e);
+                        1, kc, rows, packed_b + (late ? 0 : (size_t)p * kc * ENGINE_PANEL),
+                        zeros, &e);
                 }
             }
         }
