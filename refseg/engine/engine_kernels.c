@@ -279,16 +279,13 @@ static void tile_avx512_pair_##R(int taps, int cin, const float *const *a, const
 {                                                                                            \
     tile_avx512_pair_rows(taps, cin, a, w, bias, e, R);                                      \
 }
-ROWS_AVX512(1) ROWS_AVX512(2) ROWS_AVX512(3) ROWS_AVX512(4) ROWS_AVX512(5) ROWS_AVX512(6)
-ROWS_AVX512(7) ROWS_AVX512(8) ROWS_AVX512(9) ROWS_AVX512(10) ROWS_AVX512(11) ROWS_AVX512(12)
-static const TileKernel ROWS_SINGLE[MR_AVX512] = {
-    tile_avx512_1, tile_avx512_2, tile_avx512_3, tile_avx512_4, tile_avx512_5, tile_avx512_6,
-    tile_avx512_7, tile_avx512_8, tile_avx512_9, tile_avx512_10, tile_avx512_11,
-    tile_avx512_12};
-static const TileKernel ROWS_PAIR[MR_AVX512] = {
-    tile_avx512_pair_1, tile_avx512_pair_2, tile_avx512_pair_3, tile_avx512_pair_4,
-    tile_avx512_pair_5, tile_avx512_pair_6, tile_avx512_pair_7, tile_avx512_pair_8,
-    tile_avx512_pair_9, tile_avx512_pair_10, tile_avx512_pair_11, tile_avx512_pair_12};
+/* a kernel body instantiated for each row count 1..12, and the table of them by count */
+#define FOR_EACH_ROW_COUNT(M) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12)
+#define ROW_COUNT_TABLE(P) {P##1, P##2, P##3, P##4, P##5, P##6, P##7, P##8, P##9, P##10,     \
+                            P##11, P##12}
+FOR_EACH_ROW_COUNT(ROWS_AVX512)
+static const TileKernel ROWS_SINGLE[MR_AVX512] = ROW_COUNT_TABLE(tile_avx512_);
+static const TileKernel ROWS_PAIR[MR_AVX512] = ROW_COUNT_TABLE(tile_avx512_pair_);
 
 static void tile_avx512(int taps, int cin, const float *const *a, const float *w,
                         const float *bias, const Epilogue *e)
@@ -611,17 +608,9 @@ static void gemm_kmajor_pair_##R(int kc, const float *a, int64_t lda, const floa
 {                                                                                            \
     gemm_kmajor_rows(kc, a, lda, b, ncols, zeros, e, R, 1);                                   \
 }
-KMAJOR_AVX512(1) KMAJOR_AVX512(2) KMAJOR_AVX512(3) KMAJOR_AVX512(4) KMAJOR_AVX512(5)
-KMAJOR_AVX512(6) KMAJOR_AVX512(7) KMAJOR_AVX512(8) KMAJOR_AVX512(9) KMAJOR_AVX512(10)
-KMAJOR_AVX512(11) KMAJOR_AVX512(12)
-static const KmajorKernel KMAJOR_SINGLE[MR_AVX512] = {
-    gemm_kmajor_1, gemm_kmajor_2, gemm_kmajor_3, gemm_kmajor_4, gemm_kmajor_5, gemm_kmajor_6,
-    gemm_kmajor_7, gemm_kmajor_8, gemm_kmajor_9, gemm_kmajor_10, gemm_kmajor_11,
-    gemm_kmajor_12};
-static const KmajorKernel KMAJOR_PAIR[MR_AVX512] = {
-    gemm_kmajor_pair_1, gemm_kmajor_pair_2, gemm_kmajor_pair_3, gemm_kmajor_pair_4,
-    gemm_kmajor_pair_5, gemm_kmajor_pair_6, gemm_kmajor_pair_7, gemm_kmajor_pair_8,
-    gemm_kmajor_pair_9, gemm_kmajor_pair_10, gemm_kmajor_pair_11, gemm_kmajor_pair_12};
+FOR_EACH_ROW_COUNT(KMAJOR_AVX512)
+static const KmajorKernel KMAJOR_SINGLE[MR_AVX512] = ROW_COUNT_TABLE(gemm_kmajor_);
+static const KmajorKernel KMAJOR_PAIR[MR_AVX512] = ROW_COUNT_TABLE(gemm_kmajor_pair_);
 
 static void gemm_kmajor(int m, int n, int k, const float *a, int64_t lda, const float *b,
                         int64_t ldb, float *c, int64_t ldc, int accumulate, const float *zeros,
