@@ -43,8 +43,8 @@ def _exact_and_bound(a, b, b_plane, start, accumulate):
     return exact, (k + 2) * EPS * scale + 1e-300
 
 
-SHAPES = st.tuples(st.integers(1, 3), st.integers(1, 300), st.integers(1, 600),
-                   st.integers(1, 130))  # planes, m, k (past one block of 256), n
+SHAPES = st.tuples(st.integers(1, 3), st.integers(1, 300), st.integers(1, 2200),
+                   st.integers(1, 130))  # planes, m, k (past two blocks of 1024), n
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -74,13 +74,13 @@ def test_engine_products_are_within_the_summation_bound_and_the_same_on_any_thre
 
 
 @pytest.mark.parametrize("shape", [(3, 96, 1792, 96), (2, 13, 300, 37), (1, 12, 256, 16),
-                                   (2, 25, 5, 17), (1, 100, 513, 200), (1, 7, 700, 250)])
+                                   (2, 25, 5, 17), (1, 100, 2100, 200), (1, 7, 700, 250)])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_a_k_major_left_operand_gives_the_bits_of_its_row_major_copy(shape, accumulate):
     """On AVX-512 a left operand that lies k-major (a transposed view, as a kernel gradient's
     input does) is read in place by its own micro-kernel instead of being transposed into
     packed rows: the same blocks of the inner dimension, each the same chain of fused
-    multiply-adds, so the same bits as the row-major copy of it; several blocks of 256, partial
+    multiply-adds, so the same bits as the row-major copy of it; several blocks of 1024, partial
     strips of 12 rows and partial panels of 16 columns, and accumulation."""
     if _kernels.engine_cpu_backend() != 2:
         pytest.fail("this check needs a CPU with AVX-512 (the CI's has)")
@@ -104,14 +104,16 @@ def test_a_k_major_left_operand_gives_the_bits_of_its_row_major_copy(shape, accu
 @pytest.mark.parametrize("tiles", [(7, 1000), (1000, 16), (12, 48), (100, 33)])
 def test_an_engine_products_bits_do_not_depend_on_its_tiles(backend, tiles):
     """The tile loop called with other tiles than product_tiles' (rows x columns), on several
-    threads: the same bits as one whole-plane tile, ragged last tiles included."""
+    threads: the same bits as one whole-plane tile, ragged last tiles included; the whole
+    plane's 305 rows take b packed a block at a time, tiles of at most 240 rows a pair of
+    panels at a time, and the inner dimension spans two blocks."""
     rng = np.random.default_rng(7)
-    a = rng.standard_normal((2, 205, 530)).astype(np.float32)
-    b = rng.standard_normal((2, 530, 70)).astype(np.float32)
+    a = rng.standard_normal((2, 305, 1100)).astype(np.float32)
+    b = rng.standard_normal((2, 1100, 70)).astype(np.float32)
     none = np.empty(0, np.float32)
     outs = []
-    for rows, cols in ((205, 70), tiles):
-        out = np.empty((2, 205, 70), np.float32)
+    for rows, cols in ((305, 70), tiles):
+        out = np.empty((2, 305, 70), np.float32)
         with limit_threads(2):
             _kernels.gemm_stack(a, b, np.arange(2), out, False, rows, cols, True, none, none,
                                 -np.inf, np.inf, False, backend)
