@@ -655,15 +655,29 @@ static void gemm_kmajor(int m, int n, int k, const float *a, int64_t lda, const 
     }
 }
 
+/* floats of packed b that a product needs at once: with one block of rows (late packing, or
+ * a block small enough for the strips to walk it whole) a pair of panels or ENGINE_GEMM_L1_B,
+ * else every panel of a block of ENGINE_GEMM_KC rows */
+static size_t gemm_packed_b_floats(int m, int panels, int kc_most, int width)
+{
+    const size_t all = (size_t)panels * kc_most * ENGINE_PANEL;
+    if (m > ENGINE_GEMM_MC)
+        return all;
+    size_t most = (size_t)width * kc_most * ENGINE_PANEL;
+    if (most < ENGINE_GEMM_L1_B / sizeof(float))
+        most = ENGINE_GEMM_L1_B / sizeof(float);
+    return most < all ? most : all;
+}
+
 int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda, int a_trans,
                   const float *b, int64_t ldb, int b_trans, float *c, int64_t ldc,
                   int accumulate)
 {
+    const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
+    const int kc_most = k < ENGINE_GEMM_KC ? k : ENGINE_GEMM_KC;
     if (backend == ENGINE_AVX512 && a_trans && !b_trans) {
         static const float zeros[ENGINE_PANEL] = {0};
-        const int kc_most = k < ENGINE_GEMM_KC ? k : ENGINE_GEMM_KC;
-        float *packed = malloc((size_t)((n + ENGINE_PANEL - 1) / ENGINE_PANEL) * kc_most
-                               * ENGINE_PANEL * sizeof(float));
+        float *packed = malloc(gemm_packed_b_floats(m, panels, kc_most, 2) * sizeof(float));
         if (!packed)
             return -1;
         gemm_kmajor(m, n, k, a, lda, b, ldb, c, ldc, accumulate, zeros, packed);
@@ -674,9 +688,7 @@ int engine_gemm_c(int backend, int m, int n, int k, const float *a, int64_t lda,
     const TileKernel kernel = tk.single, pair_kernel = tk.pair;
     const int mr = tk.mr;
     const int width = pair_kernel ? 2 : 1;
-    const int panels = (n + ENGINE_PANEL - 1) / ENGINE_PANEL;
-    const int kc_most = k < ENGINE_GEMM_KC ? k : ENGINE_GEMM_KC;
-    float *packed_b = malloc((size_t)panels * kc_most * ENGINE_PANEL * sizeof(float));
+    float *packed_b = malloc(gemm_packed_b_floats(m, panels, kc_most, width) * sizeof(float));
     float *packed_a = a_trans ? malloc((size_t)ENGINE_GEMM_MC * kc_most * sizeof(float)) : NULL;
     float *zeros = calloc((size_t)(kc_most > 2 * ENGINE_PANEL ? kc_most : 2 * ENGINE_PANEL),
                           sizeof(float));
