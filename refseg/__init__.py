@@ -19,6 +19,7 @@ The names below are the public API; each is imported when first used, so that
 ``import refseg`` stays light.
 """
 import os
+import sys
 
 from refseg._version import __version__
 from refseg.lazy import lazy_names
@@ -27,6 +28,7 @@ from refseg.lazy import lazy_names
 # compete with refseg's OpenMP loops on the same cores (measured: an im2col after a GEMM took
 # 9-12 ms instead of 4.6 ms on 2 cores). A short timeout removes that without slowing the GEMM.
 # It only takes effect if refseg is imported before NumPy loads OpenBLAS.
+_SET_HERE = [name for name in ("OPENBLAS_THREAD_TIMEOUT",) if name not in os.environ]
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # The other direction: libgomp's idle threads spin for about a millisecond by default after
 # each parallel region and then take the cores from the OpenBLAS threads of the next product,
@@ -39,8 +41,39 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # threads 1.28 times one thread's time at batch 1 (passive: 1.09). The user's own
 # OMP_WAIT_POLICY or GOMP_SPINCOUNT stands. Like the line above it only takes effect if refseg
 # loads libgomp first (before torch, say).
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    _SET_HERE.append("GOMP_SPINCOUNT")
+    os.environ["GOMP_SPINCOUNT"] = "1000"
+
+
+def _read_too_early(names) -> list[str]:
+    """Of ``names`` (variables refseg set), those a library read before refseg set them, each
+    with the library: NumPy's OpenBLAS reads its own when NumPy is imported, libgomp its own
+    when any library (torch, say) loads it."""
+    late = []
+    if "OPENBLAS_THREAD_TIMEOUT" in names and "numpy" in sys.modules:
+        late.append("NumPy's OpenBLAS (OPENBLAS_THREAD_TIMEOUT)")
+    if "GOMP_SPINCOUNT" in names:
+        try:
+            with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+                if "libgomp" in maps.read():
+                    late.append("OpenMP's libgomp (GOMP_SPINCOUNT)")
+        except OSError:  # not Linux: nothing to tell
+            pass
+    return late
+
+
+_LATE = _read_too_early(_SET_HERE)
+if _LATE:
+    import warnings
+
+    from refseg.errors import ImportOrderWarning
+
+    # stacklevel 2: the user's import line (warnings skips importlib's frames)
+    warnings.warn(f"refseg was imported after {' and '.join(_LATE)} had loaded, so its "
+                  "settings for idle threads do not apply and on few cores refseg may run "
+                  "slower: import refseg first, or set the variable yourself to silence this",
+                  ImportOrderWarning, stacklevel=2)
 
 #: public name -> the module that defines it
 _PUBLIC = {

@@ -18,6 +18,12 @@ class InputError(ValueError):
     """Bad input: the message names the argument or file and the problem, on one line."""
 
 
+class ImportOrderWarning(RuntimeWarning):
+    """refseg was imported after a library that reads how idle threads wait (NumPy's
+    OpenBLAS, OpenMP's libgomp) had loaded, so the settings ``import refseg`` makes for them
+    do not apply (``refseg/__init__.py``)."""
+
+
 def reason(exc: BaseException) -> str:
     """What went wrong, for a one-line error: the exception's message on one line, never
     Python's name for it (a missing key reads "no 'epoch'", an empty message says what kind

@@ -326,3 +326,40 @@ def test_importing_refseg_sets_a_short_openmp_spin_unless_the_user_chose(tmp_pat
                           "'GOMP_SPINCOUNT'), os.environ.get('OPENBLAS_THREAD_TIMEOUT'))"],
                          env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [str(spin), "4"]
+
+
+@pytest.mark.parametrize("code,environ,late", [
+    ("import numpy; import refseg", {}, ["OPENBLAS_THREAD_TIMEOUT"]),
+    ("import refseg; import numpy", {}, []),
+    ("import numpy; import refseg", {"OPENBLAS_THREAD_TIMEOUT": "4"}, []),
+    ("import ctypes; ctypes.CDLL('libgomp.so.1'); import refseg", {}, ["GOMP_SPINCOUNT"]),
+    ("import ctypes; ctypes.CDLL('libgomp.so.1'); import numpy; import refseg", {},
+     ["OPENBLAS_THREAD_TIMEOUT", "GOMP_SPINCOUNT"]),
+    ("import ctypes; ctypes.CDLL('libgomp.so.1'); import refseg", {"OMP_WAIT_POLICY": "ACTIVE"},
+     []),
+])
+def test_importing_refseg_after_the_libraries_that_read_its_settings_warns_once(
+        tmp_path, code, environ, late):
+    """The settings above only reach NumPy's OpenBLAS and libgomp if refseg is imported first:
+    imported after them, refseg says which variable came too late, in one ImportOrderWarning
+    naming the user's import line; where the user set the variable, or imported refseg first,
+    nothing is said."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT")}
+    env.update(environ)
+    script = tmp_path / "user.py"
+    script.write_text("import warnings\nwarnings.simplefilter('always')\n" +
+                      code.replace("; ", "\n") + "\n")
+    out = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    warned = [line for line in out.stderr.splitlines() if "ImportOrderWarning" in line]
+    if not late:
+        assert out.stderr == ""
+        return
+    assert len(warned) == 1, out.stderr
+    assert warned[0].startswith(f"{script}:{code.split('; ').index('import refseg') + 3}: ")
+    assert [name for name in ("OPENBLAS_THREAD_TIMEOUT", "GOMP_SPINCOUNT")
+            if name in warned[0]] == late
