@@ -310,3 +310,38 @@ def test_training_winograd4_on_the_engine_kernel_is_the_products_route_bit_for_b
                                            4, (0.0, np.inf))
     assert (engine > 0).any() and (engine == 0).any()  # the ReLU cut some, kept others
     np.testing.assert_array_equal(engine, products)
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@given(g=hnp.arrays(np.float32, st.tuples(st.integers(1, 700), st.integers(1, 40)),
+                    elements=st.floats(-1e4, 1e4, width=32)))
+def test_column_sums_kernel(g):
+    """The bias gradient's column sums (blocks of 256 rows, then the blocks in order, float64):
+    bit for bit the twin's, on partial and several blocks, one column to a few dozen."""
+    assert_same(both("column_sums", g, outputs=[(g.shape[1], np.float64)]))
+
+
+@pytest.mark.claim("claim4.propagation", "claim2.fusion")
+@pytest.mark.parametrize("shape", [(114688, 3), (28672 + 5, 96), (300, 2048)])
+def test_column_sums_on_one_and_two_threads(shape):
+    """Sizes of a --train-backbone step's bias gradients (the 3-class layers' 114688 rows,
+    a partial last block, few rows and many columns), large enough to run on both threads: the
+    same bits on 1 and 2 threads and as the twin's, and within float64's rounding of the exact
+    sum (math.fsum), far inside the float32 result's."""
+    import math
+
+    from refseg.engine.training.threads import limit_threads
+
+    g = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+    results = []
+    for threads in (1, 2):
+        sums = np.empty(shape[1])
+        with limit_threads(threads):
+            fast.column_sums(g, sums)
+        results.append(sums)
+    twin = np.empty(shape[1])
+    engine_twin.column_sums(g, twin)
+    assert np.array_equal(results[0], results[1]) and np.array_equal(results[0], twin)
+    exact = np.array([math.fsum(column) for column in g.T.astype(np.float64)])
+    bound = shape[0] * np.finfo(np.float64).eps * np.abs(g).astype(np.float64).sum(axis=0)
+    assert np.all(np.abs(results[0] - exact) <= bound)

@@ -179,3 +179,41 @@ def set_openmp_threads(int threads):
     (OpenMP's ``omp_set_num_threads``; ``refseg.engine.training.threads.sized_to_load`` sets and restores
     it)."""
     openmp.omp_set_num_threads(threads)
+
+
+# column_sums sums each column over blocks of this many rows, one block per thread at a time,
+# then adds the blocks' sums in block order: the same additions in the same order on any
+# thread count, with each thread reading whole rows (a block of 16 columns per thread, as the
+# batch norm's moments are cut, read one cache line per row and ran at 12 GB/s)
+cdef enum:
+    _SUM_ROWS = 256
+
+
+def column_sums(const float[:, ::1] g, double[::1] sums):
+    """sums[c] = the sum of column c of g in float64 (the bias gradient: g is (N*H*W, C)):
+    the rows of each block of _SUM_ROWS summed in row order, then the blocks' sums in block
+    order. A product of a row of ones and g took this 5-8 GFLOP/s on one OpenBLAS thread,
+    which packs the whole of g before it starts: 14 ms of a --train-backbone step (Zen 5)."""
+    cdef Py_ssize_t rows = g.shape[0], ch = g.shape[1], block, r, c, last
+    cdef Py_ssize_t blocks = (rows + _SUM_ROWS - 1) // _SUM_ROWS
+    cdef double *partial = <double *> calloc(max(blocks, 1) * ch, sizeof(double))
+    cdef double *mine
+    cdef const float *row
+    if partial == NULL:
+        raise MemoryError("column_sums: no memory for the blocks' sums")
+    with nogil:
+        for block in prange(blocks, schedule="dynamic", chunksize=1,
+                            num_threads=_array_threads(rows * ch)):
+            mine = partial + block * ch
+            last = min(rows, (block + 1) * _SUM_ROWS)
+            for r in range(block * _SUM_ROWS, last):
+                row = &g[r, 0]
+                for c in range(ch):
+                    mine[c] += row[c]
+        for c in range(ch):
+            sums[c] = 0
+        for block in range(blocks):
+            mine = partial + block * ch
+            for c in range(ch):
+                sums[c] += mine[c]
+    free(partial)

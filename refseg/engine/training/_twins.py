@@ -339,3 +339,14 @@ def vector_adam_update(param, grad, m, v, lr, beta1, beta2, eps, bias1, bias2, b
         step = lr * (np.asarray(m, np.float64) / bias1) / (
             np.sqrt(np.asarray(v, np.float64) / bias2) + eps)
         param[...] = (np.asarray(param, np.float64) - step).astype(np.float32)
+
+
+def column_sums(g, sums):
+    """Twin of ``_kernels.column_sums`` (engine/training/_gemm.pxi), for the bias gradient of
+    training's convolutions: each column of g summed in float64 over blocks of 256 rows, each
+    block a running sum in row order, then the blocks' sums added in block order (the
+    kernel's order, so the same bits)."""
+    g = np.asarray(g, dtype=np.float64)
+    sums[...] = 0
+    for start in range(0, g.shape[0], 256):
+        sums += np.cumsum(g[start:start + 256], axis=0)[-1]

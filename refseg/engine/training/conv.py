@@ -36,21 +36,16 @@ from refseg.engine.training.conv_panels import panels_transposed_conv
 from refseg.engine.training.conv_routes import (WINOGRAD_TILE, conv_route, forcing,
                                                 transposed_route)
 from refseg.engine.training.conv_winograd import winograd_conv, winograd_weight_grad
-from refseg.engine.training.products import matmul
 
-_ONES: dict = {}
-
-
-def _channel_sums(g) -> np.ndarray:
-    """Sum of g (..., C) over all but the last axis: the bias gradient. As the product of a row
-    of ones and g (BLAS): NumPy's sum(axis=0) over rows of a few channels runs a strided loop
-    per channel, many times slower at C = 3."""
-    rows = g.reshape(-1, g.shape[-1])
-    key = np.dtype(g.dtype)
-    ones = _ONES.get(key)
-    if ones is None or ones.size < rows.shape[0]:
-        ones = _ONES[key] = np.ones(rows.shape[0], dtype=key)
-    return matmul(ones[None, :rows.shape[0]], rows)[0]
+def _channel_sums(g, backend="cython") -> np.ndarray:
+    """Sum of g (..., C) over all but the last axis: the bias gradient, each channel summed
+    over the pixels in order in float64 (``column_sums``), then rounded to g's type."""
+    rows = np.ascontiguousarray(g).reshape(-1, g.shape[-1])
+    if rows.dtype != np.float32:  # the kernel is float32's; float64 sums as NumPy's do
+        return rows.sum(axis=0)
+    sums = np.empty(rows.shape[1])
+    kernels(backend).column_sums(rows, sums)
+    return sums.astype(np.float32)
 
 
 def _add_bias(out, b, backend, bounds=UNCLAMPED) -> None:
@@ -116,7 +111,7 @@ class FastConv2D(Conv2D):
         if ctx.route == "direct":
             return direct_backward(x, w, g, pads, ctx.needs_input_grad[0], ctx.has_bias,
                                    self.backend)
-        db = _channel_sums(g) if ctx.has_bias else None
+        db = _channel_sums(g, self.backend) if ctx.has_bias else None
         if ctx.route in WINOGRAD_TILE:
             dw = winograd_weight_grad(x, g, pads, self.backend)
         else:
@@ -205,11 +200,11 @@ class FastConv2DTranspose(Conv2DTranspose):
                 dx = winograd_conv(g, w, False, None, pads, x_shape[1:3], self.backend,
                                    WINOGRAD_TILE[ctx.route])
             dw = winograd_weight_grad(g, x, pads, self.backend)
-            db = _channel_sums(g) if ctx.has_bias else None
+            db = _channel_sums(g, self.backend) if ctx.has_bias else None
             return dx, dw, db
         dx, dw = im2col_transposed_backward(x, w, grad, x_shape, self.strides, pads,
                                             ctx.needs_input_grad[0], self.backend)
-        db = _channel_sums(grad) if ctx.has_bias else None
+        db = _channel_sums(grad, self.backend) if ctx.has_bias else None
         return dx, dw, db
 
 
