@@ -321,6 +321,44 @@ static TileKernels tile_kernels(int backend)
 }
 
 /* ---- the tiled loop --------------------------------------------------------------------- */
+/* The input pointers (zeros where a tap falls outside the input, and for the rows past the
+ * last pixel) and the output and residual offsets of tile `tile` of image n; returns its
+ * rows. */
+static int tile_setup(int64_t n, int64_t tile, int mr, int taps, int cin, int pixels, int cout,
+                      const float *x, int64_t x_image, const int32_t *in_off,
+                      const float *zeros, int64_t y_image, const int32_t *out_off,
+                      int64_t r_image, const int32_t *res_off, const float **a,
+                      int64_t *out_at, int64_t *res_at)
+{
+    const float *xn = x + n * x_image;
+    const int p0 = (int)tile * mr;
+    const int rows = pixels - p0 < mr ? pixels - p0 : mr;
+    for (int m = 0; m < mr; m++) {
+        const int p = p0 + (m < rows ? m : 0);
+        for (int t = 0; t < taps; t++) {
+            if (m >= rows) {
+                a[m * taps + t] = zeros;
+            } else if (!in_off) {
+                a[m * taps + t] = xn + (int64_t)p * cin;
+            } else {
+                const int32_t off = in_off[(int64_t)p * taps + t];
+                a[m * taps + t] = off < 0 ? zeros : xn + off;
+            }
+        }
+        if (m < rows) {
+            const int64_t o = out_off ? out_off[p] : (int64_t)p * cout;
+            out_at[m] = n * y_image + o;
+            res_at[m] = n * r_image + (res_off ? res_off[p] : o);
+        }
+    }
+    return rows;
+}
+
+/* the most bytes of tile tables (pointers and offsets of every tile of the batch) that a
+ * panels-outer convolution builds once per call, where each item would otherwise build its
+ * tile's again for every panel */
+#define ENGINE_TILE_TABLE_MAX (4 << 20)
+
 void engine_conv_c(int backend, int threads, int order, int batch,
                    const float *x, int64_t x_image, const int32_t *in_off,
                    int pixels, int taps, int cin,
@@ -350,21 +388,38 @@ void engine_conv_c(int backend, int threads, int order, int batch,
      * the whole prediction 498-589 -> 447-487 ms (medians, three alternating runs). */
     const int64_t per_item = (int64_t)mr * width * ENGINE_PANEL * taps * cin;
     const int grain = per_item >= ENGINE_ITEM_MACS ? 1 : (int)(ENGINE_ITEM_MACS / per_item);
+    /* panels outer: every tile's pointers and offsets built once, before the items, where
+     * they fit in ENGINE_TILE_TABLE_MAX; pixels outer: a thread keeps a tile's while its next
+     * items are the other panels of the same tile. Building them read the offset table once
+     * per tap and row, about 4 % of a prediction when done for every panel. */
+    const int64_t all_tiles = (int64_t)batch * tiles;
+    const size_t per_tile = (size_t)mr * taps * sizeof(float *) + 2 * (size_t)mr * sizeof(int64_t);
+    const int tabled = order == ENGINE_PANELS_OUTER && panels > 1 &&
+                       all_tiles * per_tile <= ENGINE_TILE_TABLE_MAX;
+    const float **table_a = tabled ? malloc(all_tiles * mr * taps * sizeof(float *)) : NULL;
+    int64_t *table_at = tabled ? malloc(all_tiles * 2 * mr * sizeof(int64_t)) : NULL;
+    if (tabled && (!table_a || !table_at))
+        abort();
     #pragma omp parallel num_threads(threads)
     {
-        /* a tile's input pointers and output offsets, kept while the thread's next items are
-         * the other panels of the same tile (pixels-outer): building them read the offset
-         * table once per tap and row, about 4 % of a prediction when done for every panel */
-        const float *a[MAX_MR * ENGINE_MAX_TAPS];
-        int64_t out_at[MAX_MR], res_at[MAX_MR];
+        const float *own_a[MAX_MR * ENGINE_MAX_TAPS];
+        int64_t own_at[2 * MAX_MR];
         int64_t have_n = -1, have_tile = -1;
         int rows = 0;
+        if (tabled) {
+            #pragma omp for schedule(static)
+            for (int64_t k = 0; k < all_tiles; k++)
+                tile_setup(k / tiles, k % tiles, mr, taps, cin, pixels, cout, x, x_image, in_off,
+                           zeros, y_image, out_off, r_image, res_off,
+                           table_a + k * mr * taps, table_at + k * 2 * mr,
+                           table_at + k * 2 * mr + mr);
+        }
         #pragma omp for schedule(dynamic, grain)
         for (int64_t item = 0; item < items; item++) {
             int64_t n, tile, panel;
             if (order == ENGINE_PANELS_OUTER) {
-                panel = item / ((int64_t)batch * tiles);
-                int64_t rest = item % ((int64_t)batch * tiles);
+                panel = item / all_tiles;
+                int64_t rest = item % all_tiles;
                 n = rest / tiles;
                 tile = rest % tiles;
             } else {
@@ -373,30 +428,25 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                 tile = rest / panels;
                 panel = rest % panels;
             }
-            const int p0 = (int)tile * mr;
-            if (n != have_n || tile != have_tile) {
-                const float *xn = x + n * x_image;
-                rows = pixels - p0 < mr ? pixels - p0 : mr;
-                for (int m = 0; m < mr; m++) {
-                    const int p = p0 + (m < rows ? m : 0);
-                    for (int t = 0; t < taps; t++) {
-                        if (m >= rows) {
-                            a[m * taps + t] = zeros;
-                        } else if (!in_off) {
-                            a[m * taps + t] = xn + (int64_t)p * cin;
-                        } else {
-                            const int32_t off = in_off[(int64_t)p * taps + t];
-                            a[m * taps + t] = off < 0 ? zeros : xn + off;
-                        }
-                    }
-                    if (m < rows) {
-                        out_at[m] = n * y_image + (out_off ? out_off[p] : (int64_t)p * cout);
-                        res_at[m] = n * r_image + (res_off ? res_off[p]
-                                                           : out_at[m] - n * y_image);
-                    }
+            const float *const *a;
+            const int64_t *out_at, *res_at;
+            if (tabled) {
+                const int64_t k = n * tiles + tile;
+                a = table_a + k * mr * taps;
+                out_at = table_at + k * 2 * mr;
+                res_at = out_at + mr;
+                rows = pixels - (int)tile * mr < mr ? pixels - (int)tile * mr : mr;
+            } else {
+                if (n != have_n || tile != have_tile) {
+                    rows = tile_setup(n, tile, mr, taps, cin, pixels, cout, x, x_image, in_off,
+                                      zeros, y_image, out_off, r_image, res_off, own_a, own_at,
+                                      own_at + MAX_MR);
+                    have_n = n;
+                    have_tile = tile;
                 }
-                have_n = n;
-                have_tile = tile;
+                a = own_a;
+                out_at = own_at;
+                res_at = own_at + MAX_MR;
             }
             Epilogue e;
             panel *= width;  /* the first panel of the item */
@@ -422,6 +472,8 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                 bias + panel * ENGINE_PANEL, &e);
         }
     }
+    free(table_a);
+    free((void *)table_at);
     free(zeros);
 }
 
