@@ -386,13 +386,34 @@ def wait_until_quiet(max_seconds: float, threshold: float = 0.2) -> float:
     return waited
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """The rows of a balanced Latin square (Williams' design) on n items: over its rows every
+    item runs once in every position and right after every other item once (twice for odd n,
+    whose square takes 2n rows). Rotating one order by one each round keeps each item's
+    predecessor: in the prediction benchmark refseg's default-thread run always came right
+    after torch's one-thread run, whose return to two threads slowed the next call beside a
+    bursty neighbour (a batch-1 prediction 107 against 93 ms median with the order swapped),
+    and the T / 1 thread ratio read that as refseg's."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    rows = [[(item + shift) % n for item in first] for shift in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 else rows
+
+
 def time_rounds(fns: dict, repeat: int, warmup: int = 2, wait_quiet: float = 0.0):
     """Seconds and other-process load (cores) of each call: `warmup` untimed calls each, then
-    `repeat` rounds in which every callable runs once, in an order rotated by one each round,
-    so that a slow spell of the shared machine hits all of them alike; each round first waits
-    up to `wait_quiet` seconds for a quiet machine. The garbage collector is off while timing,
-    as in timeit: a collection would land on whichever run happens to trigger it."""
+    `repeat` rounds in which every callable runs once, each round in the next order of a
+    balanced Latin square (``balanced_orders``), so that a slow spell of the shared machine,
+    and whatever the previous call leaves behind, hits all of them alike; each round first
+    waits up to `wait_quiet` seconds for a quiet machine. The garbage collector is off while
+    timing, as in timeit: a collection would land on whichever run happens to trigger it."""
     names = list(fns)
+    orders = balanced_orders(len(names))
     for _ in range(warmup):
         for name in names:
             fns[name]()
@@ -403,8 +424,7 @@ def time_rounds(fns: dict, repeat: int, warmup: int = 2, wait_quiet: float = 0.0
     try:
         for r in range(repeat):
             wait_until_quiet(wait_quiet)
-            k = r % len(names)
-            for name in names[k:] + names[:k]:
+            for name in (names[i] for i in orders[r % len(orders)]):
                 load = OtherLoad()
                 start = time.perf_counter()
                 fns[name]()

@@ -36,7 +36,8 @@ difference of the probabilities to refseg's must be at most 1e-4 (else the scrip
 Timing: threads T (``--threads``, default all cores) for everything, fixed before the
 libraries load: ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``,
 ``torch.set_num_threads(T)``. One warm-up call of each variant, then ``--repeat`` rounds in
-which each implementation predicts the batch once, in an order rotated each round, garbage
+which each implementation predicts the batch once, the rounds in the orders of a balanced
+Latin square (each implementation right after every other equally often), garbage
 collector off; medians are reported, with the fastest run in brackets. Every call carries the
 CPU that other processes used meanwhile ("other load", cores, from /proc/stat; see
 _common.py: on 2 cores one busy neighbour slows 2-thread OpenBLAS far more than torch);

@@ -49,8 +49,8 @@ libraries load: ``OMP_NUM_THREADS`` (refseg's OpenMP kernels), ``OPENBLAS_NUM_TH
 ``torch.set_num_threads(T)``. Both libraries run in this one process, on the same arrays.
 
 Timing: two warm-up runs of each variant, then ``--repeat`` rounds in which every variant of a
-layer runs once, in an order rotated each round, so a slow spell of the (shared) machine hits
-all of them alike; the garbage collector is off while timing. Medians are reported; the ratio
+layer runs once, the rounds in the orders of a balanced Latin square, so a slow spell of the
+(shared) machine, and what each call leaves behind, hits all of them alike; the garbage collector is off while timing. Medians are reported; the ratio
 column also gives, in brackets, the ratio of the fastest runs. Each row also gives the CPU
 that other processes used meanwhile ("other load", in cores, from /proc/stat): on 2 cores a
 single busy neighbour makes 2-thread OpenBLAS GEMMs an order of magnitude slower (its threads
