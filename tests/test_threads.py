@@ -187,8 +187,11 @@ def test_thread_choice_times_each_count_then_runs_the_faster_and_rechecks_the_ot
     """The picks for candidates (1, 2) given the wall time each run would take on 1 and on 2
     threads: 1 until it has TIMED_RUNS timings, then 2 until it has, then 2 only where the
     mean of its last TIMED_RUNS timings is MORE_THREADS_GAIN below 1's and the slowest of them
-    below the median of 1's, and the count not chosen every RECHECK_EVERY-th run after."""
-    choice, kept, exploited = threads.ThreadChoice(), {1: [], 2: []}, 0
+    below the median of 1's; the count not chosen RECHECK_EVERY runs after the choice is made
+    or changes, then after twice as many runs each time the choice stays (RECHECK_MOST at
+    most)."""
+    choice, kept = threads.ThreadChoice(), {1: [], 2: []}
+    chosen, wait, since = None, threads.RECHECK_EVERY, 0
     for on_one, on_two in times:
         picked = choice.pick((1, 2))
         if len(kept[1]) < threads.TIMED_RUNS:
@@ -196,17 +199,40 @@ def test_thread_choice_times_each_count_then_runs_the_faster_and_rechecks_the_ot
         elif len(kept[2]) < threads.TIMED_RUNS:
             expected = 2
         else:
-            exploited += 1
             last = {t: sorted(kept[t][-threads.TIMED_RUNS:]) for t in (1, 2)}
             means = {t: math.fsum(last[t]) / threads.TIMED_RUNS for t in (1, 2)}
             median_one = last[1][threads.TIMED_RUNS // 2]
             faster = 2 if (means[2] < (1 - threads.MORE_THREADS_GAIN) * means[1]
                            and last[2][-1] < median_one) else 1
-            expected = 3 - faster if exploited % threads.RECHECK_EVERY == 0 else faster
+            if faster != chosen:
+                chosen, wait, since = faster, threads.RECHECK_EVERY, 0
+            since += 1
+            expected = faster
+            if since == wait:
+                expected, since, wait = 3 - faster, 0, min(2 * wait, threads.RECHECK_MOST)
         assert picked == expected
         seconds = on_one if picked == 1 else on_two
         kept[picked].append(seconds)
         choice.record(picked, seconds)
+
+
+def test_thread_choice_rechecks_less_often_while_the_choice_stands():
+    """Beside a busy loop, 1 thread at 89 ms and 2 at 103 (a batch-1 prediction, Zen 5): after
+    the timed runs, the rechecks on 2 threads come 8, 16, 32, 64, 64 runs apart; once 2
+    threads' kept runs are the faster (the neighbour gone), the choice comes over at once and
+    the next recheck, on 1 thread, is 8 runs after."""
+    choice = threads.ThreadChoice()
+    picks = []
+    for run in range(2 * threads.TIMED_RUNS + 8 + 16 + 32 + 64 + 64):
+        picked = choice.pick((1, 2))
+        picks.append(picked)
+        choice.record(picked, 0.089 if picked == 1 else 0.103)
+    rechecks = [run for run, picked in enumerate(picks) if picked == 2][threads.TIMED_RUNS:]
+    start = 2 * threads.TIMED_RUNS - 1
+    assert [b - a for a, b in zip([start] + rechecks, rechecks)] == [8, 16, 32, 64, 64]
+    for _ in range(threads.TIMED_RUNS):  # 2 threads now 60 ms: each recheck on 2 keeps it
+        choice.record(2, 0.060)
+    assert [choice.pick((1, 2)) for _ in range(8)] == [2] * 7 + [1]
 
 
 def test_more_threads_must_win_by_their_mean_and_in_every_kept_run():

@@ -257,9 +257,14 @@ def threads_for_load(ceiling: int, cores: int, others: float) -> int:
 #: Seconds kept per thread count and kind of run; their mean decides between the counts.
 TIMED_RUNS = 5
 
-#: Every this many loaded runs of a kind, the count that is not the faster one runs once, so
-#: that a change in the load reaches the choice.
+#: This many loaded runs of a kind after its choice is made (or changes), the count that is
+#: not the faster one runs once, so that a change in the load reaches the choice; each recheck
+#: that leaves the choice as it was doubles the wait for the next, up to RECHECK_MOST runs.
+#: Every recheck costs its run: beside a busy loop a batch-1 prediction on the second thread
+#: took 103 ms against 89 (Zen 5), and one run in eight at that price kept the default count
+#: about 2 % behind one thread's.
 RECHECK_EVERY = 8
+RECHECK_MOST = 64
 
 #: The share of the time that more threads must save, by mean, to be chosen over fewer
 #: beside other processes (and each of their kept runs must beat the median of the fewer
@@ -300,23 +305,32 @@ class ThreadChoice:
 
     def __init__(self):
         self.seconds: dict[int, collections.deque] = {}
-        self.loaded_runs = 0
+        self.chosen: int | None = None
+        self.wait = RECHECK_EVERY  # runs from one recheck to the next
+        self.since = 0  # runs since the choice changed or was last rechecked
 
     def pick(self, candidates) -> int:
         """The count to run next, of two: each in turn until it has TIMED_RUNS timings, then
         the one with more threads if its mean time is MORE_THREADS_GAIN below the other's and
-        its slowest kept run faster than the other's median, else the one with fewer; every
-        RECHECK_EVERY-th run after that, the count not chosen."""
+        its slowest kept run faster than the other's median, else the one with fewer; the
+        count not chosen once RECHECK_EVERY runs after the choice is made or changes, and
+        after twice as many runs each time a recheck leaves it as it was (at most
+        RECHECK_MOST)."""
         for threads in candidates:
             if len(self.seconds.get(threads, ())) < TIMED_RUNS:
                 return threads
-        self.loaded_runs += 1
         fewer, more = sorted(candidates)
         mean = {t: mean_seconds(self.seconds[t]) for t in (fewer, more)}
         faster = (mean[more] < (1 - MORE_THREADS_GAIN) * mean[fewer]
                   and max(self.seconds[more]) < median_seconds(self.seconds[fewer]))
         chosen, other = (more, fewer) if faster else (fewer, more)
-        return other if self.loaded_runs % RECHECK_EVERY == 0 else chosen
+        if chosen != self.chosen:
+            self.chosen, self.wait, self.since = chosen, RECHECK_EVERY, 0
+        self.since += 1
+        if self.since < self.wait:
+            return chosen
+        self.since, self.wait = 0, min(2 * self.wait, RECHECK_MOST)
+        return other
 
     def record(self, threads: int, seconds: float) -> None:
         self.seconds.setdefault(threads, collections.deque(maxlen=TIMED_RUNS)).append(seconds)
