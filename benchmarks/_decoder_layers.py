@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import refseg  # noqa: F401  (before NumPy: refseg sets how OpenBLAS's idle threads wait)
 import numpy as np
 
 import _common

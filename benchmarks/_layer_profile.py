@@ -8,6 +8,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import refseg  # noqa: F401  (before NumPy: refseg sets how OpenBLAS's idle threads wait)
 import numpy as np
 
 from _common import OtherLoad, Report, minor_faults, time_rounds, wait_until_quiet

@@ -47,9 +47,9 @@ def _group(step) -> str:
 
 
 def profile(args) -> dict:
+    from refseg import engine  # before NumPy: refseg sets how OpenBLAS's idle threads wait
     import numpy as np
 
-    from refseg import engine
     from refseg.engine.runtime import engine_threads
     from refseg.models import ResMobileNet
     from refseg.models.graph import INPUT

@@ -35,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import refseg  # noqa: F401  (before NumPy: refseg sets how OpenBLAS's idle threads wait)
 import numpy as np
 
 from _common import machine_lines
