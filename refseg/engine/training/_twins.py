@@ -347,6 +347,7 @@ def column_sums(g, sums):
     block a running sum in row order, then the blocks' sums added in block order (the
     kernel's order, so the same bits)."""
     g = np.asarray(g, dtype=np.float64)
+    rows = 256  # the kernel's _SUM_ROWS
     sums[...] = 0
-    for start in range(0, g.shape[0], 256):
-        sums += np.cumsum(g[start:start + 256], axis=0)[-1]
+    for start in range(0, g.shape[0], rows):
+        sums += np.cumsum(g[start:start + rows], axis=0)[-1]
