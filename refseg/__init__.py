@@ -28,7 +28,7 @@ from refseg.lazy import lazy_names
 # compete with refseg's OpenMP loops on the same cores (measured: an im2col after a GEMM took
 # 9-12 ms instead of 4.6 ms on 2 cores). A short timeout removes that without slowing the GEMM.
 # It only takes effect if refseg is imported before NumPy loads OpenBLAS.
-_SET_HERE = [name for name in ("OPENBLAS_THREAD_TIMEOUT",) if name not in os.environ]
+_SET_HERE = [] if "OPENBLAS_THREAD_TIMEOUT" in os.environ else ["OPENBLAS_THREAD_TIMEOUT"]
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # The other direction: libgomp's idle threads spin for about a millisecond by default after
 # each parallel region and then take the cores from the OpenBLAS threads of the next product,
@@ -37,8 +37,7 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 # still spin. A short spin, 20-50 us there, covers the gaps between the engine's steps and
 # wastes little beside other processes: Zen 5, 2 threads, a batch-1 prediction at 224x224,
 # medians 57.3 and 58.6 ms passive, 53.0 and 53.5 with this spin; a spin ten times as long was
-# no faster (53-69 ms), and beside a neighbour running NumPy products in bursts it made two
-# threads 1.28 times one thread's time at batch 1 (passive: 1.09). The user's own
+# no faster (53-69 ms). The user's own
 # OMP_WAIT_POLICY or GOMP_SPINCOUNT stands. Like the line above it only takes effect if refseg
 # loads libgomp first (before torch, say).
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:

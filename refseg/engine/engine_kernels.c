@@ -321,6 +321,13 @@ static TileKernels tile_kernels(int backend)
 }
 
 /* ---- the tiled loop --------------------------------------------------------------------- */
+/* the pixels of tile `tile`: mr, or fewer for the last tile of an image */
+static inline int tile_rows(int pixels, int64_t tile, int mr)
+{
+    const int p0 = (int)tile * mr;
+    return pixels - p0 < mr ? pixels - p0 : mr;
+}
+
 /* The input pointers (zeros where a tap falls outside the input, and for the rows past the
  * last pixel) and the output and residual offsets of tile `tile` of image n; returns its
  * rows. */
@@ -332,7 +339,7 @@ static int tile_setup(int64_t n, int64_t tile, int mr, int taps, int cin, int pi
 {
     const float *xn = x + n * x_image;
     const int p0 = (int)tile * mr;
-    const int rows = pixels - p0 < mr ? pixels - p0 : mr;
+    const int rows = tile_rows(pixels, tile, mr);
     for (int m = 0; m < mr; m++) {
         const int p = p0 + (m < rows ? m : 0);
         for (int t = 0; t < taps; t++) {
@@ -435,7 +442,7 @@ void engine_conv_c(int backend, int threads, int order, int batch,
                 a = table_a + k * mr * taps;
                 out_at = table_at + k * 2 * mr;
                 res_at = out_at + mr;
-                rows = pixels - (int)tile * mr < mr ? pixels - (int)tile * mr : mr;
+                rows = tile_rows(pixels, tile, mr);
             } else {
                 if (n != have_n || tile != have_tile) {
                     rows = tile_setup(n, tile, mr, taps, cin, pixels, cout, x, x_image, in_off,

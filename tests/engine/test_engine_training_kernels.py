@@ -313,12 +313,14 @@ def test_training_winograd4_on_the_engine_kernel_is_the_products_route_bit_for_b
 
 
 @pytest.mark.claim("claim4.propagation", "claim2.fusion")
-@given(g=hnp.arrays(np.float32, st.tuples(st.integers(1, 700), st.integers(1, 40)),
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@given(g=hnp.arrays(np.float64, st.tuples(st.integers(1, 700), st.integers(1, 40)),
                     elements=st.floats(-1e4, 1e4, width=32)))
-def test_column_sums_kernel(g):
+def test_column_sums_kernel(dtype, g):
     """The bias gradient's column sums (blocks of 256 rows, then the blocks in order, float64):
-    bit for bit the twin's, on partial and several blocks, one column to a few dozen."""
-    assert_same(both("column_sums", g, outputs=[(g.shape[1], np.float64)]))
+    bit for bit the twin's, on partial and several blocks, one column to a few dozen, for
+    float32 and float64 gradients."""
+    assert_same(both("column_sums", g.astype(dtype), outputs=[(g.shape[1], np.float64)]))
 
 
 @pytest.mark.claim("claim4.propagation", "claim2.fusion")

@@ -189,7 +189,7 @@ cdef enum:
     _SUM_ROWS = 256
 
 
-def column_sums(const float[:, ::1] g, double[::1] sums):
+def column_sums(const real[:, ::1] g, double[::1] sums):
     """sums[c] = the sum of column c of g in float64 (the bias gradient: g is (N*H*W, C)):
     the rows of each block of _SUM_ROWS summed in row order, then the blocks' sums in block
     order. A BLAS product of a row of ones and g runs at 5-8 GFLOP/s on one thread (it packs
@@ -198,7 +198,7 @@ def column_sums(const float[:, ::1] g, double[::1] sums):
     cdef Py_ssize_t blocks = (rows + _SUM_ROWS - 1) // _SUM_ROWS
     cdef double *partial = <double *> calloc(max(blocks, 1) * ch, sizeof(double))
     cdef double *mine
-    cdef const float *row
+    cdef const real *row
     if partial == NULL:
         raise MemoryError("column_sums: no memory for the blocks' sums")
     with nogil:

@@ -39,13 +39,11 @@ from refseg.engine.training.conv_winograd import winograd_conv, winograd_weight_
 
 def _channel_sums(g, backend="cython") -> np.ndarray:
     """Sum of g (..., C) over all but the last axis: the bias gradient, each channel summed
-    over the pixels in order in float64 (``column_sums``), then rounded to g's type."""
+    over the pixels in float64 (``column_sums``), then rounded to g's type."""
     rows = np.ascontiguousarray(g).reshape(-1, g.shape[-1])
-    if rows.dtype != np.float32:  # the kernel is float32's; float64 sums as NumPy's do
-        return rows.sum(axis=0)
     sums = np.empty(rows.shape[1])
     kernels(backend).column_sums(rows, sums)
-    return sums.astype(np.float32)
+    return sums.astype(rows.dtype)
 
 
 def _add_bias(out, b, backend, bounds=UNCLAMPED) -> None:

@@ -298,10 +298,9 @@ class ThreadChoice:
     threads' runs: beside a neighbour running NumPy products on 2 threads, a batch-1
     prediction's runs on 2 threads of a Zen 5 were bimodal (105-111 ms at best, 147-173 by
     median, against 119-148 on 1 thread); a median of three hid the slow ones, a mean of five
-    with one or two slow runs among them chose 2 threads in one run of the benchmark (1.18
-    times one thread's time), and their median as well in another (1.24, beside a neighbour
-    computing in bursts). Fewer threads need only not lose: the target is never to be slower
-    than one thread."""
+    with one or two slow runs among them chose 2 threads in runs of the benchmark where the
+    median of five did too. Fewer threads need only not lose: the target is never to be
+    slower than one thread."""
 
     def __init__(self):
         self.seconds: dict[int, collections.deque] = {}
