@@ -46,6 +46,8 @@ cdef extern from "engine_kernels.h" nogil:
                            const float *bias, int cout, float *y, int ho, int wo,
                            const float *r, float lo, float hi, float *scratch, int64_t chunk,
                            int tile)
+    void engine_winograd_weights_c(int backend, int threads, const float *packed, int cin,
+                                   int first, int count, int tile, float *u)
     void engine_affine_c(int threads, const float *x, int64_t pixels, int c,
                          const float *scale, const float *shift, float lo, float hi, float *y)
 
@@ -205,6 +207,22 @@ def engine_winograd(const float[:, :, :, ::1] x, Py_ssize_t pad_top, Py_ssize_t 
                           x.shape[2], x.shape[3], pad_top, pad_left, &u[0], &bias[0], cout,
                           &y[0, 0, 0, 0], y.shape[1], y.shape[2], res, lo, hi, &scratch[0],
                           chunk, tile)
+
+
+def engine_winograd_weights(const float[::1] packed, Py_ssize_t cin, Py_ssize_t first,
+                            Py_ssize_t count, int tile, float[::1] u, int backend, int threads):
+    """Winograd F(tile x tile, 3x3)'s weights of panels [first, first + count) of a packed
+    3x3 kernel (``packed``: panels x 9 x Cin x 16), into ``u`` ((tile + 2)**2 x count x Cin x
+    16): what ``panels.winograd_weights`` gives for those output channels, to the bit."""
+    if tile not in (2, 4):
+        raise ValueError("engine_winograd_weights: tile 2 or 4")
+    if first < 0 or count < 1 or cin < 1 or \
+            packed.shape[0] < (first + count) * 9 * cin * ENGINE_PANEL or \
+            u.shape[0] != (tile + 2) * (tile + 2) * count * cin * ENGINE_PANEL:
+        raise ValueError("engine_winograd_weights: the arrays do not fit the shapes")
+    with nogil:
+        engine_winograd_weights_c(backend, threads, &packed[0], cin, first, count, tile,
+                                  &u[0])
 
 
 def engine_max_pool(const float[:, :, :, ::1] x, Py_ssize_t pool, Py_ssize_t stride,

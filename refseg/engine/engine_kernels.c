@@ -1629,6 +1629,74 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
     free(tiles_out);
 }
 
+/* Winograd F(tile x tile, 3x3)'s weights of `count` panels of a packed 3x3 kernel, from panel
+ * `first` (packed[panel][9][cin][16], a direct convolution's), into u[xi][count][cin][16]:
+ * U = G g G^T for every channel pair, in double and rounded once, with the sums in the order of
+ * panels.winograd_weights (each of the two products' three terms left to right), so that the
+ * weights a call makes are those a plan stores, to the bit. One (panel, input channel) a job. */
+static const double WINOGRAD_G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5},
+                                         {0, 0, 1}};
+static const double WINOGRAD_G4[6][3] = {{1.0 / 4, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                         {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                         {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                         {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+
+/* one (panel, input channel): its 16 output channels' 3x3 taps g (tap_stride apart) into the
+ * side x side positions of u (xi_stride apart); `side` a constant where it is inlined */
+static inline __attribute__((always_inline)) void
+winograd_weights_job(const float *g, size_t tap_stride, const double (*G)[3], const int side,
+                     float *u, size_t xi_stride)
+{
+    double t[3][6][ENGINE_PANEL];
+    for (int a = 0; a < 3; a++)
+        for (int j = 0; j < side; j++)
+            for (int l = 0; l < ENGINE_PANEL; l++)
+                t[a][j][l] = ((double)g[(3 * a) * tap_stride + l] * G[j][0] +
+                              (double)g[(3 * a + 1) * tap_stride + l] * G[j][1]) +
+                             (double)g[(3 * a + 2) * tap_stride + l] * G[j][2];
+    for (int i = 0; i < side; i++)
+        for (int j = 0; j < side; j++) {
+            float *restrict dst = u + (size_t)(side * i + j) * xi_stride;
+            for (int l = 0; l < ENGINE_PANEL; l++)
+                dst[l] = (float)((G[i][0] * t[0][j][l] + G[i][1] * t[1][j][l]) +
+                                 G[i][2] * t[2][j][l]);
+        }
+}
+
+#define WINOGRAD_WEIGHTS(SUFFIX, TARGET)                                                       \
+TARGET static void winograd_weights_##SUFFIX(int threads, const float *packed, int cin,       \
+                                             int first, int count, int tile, float *u)        \
+{                                                                                            \
+    const int64_t jobs = (int64_t)count * cin;                                               \
+    const size_t tap_stride = (size_t)cin * ENGINE_PANEL;                                    \
+    const size_t xi_stride = (size_t)count * cin * ENGINE_PANEL;                             \
+    _Pragma("omp parallel for num_threads(threads) schedule(static)")                        \
+    for (int64_t job = 0; job < jobs; job++) {                                               \
+        const int p = (int)(job / cin), c = (int)(job % cin);                                \
+        const float *g = packed + (size_t)(first + p) * 9 * tap_stride +                     \
+                         (size_t)c * ENGINE_PANEL;                                           \
+        float *at = u + ((size_t)p * cin + c) * ENGINE_PANEL;                                \
+        if (tile == 4)                                                                       \
+            winograd_weights_job(g, tap_stride, WINOGRAD_G4, 6, at, xi_stride);              \
+        else                                                                                 \
+            winograd_weights_job(g, tap_stride, WINOGRAD_G2, 4, at, xi_stride);              \
+    }                                                                                        \
+}
+WINOGRAD_WEIGHTS(avx512, __attribute__((target("avx512f"))))
+WINOGRAD_WEIGHTS(avx2, __attribute__((target("avx2,fma"))))
+WINOGRAD_WEIGHTS(portable, )
+
+void engine_winograd_weights_c(int backend, int threads, const float *packed, int cin,
+                               int first, int count, int tile, float *u)
+{
+    if (backend == ENGINE_AVX512)
+        winograd_weights_avx512(threads, packed, cin, first, count, tile, u);
+    else if (backend == ENGINE_AVX2)
+        winograd_weights_avx2(threads, packed, cin, first, count, tile, u);
+    else
+        winograd_weights_portable(threads, packed, cin, first, count, tile, u);
+}
+
 /* ---- max pooling ------------------------------------------------------------------------
  * out[n, i, j, c] = max over the pool x pool window at (i * stride - pad_top, j * stride -
  * pad_left) of x, a read outside x being 0 (the zero padding of a ZeroPadding2D folded into

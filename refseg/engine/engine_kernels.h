@@ -73,4 +73,7 @@ void engine_winograd_c(int backend, int threads, int batch, const float *x, int 
                        int cin, int pad_top, int pad_left, const float *u, const float *bias,
                        int cout, float *y, int ho, int wo, const float *r, float lo, float hi,
                        float *scratch, int64_t chunk, int tile);
+
+void engine_winograd_weights_c(int backend, int threads, const float *packed, int cin,
+                               int first, int count, int tile, float *u);
 #endif

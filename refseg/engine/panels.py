@@ -38,15 +38,26 @@ def winograd_weights(taps_kernel: np.ndarray, tile: int = 2) -> np.ndarray:
     """A 3x3 kernel (9, cin, cout) transformed for Winograd F(tile x tile, 3x3), tile 2 or 4,
     ``G g G^T`` for every channel pair (in float64, rounded once), packed as (tile + 2)**2
     panel sets: flat float32 of ``(tile + 2)**2 * panels * cin * 16``, set ``xi = (tile + 2)
-    i + j`` first."""
+    i + j`` first.
+
+    Notes
+    -----
+    First ``t = g G^T``, then ``G t``, each element's three terms summed left to right: the
+    order of ``engine_winograd_weights``, which makes the same weights for a call, to the
+    bit."""
     taps, cin, cout = taps_kernel.shape
     if taps != 9:
         raise ValueError(f"Winograd F({tile}x{tile}, 3x3) takes 3x3 kernels, got {taps} taps")
     g_matrix = {2: WINOGRAD_G, 4: WINOGRAD4_G}[tile]
     side = tile + 2
     g = np.asarray(taps_kernel, np.float64).reshape(3, 3, cin, cout)
-    u = np.einsum("ia,abco,jb->ijco", g_matrix, g, g_matrix).reshape(side * side, cin, cout)
-    return pack_positions(u.astype(np.float32))
+    # t[a, j] = g[a, :] . G[j, :] and u[i, j] = G[i, :] . t[:, j]
+    column = g_matrix[None, :, :, None, None]
+    t = (g[:, None, 0] * column[:, :, 0] + g[:, None, 1] * column[:, :, 1]) + \
+        g[:, None, 2] * column[:, :, 2]
+    row = g_matrix[:, None, :, None, None]
+    u = (row[:, :, 0] * t[None, 0] + row[:, :, 1] * t[None, 1]) + row[:, :, 2] * t[None, 2]
+    return pack_positions(u.reshape(side * side, cin, cout).astype(np.float32))
 
 
 def pack_positions(u: np.ndarray) -> np.ndarray:

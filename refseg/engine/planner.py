@@ -35,7 +35,8 @@ keeps only the weights its chosen algorithms read; Winograd's (16/9 of the direc
 the plan past ``MEMORY_LIMIT`` times the model's weights the layers that lose least per byte
 freed step down (F(4x4) to F(2x2) or a direct order, F(2x2) to a direct order; measured or
 estimated costs) until it fits, and the steps it then did not need are undone
-(``_within_memory``).
+(``_within_memory``). The choices are for one image: on a batch, a step on a loop order may
+run F(4x4) on weights made for the call, or the other order (``ConvStep.order_for``).
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ from refseg.autograd import layers
 from refseg.autograd.geometry import conv_output, transpose_output
 from refseg.engine import allocator, packing
 from refseg.engine.runtime import (ALGORITHMS, DOT_MAX, WINOGRAD_TILES, AffineStep, ConvStep,
-                                   DepthwiseStep, MaxPoolStep, NumpyStep, backend_name)
+                                   DepthwiseStep, MaxPoolStep, NumpyStep, backend_name,
+                                   larger_operand_order)
 from refseg.cite import implements, infrastructure
 from refseg.errors import InputError
 from refseg.models.graph import INPUT
@@ -291,11 +293,8 @@ def estimated_order(step: ConvStep, input_bytes: int, winograd: bool = True) -> 
     products; for a stride-1 3x3 convolution Winograd F(4x4, 3x3) on a map of at least
     ``WINOGRAD4_MIN_MAP`` pixels a side, F(2x2, 3x3) on one of at least ``WINOGRAD_MIN_MAP``
     (on smaller maps the tiles past the edge and the transforms eat much of the saving); else
-    the order that keeps the larger
-    operand in place: with more input activations (``input_bytes``, one image) than packed
-    weights, the tiles of a thread walk the panels of one pixel tile (its inputs stay in L1,
-    the weights stream from L2), otherwise the pixel tiles of one panel (the panel stays, the
-    activations stream)."""
+    the order that keeps the larger operand in place (``runtime.larger_operand_order`` of
+    ``input_bytes``, one image's input activations)."""
     if "columns" in step.algorithms:
         return "columns"
     if "dot" in step.algorithms:
@@ -306,8 +305,7 @@ def estimated_order(step: ConvStep, input_bytes: int, winograd: bool = True) -> 
             return "winograd4"
         if side >= WINOGRAD_MIN_MAP:
             return "winograd"
-    weights = sum(phase.packed.nbytes for phase in step.phases)
-    return "pixels-outer" if input_bytes > weights else "panels-outer"
+    return larger_operand_order(step, input_bytes)
 
 
 def _measured_times(step: ConvStep, values: dict) -> dict[str, float]:

@@ -74,6 +74,14 @@ WINOGRAD_TILES = {"winograd": 2, "winograd4": 4}
 ALGORITHMS = (*ORDERS, "dot", "columns", *WINOGRAD_TILES)
 #: The most output channels of the "dot" algorithm (engine_kernels.h, ENGINE_DOT_MAX).
 DOT_MAX = 8
+#: From this many images a call on a loop order runs a stride-1 3x3 convolution by Winograd
+#: F(4x4, 3x3) all the same, its weights made for the call (``engine_winograd_weights``), a
+#: slab of output channels at a time: the plan measures and stores at batch 1, where such a
+#: layer is bound by its weights or gave way to the memory limit, while a batch has the
+#: multiplies to save.
+BATCHED_WINOGRAD_MIN = 4
+#: The bytes of one slab's Winograd weights at most (whole pairs of panels, at least one).
+BATCHED_WINOGRAD_SLAB_BYTES = 8 << 20
 
 
 @contextlib.contextmanager
@@ -374,6 +382,10 @@ class ConvStep:
         kernels, code = _kernels_and_code()
         threads = threads_for(n * cout * sum(p.pixels * p.taps * p.cin for p in self.phases),
                               PARALLEL_MIN_MACS)
+        order = self.order_for(n, x[0].nbytes)
+        if order == "batched-winograd4":
+            self._run_batched_winograd(kernels, code, threads, x, y, r)
+            return y
         if self.order in WINOGRAD_TILES:
             scratch = np.empty(self.scratch_bytes(n) // 4, np.float32)
             kernels.engine_winograd(x, *self.winograd_pads, self.winograd, self.bias, y, r,
@@ -396,13 +408,58 @@ class ConvStep:
                 kernels.engine_conv(flat_x, x_image, phase.in_off, phase.pixels, phase.taps,
                                     phase.cin, phase.packed, self.bias, cout, flat_y, y_image,
                                     phase.out_off, flat_r, y_image, phase.out_off, self.lo,
-                                    self.hi, n, code, threads, ORDERS.index(self.order),
-                                    **extra)
+                                    self.hi, n, code, threads, ORDERS.index(order), **extra)
         if self.softmax and self.order != "dot":  # the dot kernel's epilogue took it
             y -= y.max(axis=-1, keepdims=True)
             np.exp(y, out=y)
             y /= y.sum(axis=-1, keepdims=True)
         return y if y2 is None else (y, y2)
+
+    def order_for(self, images: int, image_bytes: int) -> str:
+        """What a call on ``images`` images of ``image_bytes`` each runs: the step's own
+        algorithm, except on a loop order and a batch: from ``BATCHED_WINOGRAD_MIN`` images,
+        a stride-1 3x3 convolution without a second output runs "batched-winograd4"; else the
+        order that keeps the batch's larger operand in place (``larger_operand_order``; the
+        two orders give the same bits, and on one image they tie where a batch tells them
+        apart)."""
+        if images == 1 or self.order not in ORDERS:
+            return self.order
+        if images >= BATCHED_WINOGRAD_MIN and self.winograd_pads is not None and \
+                self.second is None:
+            return "batched-winograd4"
+        return larger_operand_order(self, images * image_bytes)
+
+    def _run_batched_winograd(self, kernels, code, threads, x, y, r):
+        """Winograd F(4x4, 3x3) on the packed direct kernel: for each slab of output channels
+        (whole pairs of panels, ``BATCHED_WINOGRAD_SLAB_BYTES`` of weights at most) its
+        weights are made, then the slab's outputs computed; a slab narrower than the layer is
+        computed apart and copied in."""
+        tile = WINOGRAD_TILES["winograd4"]
+        phase, (ho, wo, cout) = self.phases[0], self.out_shape
+        cin, positions = phase.cin, self._positions("winograd4")
+        per_panel = positions * cin * 16 * 4
+        slab = max(2, BATCHED_WINOGRAD_SLAB_BYTES // per_panel // 2 * 2) * 16
+        slab = min(slab, self._panels() * 16)
+        u = np.empty(positions * slab * cin, np.float32)
+        from refseg import _kernels
+        widths = {min(slab, cout - first) for first in range(0, cout, slab)}
+        scratch = np.empty(max(positions * (cin + -(-width // 16) * 16) *
+                               _kernels.engine_winograd_chunk(x.shape[0], ho, wo, cin, width,
+                                                              tile) for width in widths),
+                           np.float32)
+        for first in range(0, cout, slab):
+            width = min(slab, cout - first)
+            panels_here = -(-width // 16)
+            weights = u[:positions * panels_here * 16 * cin]
+            kernels.engine_winograd_weights(phase.packed, cin, first // 16, panels_here, tile,
+                                            weights, code, threads)
+            whole = width == cout
+            out = y if whole else np.empty((x.shape[0], ho, wo, width), np.float32)
+            res = r if whole or r is None else np.ascontiguousarray(r[..., first:first + width])
+            kernels.engine_winograd(x, *self.winograd_pads, weights, self.bias[first:], out,
+                                    res, self.lo, self.hi, scratch, code, threads, tile)
+            if not whole:
+                y[..., first:first + width] = out
 
     def _run_columns(self, kernels, code, threads, flat_x, x_image, n, flat_y, y_image, flat_r):
         """The "columns" algorithm: every tap's products as one 1x1 convolution, then each
@@ -427,6 +484,15 @@ class ConvStep:
                                       phase.taps, self.bias, cout, y_n, y_image, phase.out_off,
                                       r_n, y_image, phase.out_off, self.lo, self.hi, 1,
                                       threads, self.softmax)
+
+
+def larger_operand_order(step: ConvStep, input_bytes: int) -> str:
+    """The loop order that keeps the larger operand in place: with more input activations
+    (``input_bytes``) than packed weights, the tiles of a thread walk the panels of one pixel
+    tile (its inputs stay in L1, the weights stream from L2), otherwise the pixel tiles of one
+    panel (the panel stays, the activations stream)."""
+    weights = sum(phase.packed.nbytes for phase in step.phases)
+    return "pixels-outer" if input_bytes > weights else "panels-outer"
 
 
 @dataclass

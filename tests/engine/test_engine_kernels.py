@@ -304,6 +304,45 @@ def test_engine_winograd_matches_its_twin_within_its_rounding_bound(backend, cas
         assert np.array_equal(again, got)
 
 
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("cin, cout, first, count", [(5, 40, 0, 3), (37, 64, 1, 2),
+                                                     (3, 40, 2, 1), (130, 96, 2, 4)])
+def test_engine_winograd_weights_are_the_stored_weights_to_the_bit(tile, cin, cout, first,
+                                                                  count):
+    """The Winograd weights a call makes from a packed direct kernel, a slab of panels at a
+    time, are those ``panels.winograd_weights`` gives a plan to store for those output
+    channels (zero past the last), to the bit, on 1 and 2 threads; the twin's too."""
+    rng = np.random.default_rng(cin + cout)
+    kernel = (rng.normal(0, 1, (9, cin, cout)) * 10.0 ** rng.integers(-3, 4, cout)).astype(
+        np.float32)
+    packed = panels.pack_panels(kernel)
+    count = min(count, -(-cout // 16) - first)
+    want = panels.winograd_weights(kernel[:, :, first * 16:(first + count) * 16], tile)
+    if want.size != (tile + 2) ** 2 * count * cin * 16:  # a last panel past the channels
+        want = panels.winograd_weights(np.pad(
+            kernel, ((0, 0), (0, 0), (0, 16 * (first + count) - cout)))[
+                :, :, first * 16:(first + count) * 16], tile)
+    assert np.abs(want).max() > 0
+    for backend in BACKENDS:
+        for threads in (1, 2):
+            got = np.full((tile + 2) ** 2 * count * cin * 16, np.nan, np.float32)
+            _kernels.engine_winograd_weights(packed, cin, first, count, tile, got, backend,
+                                             threads)
+            assert np.array_equal(got, want), (backend, threads)
+    twin = np.full_like(want, np.nan)
+    _twins.engine_winograd_weights(packed, cin, first, count, tile, twin, 0, 2)
+    assert np.array_equal(twin, want)
+    past = -(-cout // 16) - first + 1  # one panel past the kernel's last
+    with pytest.raises(ValueError, match="do not fit"):
+        _kernels.engine_winograd_weights(packed, cin, first, past, tile,
+                                         np.empty((tile + 2) ** 2 * past * cin * 16,
+                                                  np.float32), 0, 2)
+    with pytest.raises(ValueError, match="do not fit"):
+        _kernels.engine_winograd_weights(packed, cin, first, count, tile, got[:-16], 0, 2)
+    with pytest.raises(ValueError, match="tile 2 or 4"):
+        _kernels.engine_winograd_weights(packed, cin, first, count, 3, got, 0, 2)
+
+
 @pytest.mark.parametrize("pads", [(1, 1), (0, 0), (2, 0)])
 def test_the_winograd_twin_is_the_direct_convolution(pads):
     """F(2x2, 3x3) is exact in exact arithmetic: in float64 the twin gives the direct
@@ -389,4 +428,5 @@ def test_every_engine_kernel_has_a_twin_of_its_name():
              if not name.startswith("_") and inspect.isfunction(value)
              and value.__module__ == _twins.__name__}
     assert kernels == twins == {"engine_conv", "engine_dot", "engine_depthwise", "engine_affine",
-                                "engine_winograd", "engine_max_pool", "engine_gather"}
+                                "engine_winograd", "engine_winograd_weights", "engine_max_pool",
+                                "engine_gather"}

@@ -12,9 +12,9 @@ from refseg import _kernels as _engine_kernels
 from refseg import engine
 from refseg.autograd import layers
 from refseg.autograd.tensor import Tensor, no_grad
-from refseg.engine.runtime import (LAYER_TOLERANCE, PROBABILITY_TOLERANCE, ConvStep,
-                                   avx2_kernels, backend_name, engine_threads,
-                                   portable_kernels)
+from refseg.engine.runtime import (BATCHED_WINOGRAD_MIN, LAYER_TOLERANCE,
+                                   PROBABILITY_TOLERANCE, ConvStep, avx2_kernels,
+                                   backend_name, engine_threads, portable_kernels, twin_kernels)
 from refseg.models import ResMobileNet
 from refseg.models.graph import INPUT
 
@@ -244,6 +244,42 @@ def test_winograd4_runs_every_stride_1_3x3_convolution_within_the_tolerances(net
     ran = [step for step in everywhere.steps if step.order == "winograd4"]
     assert len(ran) == 20 and all(step.winograd_tile == 4 for step in ran)
     _hold_the_tolerances(everywhere, ran, x, reference, model.OUTPUT)
+
+
+def test_a_batch_runs_the_3x3_layers_on_loop_orders_by_winograd4_made_per_call(network):
+    """From BATCHED_WINOGRAD_MIN images, a stride-1 3x3 step settled on a loop order runs
+    F(4x4, 3x3) on weights made for the call, slab by slab of output channels (16 slabs of 32
+    on ResNet50V2's 512-channel layers, 96 + 32 on 128 channels; residuals in the decoder's):
+    the bits of the same plan on stored F(4x4) weights, on every kernel backend, and the
+    probabilities within the tolerance on the twins too. Below it, the loop orders (either
+    one: the same bits)."""
+    model, x, reference, plan = network
+    stored = engine.plan(model, choices=_winograd_everywhere(model, plan, "winograd4"))
+    direct = engine.plan(model, choices={
+        name: "pixels-outer" if order == "winograd4" else order
+        for name, order in stored.choices.items()})
+    eligible = [step for step in direct.steps if isinstance(step, ConvStep)
+                and step.winograd_pads is not None]
+    assert len(eligible) == 20 and all(step.winograd is None for step in eligible)
+    assert {step.phases[0].cin for step in eligible} >= {128, 512}
+    assert sum(step.residual is not None for step in eligible) >= 4
+    batch = np.concatenate([x, x[::-1]])
+    assert batch.shape[0] == BATCHED_WINOGRAD_MIN
+    want = np.concatenate([reference[model.OUTPUT], reference[model.OUTPUT][::-1]])
+    for portable in KERNELS:
+        with _kernels(portable.values[0]):
+            got = direct.predict(batch, batch_size=BATCHED_WINOGRAD_MIN)
+            assert np.array_equal(got, stored.predict(batch, batch_size=4))
+            small = direct.predict(batch, batch_size=BATCHED_WINOGRAD_MIN - 1)
+            assert not np.array_equal(small, got)
+            assert np.array_equal(small[:3], direct.predict(batch[:3], batch_size=1))
+        assert float(np.abs(got - want).max()) <= PROBABILITY_TOLERANCE
+        assert float(np.abs(small - want).max()) <= PROBABILITY_TOLERANCE
+    with twin_kernels():
+        twin = direct.predict(batch, batch_size=BATCHED_WINOGRAD_MIN)
+    assert float(np.abs(twin - want).max()) <= PROBABILITY_TOLERANCE
+    # the weights made per call are not kept
+    assert all(step.winograd is None for step in eligible)
 
 
 def test_the_estimate_takes_winograd4_on_large_maps_and_steps_down_to_fit(network,
