@@ -418,14 +418,14 @@ class ConvStep:
     def order_for(self, images: int, image_bytes: int) -> str:
         """What a call on ``images`` images of ``image_bytes`` each runs: the step's own
         algorithm, except on a loop order and a batch: from ``BATCHED_WINOGRAD_MIN`` images,
-        a stride-1 3x3 convolution without a second output runs "batched-winograd4"; else the
-        order that keeps the batch's larger operand in place (``larger_operand_order``; the
-        two orders give the same bits, and on one image they tie where a batch tells them
-        apart)."""
+        a stride-1 3x3 convolution without a second output or a softmax runs
+        "batched-winograd4"; else the order that keeps the batch's larger operand in place
+        (``larger_operand_order``; the two orders give the same bits, and on one image they
+        tie where a batch tells them apart)."""
         if images == 1 or self.order not in ORDERS:
             return self.order
         if images >= BATCHED_WINOGRAD_MIN and self.winograd_pads is not None and \
-                self.second is None:
+                self.second is None and not self.softmax:
             return "batched-winograd4"
         return larger_operand_order(self, images * image_bytes)
 
