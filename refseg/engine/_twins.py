@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from refseg.engine.panels import unpacked_panels, winograd_weights
+
 PANEL = 16
 
 
@@ -177,10 +179,8 @@ def engine_winograd(x, pad_top, pad_left, u, bias, y, r, lo, hi, scratch, backen
 def engine_winograd_weights(packed, cin, first, count, tile, u, backend, threads):
     """Winograd F(tile x tile, 3x3)'s weights of panels [first, first + count) of a packed
     3x3 kernel into ``u`` (``panels.winograd_weights`` of those output channels)."""
-    from refseg.engine import panels
     slab = np.asarray(packed)[first * 9 * cin * PANEL:(first + count) * 9 * cin * PANEL]
-    kernel = panels.unpacked_panels(slab, 9, cin, count * PANEL)
-    u[...] = panels.winograd_weights(kernel, tile)
+    u[...] = winograd_weights(unpacked_panels(slab, 9, cin, count * PANEL), tile)
 
 
 def engine_max_pool(x, pool, stride, pad_top, pad_left, y, backend, threads):

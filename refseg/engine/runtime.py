@@ -300,12 +300,17 @@ class ConvStep:
             return self._input_pixels() * self._column_count() * 4
         if algorithm not in WINOGRAD_TILES:
             return 0
+        return self._winograd_scratch(batch, algorithm, self.out_shape[2]) * 4
+
+    def _winograd_scratch(self, batch: int, algorithm: str, cout: int) -> int:
+        """The floats of scratch a Winograd call on ``batch`` images computing ``cout`` output
+        channels needs (engine_winograd: its chunk of tiles' inputs and products)."""
         from refseg import _kernels
-        ho, wo, cout = self.out_shape
+        ho, wo = self.out_shape[:2]
         cin = self.phases[0].cin
         chunk = _kernels.engine_winograd_chunk(batch, ho, wo, cin, cout,
                                                WINOGRAD_TILES[algorithm])
-        return self._positions(algorithm) * chunk * (cin + self._panels() * 16) * 4
+        return self._positions(algorithm) * chunk * (cin + -(-cout // 16) * 16)
 
     @staticmethod
     def _positions(algorithm: str) -> int:
@@ -441,12 +446,9 @@ class ConvStep:
         slab = max(2, BATCHED_WINOGRAD_SLAB_BYTES // per_panel // 2 * 2) * 16
         slab = min(slab, self._panels() * 16)
         u = np.empty(positions * slab * cin, np.float32)
-        from refseg import _kernels
         widths = {min(slab, cout - first) for first in range(0, cout, slab)}
-        scratch = np.empty(max(positions * (cin + -(-width // 16) * 16) *
-                               _kernels.engine_winograd_chunk(x.shape[0], ho, wo, cin, width,
-                                                              tile) for width in widths),
-                           np.float32)
+        scratch = np.empty(max(self._winograd_scratch(x.shape[0], "winograd4", width)
+                               for width in widths), np.float32)
         for first in range(0, cout, slab):
             width = min(slab, cout - first)
             panels_here = -(-width // 16)

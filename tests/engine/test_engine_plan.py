@@ -269,7 +269,7 @@ def test_a_batch_runs_the_3x3_layers_on_loop_orders_by_winograd4_made_per_call(n
     for portable in KERNELS:
         with _kernels(portable.values[0]):
             got = direct.predict(batch, batch_size=BATCHED_WINOGRAD_MIN)
-            assert np.array_equal(got, stored.predict(batch, batch_size=4))
+            assert np.array_equal(got, stored.predict(batch, batch_size=BATCHED_WINOGRAD_MIN))
             small = direct.predict(batch, batch_size=BATCHED_WINOGRAD_MIN - 1)
             assert not np.array_equal(small, got)
             assert np.array_equal(small[:3], direct.predict(batch[:3], batch_size=1))
